@@ -1,0 +1,37 @@
+"""Options shared by several commands, each defined once (name, env var, help)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+
+class TextJson(str, Enum):
+    text = "text"
+    json = "json"
+
+
+FormatOpt = Annotated[
+    TextJson,
+    typer.Option("--format", "-f", help="Output format.", case_sensitive=False),
+]
+
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"],
+        show_envvar=True,
+        help="Ray dashboard address (http://host:8265) or rtenv agent URL. "
+        "Default: the embedded local store.",
+    ),
+]
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would happen; "
+                                         "change nothing.")]
+
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Say more.")]

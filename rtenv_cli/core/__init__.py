@@ -1,0 +1,1 @@
+"""The core: no typer, no rich, no printing. Functions return frozen dataclasses and raise RtenvError."""

@@ -1,0 +1,192 @@
+"""`Output`: the one place that writes to the terminal.
+
+Data goes to stdout (pipeable); messages, warnings, progress and hints go to stderr (uv's style).
+Colour is off under NO_COLOR, when the stream is not a TTY, when TERM=dumb, and for machine formats.
+rich is imported only when a table, colour or a progress bar is actually drawn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rtenv_cli.core.errors import RtenvError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+_current: Output | None = None
+
+MACHINE_FORMATS = frozenset({"json", "github", "sarif", "dotenv", "shell"})
+
+
+def current_output() -> Output:
+    """The Output of the running command (a text one if the command made none yet)."""
+    return _current if _current is not None else Output("text")
+
+
+def _wants_color(stream: TextIO) -> bool:
+    if os.environ.get("NO_COLOR", "") != "":
+        return False
+    if os.environ.get("FORCE_COLOR", "") != "":
+        return True
+    if os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses with `to_dict`, paths and sets become plain JSON values."""
+    if hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict())
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    return obj
+
+
+class Output:
+    """Renders results, errors, prompts and progress for one command invocation."""
+
+    def __init__(self, fmt: str = "text", *, quiet: bool = False) -> None:
+        global _current  # noqa: PLW0603 - one Output per process invocation, read by the error handler
+        self.fmt = fmt
+        self.quiet = quiet
+        self._console: Console | None = None
+        self._err_console: Console | None = None
+        _current = self
+
+    # streams are looked up at call time so that test runners can swap them
+    @property
+    def stdout(self) -> TextIO:
+        return sys.stdout
+
+    @property
+    def stderr(self) -> TextIO:
+        return sys.stderr
+
+    @property
+    def is_machine(self) -> bool:
+        return self.fmt in MACHINE_FORMATS
+
+    @property
+    def color(self) -> bool:
+        return not self.is_machine and _wants_color(self.stdout)
+
+    @property
+    def err_color(self) -> bool:
+        return _wants_color(self.stderr)
+
+    def console(self) -> Console:
+        """A rich Console on stdout (for tables); plain when colour is off."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(
+                file=self.stdout,
+                no_color=not self.color,
+                color_system="auto" if self.color else None,
+                highlight=False,
+                soft_wrap=True,
+            )
+        return self._console
+
+    def err_console(self) -> Console:
+        if self._err_console is None:
+            from rich.console import Console
+
+            self._err_console = Console(
+                file=self.stderr,
+                no_color=not self.err_color,
+                color_system="auto" if self.err_color else None,
+                highlight=False,
+                soft_wrap=True,
+            )
+        return self._err_console
+
+    # -- data -------------------------------------------------------------------------------------
+    def line(self, text: str = "") -> None:
+        """One line of data on stdout."""
+        self.stdout.write(text + "\n")
+
+    def json(self, obj: Any, *, indent: int | None = 2) -> None:
+        self.stdout.write(json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False) + "\n")
+        self.stdout.flush()
+
+    def json_line(self, obj: Any) -> None:
+        """One JSON object per line (for event streams such as `push --watch`)."""
+        self.json(obj, indent=None)
+
+    def result(self, obj: Any, render_text: Callable[[Output, Any], None]) -> None:
+        """JSON for --format json, else the feature's text renderer."""
+        if self.fmt == "json":
+            self.json(obj)
+        else:
+            render_text(self, obj)
+
+    # -- messages (stderr) ------------------------------------------------------------------------
+    def _styled(self, label: str, style: str) -> str:
+        return f"\x1b[{style}m{label}\x1b[0m" if self.err_color else label
+
+    def message(self, text: str) -> None:
+        if not self.quiet:
+            self.stderr.write(text + "\n")
+
+    def warning(self, text: str, hint: str | None = None) -> None:
+        self.stderr.write(f"{self._styled('warning', '1;33')}: {text}\n")
+        if hint:
+            self.stderr.write(f"{self._styled('hint', '1;36')}: {hint}\n")
+
+    def error(self, exc: RtenvError) -> None:
+        if self.fmt == "json":
+            self.json({"error": exc.to_dict()})
+        where = f"{exc.path}: " if exc.path and exc.path not in exc.message else ""
+        self.stderr.write(f"{self._styled('error', '1;31')}: {where}{exc.message}\n")
+        if exc.hint:
+            self.stderr.write(f"\n{self._styled('hint', '1;36')}: {exc.hint}\n")
+        self.stderr.flush()
+
+    # -- interaction ------------------------------------------------------------------------------
+    def confirm(self, question: str, *, yes: bool = False) -> bool:
+        """A `[y/N]` prompt on stderr; `--yes` answers it; no TTY and no --yes is a usage error."""
+        if yes:
+            return True
+        stdin = sys.stdin
+        if stdin is None or not stdin.isatty():
+            if os.environ.get("RTENV_ASSUME_TTY") != "1":
+                raise UsageError(
+                    f"{question} needs confirmation, but standard input is not a terminal",
+                    hint="pass --yes to proceed, or --dry-run to only see the plan",
+                )
+        self.stderr.write(f"{question} [y/N] ")
+        self.stderr.flush()
+        answer = stdin.readline().strip().lower()
+        return answer in {"y", "yes"}
+
+    @contextlib.contextmanager
+    def progress(self, label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+        """Yield `advance(n)`; draws a rich bar on a TTY for text output, nothing otherwise."""
+        if self.is_machine or self.quiet or not self.err_color:
+            yield lambda _n: None
+            return
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn()]
+        columns.append(TimeRemainingColumn())
+        with Progress(*columns, console=self.err_console(), transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda n: bar.advance(task, n)

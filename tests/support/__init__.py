@@ -1,0 +1,1 @@
+"""Shared test helpers: CLI runner, free ports, a real Ray head, processes stopped by PID."""

@@ -1,0 +1,48 @@
+"""Run the real CLI in-process (Typer's runner) or as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(args: list[str], *, input: str | None = None,  # noqa: A002 - mirrors click
+            env: dict[str, str] | None = None) -> CliResult:
+    """Invoke `rtenv ARGS` in-process through Typer's CliRunner (real app, real error handler)."""
+    from typer.testing import CliRunner
+
+    from rtenv_cli.cli import app
+
+    result = CliRunner().invoke(app, args, input=input, env=env, catch_exceptions=False,
+                                prog_name="rtenv")
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
+def run_process(args: list[str], *, input: str | None = None,  # noqa: A002
+                env: dict[str, str] | None = None, cwd: str | None = None,
+                timeout: float = 120) -> CliResult:
+    """Run `rtenv ARGS` as a real subprocess with this interpreter."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtenv_cli", *args],
+        input=input, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+        check=False,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)

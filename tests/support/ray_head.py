@@ -1,0 +1,178 @@
+"""A real Ray 2.60.0 head on free loopback ports, in its own temp dir and process group.
+
+Started with `ray start --head --block` in a new session; stopped by killing that process group
+(never `ray stop`, which would stop every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.ports import free_ports
+
+
+def ray_executable() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    return str(candidate) if candidate.exists() else "ray"
+
+
+@dataclass
+class RayHead:
+    num_cpus: int = 2
+    num_gpus: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the raylet's own environment additions
+    token: str | None = None  # RAY_AUTH_MODE=token with this token
+    proc: subprocess.Popen[bytes] | None = None
+    temp_dir: Path | None = None
+    gcs_port: int = 0
+    dashboard_port: int = 0
+    home: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a driver/CLI that talks to this head."""
+        env = {"RAY_ADDRESS": self.dashboard_url, "HOME": str(self.home),
+               "RAY_USAGE_STATS_ENABLED": "0"}
+        if self.token:
+            env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token})
+        else:
+            env["RAY_AUTH_MODE"] = "disabled"
+        return env
+
+    def start(self, timeout: float = 120.0) -> RayHead:
+        # short paths: Ray's unix sockets live under the temp dir (108-byte limit)
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rtr", dir="/tmp"))
+        self.home = self.temp_dir / "home"
+        self.home.mkdir()
+        ports = free_ports(11)
+        self.gcs_port, self.dashboard_port = ports[0], ports[1]
+        args = [
+            ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+            f"--port={ports[0]}", f"--dashboard-port={ports[1]}",
+            f"--object-manager-port={ports[2]}", f"--node-manager-port={ports[3]}",
+            f"--ray-client-server-port={ports[4]}", f"--dashboard-agent-listen-port={ports[5]}",
+            f"--dashboard-agent-grpc-port={ports[6]}", f"--runtime-env-agent-port={ports[7]}",
+            f"--metrics-export-port={ports[8]}",
+            f"--min-worker-port={20000 + ports[9] % 20000}",
+            f"--max-worker-port={20000 + ports[9] % 20000 + 200}",
+            f"--temp-dir={self.temp_dir / 'ray'}", f"--num-cpus={self.num_cpus}",
+            "--object-store-memory=200000000", "--include-dashboard=true",
+        ]
+        if self.num_gpus is not None:
+            args.append(f"--num-gpus={self.num_gpus}")
+        if self.resources:
+            args.append(f"--resources={json.dumps(self.resources)}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CUDA_VISIBLE"))}
+        env.update({"HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0"})
+        if self.token:
+            env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token})
+        else:
+            env["RAY_AUTH_MODE"] = "disabled"
+        env.update(self.env)
+        log = (self.temp_dir / "ray-start.log").open("wb")
+        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        url = f"{self.dashboard_url}/api/gcs_healthz"
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited early:\n{self.log_tail()}")
+            req = urllib.request.Request(url)
+            if self.token:
+                req.add_header("Authorization", f"Bearer {self.token}")
+            try:
+                with urllib.request.urlopen(req, timeout=2) as resp:  # noqa: S310 - loopback
+                    if resp.status == 200 and self._jobs_api_ready():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"Ray head not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _jobs_api_ready(self) -> bool:
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.dashboard_url}/api/packages/gcs/_ray_pkg_probe.zip",
+                                     method="HEAD")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            urllib.request.urlopen(req, timeout=2)  # noqa: S310 - loopback
+        except urllib.error.HTTPError as exc:
+            return exc.code == 404
+        except OSError:
+            return False
+        return True
+
+    def log_tail(self, n: int = 4000) -> str:
+        if self.temp_dir is None:
+            return ""
+        path = self.temp_dir / "ray-start.log"
+        return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+    def session_dir(self) -> Path:
+        assert self.temp_dir is not None
+        return (self.temp_dir / "ray" / "session_latest").resolve()
+
+    def stop(self) -> None:
+        """Kill the process group we started (SIGTERM, then SIGKILL)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # children of `ray start` that outlived it are still in its process group
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def run_driver(self, code: str, *, timeout: float = 180,
+                   cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a Python driver script connected to this head; returns the completed process."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env.update(self.client_env())
+        env["RAY_ADDRESS"] = self.address
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def ray_head(**kwargs: object) -> Iterator[RayHead]:
+    head = RayHead(**kwargs).start()  # type: ignore[arg-type]
+    try:
+        yield head
+    finally:
+        head.stop()
