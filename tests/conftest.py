@@ -9,6 +9,9 @@ import pytest
 
 from tests.support.ray_head import RayHead
 
+FAKE_ACCELERATORS = {"neuron_cores": 8, "TPU": 8, "HPU": 8, "NPU": 8, "RBLN": 4, "TTNPU": 4,
+                     "FURIOSA": 4, "MBLT": 4}
+
 
 @pytest.fixture(autouse=True)
 def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,8 +28,11 @@ def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayHead]:
-    """One real Ray 2.60.0 head for the whole session (no auth, 2 CPUs)."""
-    head = RayHead().start()
+    """One real Ray 2.60.0 head for the whole session: no auth, 2 CPUs, fake accelerators.
+
+    The fake GPUs and accelerator resources serve `explain` parity; push and cache ignore them.
+    """
+    head = RayHead(num_gpus=8, resources=FAKE_ACCELERATORS).start()
     try:
         yield head
     finally:

@@ -1,0 +1,98 @@
+"""Shared benchmark helpers: machine description, process timing, peak RSS, result rows."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+@dataclass
+class Row:
+    """One measured quantity, rtenv beside Ray, and the issue's target."""
+
+    benchmark: str
+    metric: str
+    unit: str
+    rtenv: float | None
+    ray: float | None = None
+    target: str = ""  # human-readable, e.g. "< 0.3 s and >= 3x faster than Ray"
+    passed: bool | None = None
+    notes: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.rtenv and self.ray:
+            return self.ray / self.rtenv
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ratio"] = self.ratio
+        return data
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1),
+        "python": platform.python_version(), "platform": platform.platform(),
+    }
+
+
+def time_process(argv: list[str], *, repeat: int = 7, env: dict[str, str] | None = None,
+                 cwd: str | None = None, warmup: int = 1) -> dict[str, float]:
+    """Wall time of a whole process (median, min, max over `repeat` runs after warm-up)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    times = []
+    for i in range(warmup + repeat):
+        start = time.perf_counter()
+        subprocess.run(argv, env=full_env, cwd=cwd, check=False, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> dict[str, Any]:
+    """Run one child process; return wall time, its peak RSS (MiB) and its stdout."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    out = proc.stdout.read() if proc.stdout else ""
+    err = proc.stderr.read() if proc.stderr else ""
+    return {"seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
+            "returncode": os.waitstatus_to_exitcode(status), "stdout": out, "stderr": err}
+
+
+def python() -> str:
+    return sys.executable
+
+
+def self_peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
