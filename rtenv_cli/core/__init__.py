@@ -1,1 +1,4 @@
-"""The core: no typer, no rich, no printing. Functions return frozen dataclasses and raise RtenvError."""
+"""The core: no typer, no rich, no printing.
+
+Functions return frozen dataclasses and raise RtenvError.
+"""

@@ -160,12 +160,13 @@ class Output:
         if yes:
             return True
         stdin = sys.stdin
-        if stdin is None or not stdin.isatty():
-            if os.environ.get("RTENV_ASSUME_TTY") != "1":
-                raise UsageError(
-                    f"{question} needs confirmation, but standard input is not a terminal",
-                    hint="pass --yes to proceed, or --dry-run to only see the plan",
-                )
+        interactive = stdin is not None and stdin.isatty()
+        if not interactive and os.environ.get("RTENV_ASSUME_TTY") != "1":
+            # RTENV_ASSUME_TTY=1 lets tests drive the prompt through a pipe
+            raise UsageError(
+                f"{question} needs confirmation, but standard input is not a terminal",
+                hint="pass --yes to proceed, or --dry-run to only see the plan",
+            )
         self.stderr.write(f"{question} [y/N] ")
         self.stderr.flush()
         answer = stdin.readline().strip().lower()

@@ -21,7 +21,7 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(args: list[str], *, input: str | None = None,  # noqa: A002 - mirrors click
+def run_cli(args: list[str], *, input: str | None = None,
             env: dict[str, str] | None = None) -> CliResult:
     """Invoke `rtenv ARGS` in-process through Typer's CliRunner (real app, real error handler)."""
     from typer.testing import CliRunner
@@ -33,7 +33,7 @@ def run_cli(args: list[str], *, input: str | None = None,  # noqa: A002 - mirror
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
-def run_process(args: list[str], *, input: str | None = None,  # noqa: A002
+def run_process(args: list[str], *, input: str | None = None,
                 env: dict[str, str] | None = None, cwd: str | None = None,
                 timeout: float = 120) -> CliResult:
     """Run `rtenv ARGS` as a real subprocess with this interpreter."""
