@@ -1,0 +1,1 @@
+"""The rtenv agent: a crash-safe store of packages, blobs and environments, and its HTTP server."""

@@ -1,0 +1,228 @@
+"""Get-or-create an environment from a runtime_env, and hold or release references to it.
+
+An environment is a set of store entries (the unpacked working_dir, each py_module, one venv for
+`pip` or `uv`) plus env_vars. Each entry is built once (single flight in the store); the holder's
+references to all of them are taken in one transaction, which is what makes gc safe against a
+racing create.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.agent import builders
+from rtenv_cli.core.agent.index import pid_start_time
+from rtenv_cli.core.agent.store import Store, safe_key
+from rtenv_cli.core.agent.unpack import extract
+from rtenv_cli.core.errors import AgentError, PackagingError, UnsupportedError
+
+UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
+IGNORED = ("excludes", "config", "_ray_commit", "_inject_current_ray", "worker_process_setup_hook")
+HANDLED = ("working_dir", "py_modules", "pip", "uv", "env_vars")
+
+
+@dataclass(frozen=True)
+class EnvHandle:
+    """Where an environment lives on this node and what a process in it needs."""
+
+    key: str
+    holder: str
+    working_dir: str | None
+    py_modules: tuple[str, ...]
+    venv: str | None
+    env_vars: dict[str, str] = field(default_factory=dict)
+    entries: tuple[str, ...] = ()
+    built: tuple[str, ...] = ()  # entries this call built (empty on a cache hit)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvHandle:
+        return cls(key=data["key"], holder=data["holder"], working_dir=data["working_dir"],
+                   py_modules=tuple(data["py_modules"]), venv=data["venv"],
+                   env_vars=dict(data["env_vars"]), entries=tuple(data["entries"]),
+                   built=tuple(data.get("built", ())))
+
+
+def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], list[str]]:
+    """(requirements, install options) of a `pip` or `uv` field, normalised like Ray."""
+    try:
+        from rtenv_cli.core.spec import normalize
+
+        fn = normalize.normalize_pip if kind == "pip" else normalize.normalize_uv
+        value = fn(value, base_dir or Path.cwd())
+    except ImportError:  # the validate feature lands separately; Ray's shapes, re-stated
+        if isinstance(value, list):
+            value = {"packages": value}
+        elif isinstance(value, str):
+            path = (base_dir or Path.cwd()) / value
+            lines = path.read_text().splitlines()
+            value = {"packages": [ln.strip() for ln in lines
+                                  if ln.strip() and not ln.strip().startswith("#")]}
+    if not isinstance(value, dict) or not isinstance(value.get("packages"), list):
+        raise AgentError(f"`{kind}` must be a list of requirements or a dict with `packages`")
+    opts_key = "pip_install_options" if kind == "pip" else "uv_pip_install_options"
+    options = [str(o) for o in value.get(opts_key) or []]
+    return [str(p) for p in value["packages"]], options
+
+
+def _archive_kind(uri: str) -> str:
+    return "https" if uri.startswith(("http://", "https://")) else uri.split("://", 1)[0]
+
+
+class Environments:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def uv_cache(self) -> Path:
+        return self.store.root.parent / "uv-cache"
+
+    # -- components -------------------------------------------------------------------------------
+    def _package_entry(self, kind: str, uri: str) -> tuple[str, bool]:
+        key = f"{kind}:{hashlib.sha256(uri.encode()).hexdigest()[:32]}"
+        scheme = _archive_kind(uri)
+        if scheme not in ("gcs", "file", "https"):
+            raise UnsupportedError(f"{kind} URI scheme {scheme}:// is not supported by the rtenv "
+                                   "agent", hint="use gcs:// (rtenv push), file:// or https://")
+        if uri.endswith(".whl"):
+            raise UnsupportedError(f"{kind} wheel {uri} is not supported by the rtenv agent",
+                                   hint="list the wheel under `pip` instead")
+        built = []
+
+        def build(tree: Path) -> None:
+            built.append(key)
+            if scheme == "gcs":
+                name = uri.removeprefix("gcs://")
+                archive = self.store.package_path(name)
+                if not archive.exists():
+                    raise PackagingError(f"package {uri} is not in the store",
+                                         hint="rtenv push it first (rtenv run does this)")
+                extract(archive, tree / "d")
+            elif scheme == "file":
+                extract(Path(uri.removeprefix("file://")), tree / "d")
+            else:
+                download = tree.parent / "download.zip"
+                builders.fetch_url(uri, download)
+                extract(download, tree / "d", strip_top_level=True)
+                download.unlink()
+
+        self.store.get_or_build(key, kind=kind, uri=uri, label=uri, build=build)
+        return key, bool(built)
+
+    def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
+                    env_vars: Mapping[str, str]) -> tuple[str, bool]:
+        packages, options = _packages(kind, value, base_dir)
+        key = builders.venv_key(kind, packages, options)
+        built = []
+
+        def build(tree: Path) -> None:
+            built.append(key)
+            builders.build_venv(tree, packages, options, cache_dir=self.uv_cache(),
+                                env_vars=env_vars)
+
+        label = " ".join(packages) or "(no packages)"
+        self.store.get_or_build(key, kind=kind, uri=f"{kind}://{key.split(':', 1)[1]}",
+                                label=label, build=build)
+        return key, bool(built)
+
+    # -- environments -----------------------------------------------------------------------------
+    def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
+                      pid: int | None = None, lease_s: float | None = None,
+                      base_dir: Path | None = None) -> EnvHandle:
+        bad = [k for k in runtime_env if k in UNSUPPORTED]
+        if bad:
+            raise UnsupportedError(
+                f"`{bad[0]}` is not supported by the rtenv agent",
+                hint="use pip or uv for dependencies, or run this job through Ray itself")
+        unknown = [k for k in runtime_env if k not in HANDLED + IGNORED]
+        if unknown:
+            raise UnsupportedError(f"`{unknown[0]}` is not supported by the rtenv agent")
+        env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
+        if runtime_env.get("pip") and runtime_env.get("uv"):
+            raise AgentError("`pip` and `uv` cannot both be set", hint="keep one of them")
+        for _attempt in range(5):  # a gc may remove a just-built entry before we hold it
+            keys: list[str] = []
+            built: list[str] = []
+            wd = runtime_env.get("working_dir")
+            if wd:
+                key, fresh = self._package_entry("working_dir", str(wd))
+                keys.append(key)
+                built += [key] if fresh else []
+            mods = []
+            for uri in runtime_env.get("py_modules") or []:
+                key, fresh = self._package_entry("py_modules", str(uri))
+                keys.append(key)
+                mods.append(key)
+                built += [key] if fresh else []
+            venv_key = None
+            for kind in ("pip", "uv"):
+                if runtime_env.get(kind):
+                    venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir,
+                                                       env_vars)
+                    keys.append(venv_key)
+                    built += [venv_key] if fresh else []
+            spec = {"entries": keys, "env_vars": env_vars}
+            env_key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+            if self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s):
+                root = self.store.root
+                return EnvHandle(
+                    key=env_key, holder=holder,
+                    working_dir=str(root / "entries" / _dirname(keys[0]) / "tree" / "d")
+                    if wd else None,
+                    py_modules=tuple(str(root / "entries" / _dirname(k) / "tree" / "d")
+                                     for k in mods),
+                    venv=str(root / "entries" / _dirname(venv_key) / "tree" / "venv")
+                    if venv_key else None,
+                    env_vars=env_vars, entries=tuple(keys), built=tuple(built))
+        raise AgentError("environment entries kept disappearing during creation",
+                         hint="a garbage collection is racing this create; retry")
+
+    def _acquire(self, env_key: str, spec: dict[str, Any], keys: list[str], holder: str, *,
+                 pid: int | None, lease_s: float | None) -> bool:
+        now = time.time()
+        start = pid_start_time(pid) if pid is not None else None
+        expires = now + lease_s if lease_s else None
+        index = self.store.index
+        with index.tx() as db:
+            present = {r[0] for r in db.execute(
+                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(keys))})",  # noqa: S608 - placeholders only
+                keys)} if keys else set()
+            if present != set(keys):
+                return False
+            db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                       "last_used_at=excluded.last_used_at",
+                       (env_key, json.dumps(spec, sort_keys=True), now, now))
+            for key in keys:
+                db.execute("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
+                           (env_key, key, holder, pid, start, expires, now))
+            if keys:
+                db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
+                           f"({','.join('?' * len(keys))})", (now, *keys))
+        return True
+
+    def release(self, env_key: str, holder: str) -> int:
+        """Drop `holder`'s references to an environment; the entries stay cached."""
+        with self.store.index.tx() as db:
+            cur = db.execute("DELETE FROM refs WHERE env_key=? AND holder=?", (env_key, holder))
+            return cur.rowcount
+
+    def list_envs(self) -> list[dict[str, Any]]:
+        db = self.store.index.conn()
+        rows = db.execute("SELECT e.key, e.spec, e.created_at, e.last_used_at, "
+                          "(SELECT COUNT(DISTINCT holder) FROM refs r WHERE r.env_key=e.key) "
+                          "AS holders FROM envs e ORDER BY e.created_at").fetchall()
+        return [{"key": r["key"], "entries": json.loads(r["spec"])["entries"],
+                 "env_var_keys": sorted(json.loads(r["spec"])["env_vars"]),
+                 "holders": r["holders"], "created_at": r["created_at"],
+                 "last_used_at": r["last_used_at"]} for r in rows]
+
+
+def _dirname(key: str | None) -> str:
+    return safe_key(key or "")

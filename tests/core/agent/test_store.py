@@ -1,0 +1,158 @@
+"""The store: verified packages and blobs, single-flight builds, crash recovery, safe removal."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.errors import PackagingError
+from tests.core.agent.helpers import make_tree, ray_package
+
+
+def test_put_package_verifies_ray_hash(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a.py": "x = 1\n", "pkg/b.py": "y = 2\n"})
+    uri, pkg = ray_package(src, tmp_path)
+    store = Store(tmp_path / "store")
+    name = uri.removeprefix("gcs://")
+    store.put_package(name, pkg)
+    assert store.has_package(name)
+    wrong = name[:-5] + ("0" if name[-5] != "0" else "1") + ".zip"
+    with pytest.raises(PackagingError, match="does not match"):
+        store.put_package(wrong, pkg)
+    assert not store.has_package(wrong)
+    with pytest.raises(PackagingError, match="not a Ray package name"):
+        store.put_package("_ray_pkg_abc.zip", pkg)
+
+
+def test_py_module_layout_is_verified(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "mymod", {"__init__.py": "", "core.py": "z = 3\n"})
+    uri, pkg = ray_package(src, tmp_path, py_module=True)
+    Store(tmp_path / "store").put_package(uri.removeprefix("gcs://"), pkg)
+
+
+def test_truncated_package_rejected(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a.py": "x = 1\n" * 1000})
+    uri, pkg = ray_package(src, tmp_path)
+    store = Store(tmp_path / "store")
+    data = pkg.read_bytes()
+    with pytest.raises(PackagingError):
+        store.put_package(uri.removeprefix("gcs://"), io.BytesIO(data[: len(data) // 2]))
+    assert not store.has_package(uri.removeprefix("gcs://"))
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_blobs_verified(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    data = b"hello blob"
+    sha = hashlib.sha256(data).hexdigest()
+    store.put_blob(sha, io.BytesIO(data))
+    assert store.has_blobs([sha, "0" * 64]) == {sha}
+    with pytest.raises(PackagingError, match="does not match"):
+        store.put_blob("1" * 64, io.BytesIO(data))
+    assert not store.blob_path("1" * 64).exists()
+
+
+def test_single_flight_across_threads(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    calls = []
+
+    def build(tree: Path) -> None:
+        calls.append(1)
+        time.sleep(0.2)
+        (tree / "f").write_text("x")
+
+    threads = [threading.Thread(target=store.get_or_build, args=("k",),
+                                kwargs={"kind": "uv", "uri": "u", "label": "l", "build": build})
+               for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert (store.root / store.index.get("k").path / "tree/f").read_text() == "x"  # type: ignore[union-attr]
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+
+    def build(tree: Path) -> None:
+        (tree / "half").write_text("x")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.get_or_build("k", kind="uv", uri="u", label="l", build=build)
+    assert store.index.get("k") is None
+    assert list((store.root / "tmp").iterdir()) == []
+    assert list((store.root / "entries").iterdir()) == []
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+from rtenv_cli.core.agent.store import Store
+store = Store(Path(sys.argv[1]))
+def build(tree):
+    (tree / "part").write_text("x")
+    print("building", flush=True)
+    time.sleep(60)
+store.get_or_build("k", kind="uv", uri="u", label="l", build=build)
+"""
+
+
+def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = Store(root)
+    store.get_or_build("done", kind="uv", uri="u", label="l",
+                       build=lambda t: (t / "f").write_text("published"))
+    proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(root)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "building"
+        assert store.index.get("k") is None  # nothing visible mid-build
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert list((root / "tmp").iterdir())  # the half-built dir is still there
+    reopened = Store(root)
+    assert list((root / "tmp").iterdir()) == []
+    assert reopened.index.get("k") is None
+    done = reopened.index.get("done")
+    assert done is not None
+    assert (root / done.path / "tree/f").read_text() == "published"
+    # and the killed builder's lock is free: the build now completes
+    reopened.get_or_build("k", kind="uv", uri="u", label="l",
+                          build=lambda t: (t / "f").write_text("ok"))
+
+
+def test_recover_reindexes_published_entry_without_row(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = Store(root)
+    store.get_or_build("k", kind="uv", uri="u", label="l", build=lambda t: None)
+    with store.index.tx() as db:  # a crash between rename and index write
+        store.index.delete(db, "k")
+    assert Store(root).index.get("k") is not None
+
+
+def test_remove_refuses_busy_key(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.get_or_build("k", kind="uv", uri="u", label="l", build=lambda t: None)
+    with store.lock("k"):
+        got = []
+        t = threading.Thread(target=lambda: got.append(store.remove("k")))
+        t.start()
+        t.join()
+        assert got == [False]
+    assert store.remove("k") is True
+    assert store.index.get("k") is None
+    assert list((store.root / "entries").iterdir()) == []
