@@ -1,0 +1,179 @@
+"""`RuntimeEnv(**d)` followed by `.to_dict()`, re-implemented so that every error is collected.
+
+Ray stops at the first error; we run each stage on what is still checkable and record all of
+them, in Ray's order, so `errors[0]` is the one Ray would raise.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.spec import model
+from rtenv_cli.core.spec import normalize as n
+
+_INIT_PARAMS = frozenset(model.INIT_PARAM_ORDER)
+
+
+@dataclass
+class Constructed:
+    normalized: dict[str, Any]
+    errors: list[n.RuntimeEnvValueError] = field(default_factory=list)
+
+
+def _parsers(base_dir: Path) -> dict[str, Callable[[Any, tuple[Any, ...]], Any]]:
+    """One pass of each field parser of OPTION_TO_VALIDATION_FN (`config` handled apart)."""
+    return {
+        "py_modules": lambda v, p: n.normalize_py_modules(v, base_dir, p),
+        "working_dir": lambda v, p: n.normalize_working_dir(v, base_dir, p),
+        "excludes": lambda v, p: n.normalize_excludes(v, p),
+        "conda": lambda v, p: n._conda_once(v, base_dir, p),
+        "pip": lambda v, p: n._pip_once(v, base_dir, p),
+        "uv": lambda v, p: n._uv_once(v, base_dir, p),
+        "env_vars": lambda v, p: n.normalize_env_vars(v, p),
+        "container": lambda v, p: v,
+        "config": lambda v, p: n.normalize_config(v, p),
+    }
+
+
+def _truthy(value: object) -> bool:
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - exotic objects: Ray would fail too; treat as set
+        return True
+
+
+def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The dict `RuntimeEnv.__init__` starts from: **kwargs in file order, then the named
+    parameters that are not None, in signature order (nsight -> _nsight, rocprof_sys ->
+    _rocprof_sys; an existing `_nsight` key keeps its place and takes the new value)."""
+    rt = {k: v for k, v in d.items() if k not in _INIT_PARAMS and k != "_validate"}
+    for name in model.INIT_PARAM_ORDER:
+        value = d.get(name)
+        if value is not None:
+            rt[model.RENAMED.get(name, name)] = value
+    return rt
+
+
+def construct(d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
+              env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = ()) -> Constructed:
+    """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`.
+
+    `d` must be a dict with str keys and no `self` key (the caller reports those shape errors).
+    Error paths are prefixed with `prefix` (where the runtime_env sits in its file).
+    """
+    env = os.environ if env is None else env
+    parsers = _parsers(base_dir)
+    errors: list[n.RuntimeEnvValueError] = []
+    failed: set[str] = set()
+
+    def run(option: str, value: Any) -> tuple[bool, Any]:
+        try:
+            return True, parsers[option](value, (*prefix, option))
+        except n.RuntimeEnvValueError as exc:
+            errors.append(exc)
+            failed.add(option)
+            return False, None
+
+    rt = init_dict(d)
+    validate = _truthy(d.get("_validate", True))
+    if validate:
+        _cross_field(rt, errors, prefix)
+        for option in model.VALIDATED_ORDER:
+            value = rt.get(option)
+            if value is None:
+                continue
+            del rt[option]
+            ok, result = run(option, value)
+            if ok and result is not None:
+                rt[option] = result
+        if "_ray_commit" not in rt and (_truthy(rt.get("pip")) or _truthy(rt.get("conda"))):
+            rt["_ray_commit"] = model.RAY_COMMIT
+        if "_inject_current_ray" not in rt and "RAY_RUNTIME_ENV_LOCAL_DEV_MODE" in env:
+            rt["_inject_current_ray"] = True
+        if all(v is None for v in rt.values()):
+            rt.clear()
+
+    if not allow_local_paths:
+        _no_local_paths(rt, errors, prefix)
+
+    # to_dict(): deepcopy re-runs __setitem__, i.e. every field parser, on every key
+    out: dict[str, Any] = {}
+    for key, value in rt.items():
+        if key not in parsers or key in failed:
+            out[key] = copy.deepcopy(value)
+            continue
+        if key == "config" and validate:
+            out[key] = value  # already a RuntimeEnvConfig: returned as is
+            continue
+        if value is None:
+            errors.append(n.RuntimeEnvValueError(
+                f"runtime_env['{key}'] is null: Ray's {key} parser asserts a value when "
+                "to_dict() re-validates the runtime_env", (*prefix, key), kind="AssertionError"))
+            continue
+        ok, result = run(key, copy.deepcopy(value))
+        if ok and result is not None:
+            out[key] = result
+    return Constructed(out, errors)
+
+
+def _cross_field(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
+                 prefix: tuple[Any, ...]) -> None:
+    managers = [k for k in ("pip", "uv", "conda") if rt.get(k) is not None]
+    if len(managers) > 1:
+        errors.append(n.RuntimeEnvValueError(
+            "The 'pip' field, 'uv' field, and 'conda' field of runtime_env cannot be specified "
+            f"at the same time (specified: {', '.join(managers)})",
+            (*prefix, managers[1]), kind="ValueError",
+            hint="keep one; to use pip with conda, list the pip packages inside the conda env"))
+    for name, allowed in (("container", model.CONTAINER_COMPATIBLE),
+                          ("image_uri", model.IMAGE_URI_COMPATIBLE)):
+        if _truthy(rt.get(name)):
+            invalid = sorted(set(rt) - allowed)
+            if invalid:
+                errors.append(n.RuntimeEnvValueError(
+                    f"The '{name}' field currently cannot be used together with other fields of "
+                    f"runtime_env. Specified fields: {{{', '.join(map(repr, invalid))}}}",
+                    (*prefix, invalid[0]), kind="ValueError",
+                    hint=f"only config and env_vars may accompany {name}"))
+
+
+def _no_local_paths(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
+                    prefix: tuple[Any, ...]) -> None:
+    """`_validate_no_local_paths`: after packaging, working_dir/py_modules must be URIs."""
+    wd = rt.get("working_dir")
+    if _truthy(wd):
+        path = (*prefix, "working_dir")
+        if not isinstance(wd, str):
+            errors.append(n.RuntimeEnvValueError(
+                f"`working_dir` must be a string, got {type(wd)}.", path, kind="TypeError"))
+        else:
+            _uri_only(wd, "working_dir", path, errors)
+    mods = rt.get("py_modules")
+    if _truthy(mods):
+        path = (*prefix, "py_modules")
+        if not isinstance(mods, list):
+            errors.append(n.RuntimeEnvValueError(
+                f"`py_modules` must be a list of strings, got {type(mods)}.", path,
+                kind="TypeError"))
+            return
+        for index, mod in enumerate(mods):
+            if not isinstance(mod, str):
+                errors.append(n.RuntimeEnvValueError(
+                    f"`py_module` must be a string, got {type(mod)}.", (*path, index),
+                    kind="TypeError"))
+                return
+            _uri_only(mod, "py_modules", (*path, index), errors)
+
+
+def _uri_only(uri: str, field_name: str, path: tuple[Any, ...],
+              errors: list[n.RuntimeEnvValueError]) -> None:
+    try:
+        n.validate_uri(uri, field_name, path)
+    except n.RuntimeEnvValueError as exc:
+        if exc.json_path and not any(e.json_path == exc.json_path for e in errors):
+            errors.append(exc)

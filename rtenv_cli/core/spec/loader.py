@@ -1,0 +1,242 @@
+"""Load a runtime_env file the way Ray does, and remember where every key and value came from.
+
+Ray's `ray job submit --runtime-env FILE` opens FILE in text mode with the locale encoding and
+calls `yaml.safe_load` on it, for `.json` files too. So JSON is parsed as YAML 1.1 (`1e3` is a
+string, tabs fail, duplicate keys are accepted). We run the same pure-Python `SafeLoader` (not the
+libyaml `CSafeLoader`: the two scanners disagree on edge cases and Ray uses the pure one), but we
+keep the composed node tree so that every key and value gets a 1-based `Span`.
+
+Nothing here raises for bad input: a parse failure is `LoadedDoc.error`, with its position.
+"""
+
+from __future__ import annotations
+
+import locale
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+JsonPath = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based source range (end is exclusive, as PyYAML's end marks are)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"line": self.line, "column": self.column, "end_line": self.end_line,
+                "end_column": self.end_column}
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """Why Ray's parser refuses the file; `kind` is the Python exception Ray would raise."""
+
+    kind: str
+    message: str
+    span: Span | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message,
+                "span": self.span.to_dict() if self.span else None}
+
+
+@dataclass(frozen=True)
+class DuplicateKey:
+    """A mapping key given twice; YAML 1.1 (and Ray) silently keeps the last value."""
+
+    path: JsonPath
+    first: Span
+    second: Span
+
+
+@dataclass
+class Positions:
+    """Spans of keys and values by JSON path (a tuple of str keys and int indices)."""
+
+    keys: dict[JsonPath, Span] = field(default_factory=dict)
+    values: dict[JsonPath, Span] = field(default_factory=dict)
+    duplicates: list[DuplicateKey] = field(default_factory=list)
+
+    def key(self, json_path: JsonPath) -> Span | None:
+        return self.keys.get(tuple(json_path))
+
+    def value(self, json_path: JsonPath) -> Span | None:
+        return self.values.get(tuple(json_path))
+
+    def best(self, json_path: JsonPath) -> Span | None:
+        """The key's span if there is one, else the value's, else the nearest parent's."""
+        path = tuple(json_path)
+        while True:
+            span = self.keys.get(path) or self.values.get(path)
+            if span is not None or not path:
+                return span
+            path = path[:-1]
+
+
+@dataclass(frozen=True)
+class LoadedDoc:
+    path: str
+    data: object
+    positions: Positions
+    error: ParseError | None
+    text: str | None = None  # the decoded source (for carets); None when undecodable
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _span(node: yaml.Node) -> Span:
+    start, end = node.start_mark, node.end_mark
+    return Span(start.line + 1, start.column + 1, end.line + 1, end.column + 1)
+
+
+def _hashable(obj: object) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+class _Walker:
+    """Walks the composed node tree beside the constructed data and records spans."""
+
+    def __init__(self, positions: Positions) -> None:
+        self.positions = positions
+        self.keys = yaml.SafeLoader("")  # a constructor for key scalars only
+        self._seen: set[int] = set()
+
+    def _key(self, node: yaml.Node) -> object:
+        try:
+            value = self.keys.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            return None
+        return value if _hashable(value) else None
+
+    def walk(self, node: yaml.Node, path: JsonPath) -> None:
+        self.positions.values.setdefault(path, _span(node))
+        if id(node) in self._seen:  # aliases may form cycles; one visit per node
+            return
+        self._seen.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                self._mapping(node, path)
+            elif isinstance(node, yaml.SequenceNode):
+                for index, item in enumerate(node.value):
+                    self.walk(item, (*path, index))
+        finally:
+            self._seen.discard(id(node))
+
+    def _mapping(self, node: yaml.MappingNode, path: JsonPath) -> None:
+        seen: dict[object, Span] = {}
+        merged: list[yaml.Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                merged.append(value_node)
+                continue
+            key = self._key(key_node)
+            child = (*path, key)
+            span = _span(key_node)
+            if key in seen:
+                self.positions.duplicates.append(DuplicateKey(child, seen[key], span))
+            seen[key] = span
+            # the last occurrence wins, in the data and in the positions
+            self.positions.keys[child] = span
+            self.positions.values.pop(child, None)
+            self.walk(value_node, child)
+        # `<<: *anchor` keys only fill what the mapping itself does not set
+        sources: list[yaml.Node] = []
+        for value_node in merged:
+            if isinstance(value_node, yaml.SequenceNode):
+                sources.extend(value_node.value)
+            else:
+                sources.append(value_node)
+        for source in sources:
+            if not isinstance(source, yaml.MappingNode):
+                continue
+            for key_node, value_node in source.value:
+                key = self._key(key_node)
+                child = (*path, key)
+                if key in seen or child in self.positions.keys:
+                    continue
+                self.positions.keys[child] = _span(key_node)
+                self.walk(value_node, child)
+
+
+def _problem_span(exc: yaml.MarkedYAMLError) -> Span | None:
+    mark = exc.problem_mark or exc.context_mark
+    if mark is None:
+        return None
+    return Span(mark.line + 1, mark.column + 1, mark.line + 1, mark.column + 2)
+
+
+def load_text(text: str, name: str) -> LoadedDoc:
+    """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+    positions = Positions()
+    # Ray opens the file in text mode: universal newlines
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            # walk before constructing: construction folds `<<` merge keys into the tree
+            _Walker(positions).walk(node, ())
+        # compose first, construct second: exactly what SafeLoader.get_single_data does
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
+                                                            message or str(exc),
+                                                            _problem_span(exc)), text)
+    except yaml.YAMLError as exc:  # e.g. ReaderError for control characters
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
+                         text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # constructor bugs on odd input (e.g. huge exponents): Ray's safe_load raises the same
+        return LoadedDoc(name, None, positions,
+                         ParseError(type(exc).__name__, str(exc), None), text)
+    finally:
+        loader.dispose()
+    return LoadedDoc(name, data, positions, None, text)
+
+
+def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
+    """Decode like Ray's `open(FILE, "r")`: the locale's preferred encoding, strict errors."""
+    encoding = locale.getpreferredencoding(False)
+    try:
+        return raw.decode(encoding), None
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        message = (f"'{exc.encoding}' codec can't decode byte 0x{raw[exc.start]:02x} in "
+                   f"position {exc.start}: {exc.reason}")
+        return None, ParseError("UnicodeDecodeError", message,
+                                Span(line, column, line, column + 1))
+
+
+def load_bytes(raw: bytes, name: str) -> LoadedDoc:
+    text, error = decode(raw, name)
+    if text is None:
+        return LoadedDoc(name, None, Positions(), error, None)
+    return load_text(text, name)
+
+
+def load_path(path: Path | str) -> LoadedDoc:
+    """Load a file; an unreadable file is a `ParseError` of kind `OSError`, never an exception."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        return LoadedDoc(name, None, Positions(),
+                         ParseError("OSError", exc.strerror or str(exc), None), None)
+    return load_bytes(raw, name)
