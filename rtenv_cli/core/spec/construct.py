@@ -30,20 +30,20 @@ def _parsers(base_dir: Path) -> dict[str, Callable[[Any, tuple[Any, ...]], Any]]
     return {
         "py_modules": lambda v, p: n.normalize_py_modules(v, base_dir, p),
         "working_dir": lambda v, p: n.normalize_working_dir(v, base_dir, p),
-        "excludes": lambda v, p: n.normalize_excludes(v, p),
+        "excludes": n.normalize_excludes,
         "conda": lambda v, p: n._conda_once(v, base_dir, p),
         "pip": lambda v, p: n._pip_once(v, base_dir, p),
         "uv": lambda v, p: n._uv_once(v, base_dir, p),
-        "env_vars": lambda v, p: n.normalize_env_vars(v, p),
+        "env_vars": n.normalize_env_vars,
         "container": lambda v, p: v,
-        "config": lambda v, p: n.normalize_config(v, p),
+        "config": n.normalize_config,
     }
 
 
 def _truthy(value: object) -> bool:
     try:
         return bool(value)
-    except Exception:  # noqa: BLE001 - exotic objects: Ray would fail too; treat as set
+    except Exception:  # exotic objects whose bool() fails: Ray fails too; treat as set
         return True
 
 
@@ -59,8 +59,10 @@ def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
     return rt
 
 
-def construct(d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
-              env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = ()) -> Constructed:
+def construct(  # noqa: PLR0912 - one branch per Ray stage, kept in Ray's order
+    d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
+    env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (),
+) -> Constructed:
     """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`.
 
     `d` must be a dict with str keys and no `self` key (the caller reports those shape errors).

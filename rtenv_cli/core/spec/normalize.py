@@ -300,7 +300,7 @@ def _conda_once(value: object, base_dir: Path, path: JsonPath) -> object:
 
             try:
                 return yaml.safe_load(resolved.read_text())
-            except Exception as exc:  # noqa: BLE001 - Ray wraps every failure the same way
+            except Exception as exc:  # Ray wraps every failure of the conda file the same way
                 raise _err(f"Failed to read conda file {file}: {exc}.", path) from None
         if file.is_absolute():
             if not file.is_dir():
