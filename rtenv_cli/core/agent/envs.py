@@ -113,7 +113,8 @@ class Environments:
                 extract(download, tree / "d", strip_top_level=True)
                 download.unlink()
 
-        self.store.get_or_build(key, kind=kind, uri=uri, label=uri, build=build)
+        label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
+        self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build)
         return key, bool(built)
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,

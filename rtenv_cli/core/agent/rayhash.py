@@ -112,3 +112,31 @@ def verify_package(name: str, path: Path) -> None:
         raise PackagingError(f"{name} is not a Ray package name",
                              hint="Ray names packages _ray_pkg_<16 or 40 hex>.zip")
 
+
+
+def zip_tree(source: Path, dest_dir: Path, *, py_module: bool = False) -> tuple[str, Path]:
+    """Zip a directory or a single file the way Ray lays packages out; return (uri, path).
+
+    A stand-in used by `rtenv run` only when the packaging feature (ignore rules, Ray's default
+    excludes) is not installed: it applies no ignore rules.
+    """
+    import tempfile
+    import zipfile
+
+    fd, tmp_name = tempfile.mkstemp(suffix=".zip", dir=dest_dir)
+    tmp = Path(tmp_name)
+    with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        if source.is_file():
+            zf.write(source, source.name)
+        else:
+            prefix = f"{source.name}/" if py_module else ""
+            for path in sorted(source.rglob("*")):
+                rel = prefix + path.relative_to(source).as_posix()
+                if path.is_file() or (path.is_dir() and not any(path.iterdir())):
+                    zf.write(path, rel)
+    accs = _digests_for_zip(tmp)
+    acc = accs.get("single_file") or (accs["py_module"] if py_module else accs["flat"])
+    name = f"_ray_pkg_{acc.hex()}.zip"
+    final = dest_dir / name
+    tmp.replace(final)
+    return f"gcs://{name}", final

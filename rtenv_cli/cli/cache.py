@@ -1,0 +1,165 @@
+"""`rtenv cache ls|gc|purge`: inspect and clean the rtenv store, an agent, or Ray nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rtenv_cli.cli.options import AddressOpt, DryRunOpt, FormatOpt, TextJson, YesOpt
+from rtenv_cli.render.output import Output
+
+cache_app = typer.Typer(
+    name="cache", no_args_is_help=True, rich_markup_mode=None,
+    help="Inspect and clean environment caches: the embedded store, an rtenv agent, Ray nodes."
+    "\n\nExample:\n\n    $ rtenv cache ls\n\n    $ rtenv cache gc --older-than 7d --yes",
+)
+
+AgentOpt = Annotated[str | None, typer.Option(
+    "--agent", envvar="RTENV_AGENT_URL", show_envvar=True,
+    help="URL of an rtenv agent. Default: the embedded store.")]
+TokenOpt = Annotated[str | None, typer.Option(
+    "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True, help="Bearer token for the agent.")]
+KindOpt = Annotated[list[str] | None, typer.Option(
+    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob "
+    "(repeatable).")]
+
+
+def _kinds(kind: list[str] | None) -> tuple[str, ...]:
+    return tuple(kind or ())
+
+
+@cache_app.command("ls")
+def ls(
+    *,
+    agent: AgentOpt = None, token: TokenOpt = None, address: AddressOpt = None,
+    kind: KindOpt = None, fmt: FormatOpt = TextJson.text,
+) -> None:
+    """List cached entries: kind, label, URI or key, size, references, created, last used.
+
+    With --address of a Ray cluster, lists per node what Ray's agent reports joined with what is
+    on each node's disk, including old sessions' caches Ray never deletes.
+
+    Example:
+
+        $ rtenv cache ls
+
+        $ rtenv cache ls --format json --kind uv
+
+        $ rtenv cache ls --address http://127.0.0.1:8265
+    """
+    out = Output(fmt.value)
+    if address and not agent:
+        from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
+        from rtenv_cli.render.cache import render_ray_nodes
+
+        out.result(list_ray_nodes(address), render_ray_nodes)
+        return
+    from rtenv_cli.core.cache.backends import open_backend
+    from rtenv_cli.render.cache import render_listing
+
+    out.result(open_backend(agent, token).listing(_kinds(kind)), render_listing)
+
+
+def _clean(out: Output, *, agent: str | None, token: str | None, address: str | None,
+           dry_run: bool, yes: bool, purge: bool, older_than: str | None = None,
+           keep_storage: str | None = None, kinds: tuple[str, ...] = ()) -> None:
+    from rtenv_cli.core.cache.gc import parse_duration, parse_size
+    from rtenv_cli.render.cache import render_gc, render_plan
+
+    if address and not agent:
+        _clean_ray(out, address=address, dry_run=dry_run, yes=yes, purge=purge,
+                   older_than=older_than)
+        return
+    from rtenv_cli.core.cache.backends import open_backend
+
+    older = parse_duration(older_than) if older_than else None
+    keep = parse_size(keep_storage) if keep_storage else None
+    if not purge and older is None and keep is None:
+        older = parse_duration("24h")
+    backend = open_backend(agent, token)
+    plan = backend.gc(dry_run=True, older_than_s=older, keep_storage=keep, kinds=kinds,
+                      purge=purge)
+    if dry_run or not plan.plan.remove:
+        out.result(plan, render_gc)
+        return
+    if not out.is_machine:
+        render_plan(out, plan)
+    if not out.confirm(f"Remove {len(plan.plan.remove)} entries?", yes=yes):
+        out.message("Nothing removed")
+        raise typer.Exit(1)
+    result = backend.gc(dry_run=False, older_than_s=older, keep_storage=keep, kinds=kinds,
+                        purge=purge)
+    out.result(result, render_gc)
+
+
+def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool, purge: bool,
+               older_than: str | None) -> None:
+    from rtenv_cli.core.cache.gc import parse_duration
+    from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
+    from rtenv_cli.render.cache import render_ray_clean
+
+    older = parse_duration(older_than) if older_than and not purge else None
+    plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
+    if dry_run or not plan.removable:
+        out.result(plan, render_ray_clean)
+        return
+    if not out.is_machine:
+        render_ray_clean(out, plan)
+    if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
+        out.message("Nothing removed")
+        raise typer.Exit(1)
+    out.result(clean_ray_nodes(address, dry_run=False, older_than_s=older), render_ray_clean)
+
+
+@cache_app.command("gc")
+def gc(
+    *,
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", help="Remove unreferenced entries unused for this long (e.g. 24h, 7d). "
+        "Default 24h when no --keep-storage is given.")] = None,
+    keep_storage: Annotated[str | None, typer.Option(
+        "--keep-storage", help="Then remove least recently used unreferenced entries until the "
+        "cache is at most this big (e.g. 20GB).")] = None,
+    kind: KindOpt = None, agent: AgentOpt = None, token: TokenOpt = None,
+    address: AddressOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+    fmt: FormatOpt = TextJson.text,
+) -> None:
+    """Remove unreferenced entries, oldest last use first, until the budget holds.
+
+    Never removes an entry that is referenced or being built, even when a create races the gc.
+    Shows the plan and asks [y/N] unless --yes. With --address of a Ray cluster, removes only old
+    sessions' caches (never the live session's).
+
+    Example:
+
+        $ rtenv cache gc --older-than 7d --dry-run
+
+        $ rtenv cache gc --keep-storage 20GB --yes
+    """
+    _clean(Output(fmt.value), agent=agent, token=token, address=address, dry_run=dry_run,
+           yes=yes, purge=False, older_than=older_than, keep_storage=keep_storage,
+           kinds=_kinds(kind))
+
+
+@cache_app.command("purge")
+def purge(
+    *,
+    agent: AgentOpt = None, token: TokenOpt = None, address: AddressOpt = None,
+    kind: KindOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+    fmt: FormatOpt = TextJson.text,
+) -> None:
+    """Remove every unreferenced entry (referenced ones and builds in progress stay).
+
+    Example:
+
+        $ rtenv cache purge --dry-run
+
+        $ rtenv cache purge --yes
+    """
+    _clean(Output(fmt.value), agent=agent, token=token, address=address, dry_run=dry_run,
+           yes=yes, purge=True, kinds=_kinds(kind))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cache_app, name="cache")

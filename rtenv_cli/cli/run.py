@@ -1,0 +1,69 @@
+"""`rtenv run`: run a command inside a runtime_env's environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rtenv_cli.render.output import Output
+
+AGENT_ENV = "RTENV_AGENT_URL"
+
+
+def run(
+    *,
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).",
+                                                  show_default=False)],
+    runtime_env: Annotated[Path | None, typer.Option(
+        "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec).",
+        show_default=False)] = None,
+    address: Annotated[str | None, typer.Option(
+        "--address", envvar=AGENT_ENV, show_envvar=True,
+        help="URL of this node's rtenv agent. Default: the embedded store (no server).")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True,
+        help="Bearer token for the agent.")] = None,
+    gpus: Annotated[str | None, typer.Option(
+        "--gpus", help="GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).")] = None,
+    num_cpus: Annotated[float | None, typer.Option(
+        "--num-cpus", help="CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).",
+        min=0.01)] = None,
+    memory: Annotated[str | None, typer.Option(
+        "--memory", help="Memory limit, e.g. 512MB or 2GiB (cgroup; the command is killed above "
+        "it).")] = None,
+    cgroup_root: Annotated[Path, typer.Option(
+        "--cgroup-root", help="cgroup filesystem mount.", hidden=True)] = Path("/sys/fs/cgroup"),
+) -> None:
+    """Run CMD in the environment of a runtime_env, as a Ray worker would get it.
+
+    Validates the runtime_env, pushes local working_dir/py_modules, gets or creates the
+    environment (uv venv for pip/uv, unpacked packages) on the agent or the embedded store, then
+    runs CMD with cwd = working_dir, PYTHONPATH = py_modules then working_dir, the venv on PATH
+    and env_vars expanded like Ray. The exit code passes through (128+N after signal N); SIGTERM
+    and friends are forwarded. --num-cpus/--memory apply cgroup limits when cgroups are writable.
+
+    Example:
+
+        $ rtenv run -r runtime_env.yaml -- python main.py
+
+        $ rtenv run -r runtime_env.yaml --num-cpus 1 --memory 2GB -- python train.py
+    """
+    from rtenv_cli.core.cache.gc import parse_size
+    from rtenv_cli.core.run import RunRequest, run_command
+
+    out = Output("text")
+    req = RunRequest(command=list(command), runtime_env=runtime_env, address=address,
+                     token=token, gpus=gpus, num_cpus=num_cpus,
+                     memory_bytes=parse_size(memory) if memory else None,
+                     cgroup_root=cgroup_root)
+    code = run_command(req, notify=out.warning)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        name="run",
+        context_settings={"allow_interspersed_args": False},
+    )(run)

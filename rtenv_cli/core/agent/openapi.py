@@ -1,0 +1,108 @@
+"""The agent's OpenAPI schema, kept by hand (a test checks it against the app's routes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rtenv_cli import __version__
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERR = {"$ref": "#/components/schemas/Error"}
+_ERRORS = {"401": _json(_ERR, "token missing"), "403": _json(_ERR, "token wrong"),
+           "400": _json(_ERR, "bad request"), "422": _json(_ERR, "content rejected")}
+_MANIFEST_BODY = {"required": True, "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/Manifest"}}}}
+_RAW_BODY = {"required": True, "content": {"application/octet-stream": {
+    "schema": {"type": "string", "format": "binary"}}}}
+_NAME = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+SCHEMA: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "rtenv agent", "version": __version__,
+             "description": "Ray-compatible package store, delta uploads and environments."},
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "properties": {"error": {"type": "object"}}},
+            "Manifest": {"type": "object", "required": ["uri", "kind", "entries"], "properties": {
+                "uri": {"type": "string"}, "kind": {"enum": ["working_dir", "py_module"]},
+                "name": {"type": "string", "nullable": True},
+                "entries": {"type": "array", "items": {"type": "object", "properties": {
+                    "path": {"type": "string"}, "is_dir": {"type": "boolean"},
+                    "mode": {"type": "integer"}, "size": {"type": "integer"},
+                    "sha256": {"type": "string"}}}}}},
+            "EnvHandle": {"type": "object", "properties": {
+                "key": {"type": "string"}, "holder": {"type": "string"},
+                "working_dir": {"type": "string", "nullable": True},
+                "py_modules": {"type": "array", "items": {"type": "string"}},
+                "venv": {"type": "string", "nullable": True},
+                "env_vars": {"type": "object"}, "entries": {"type": "array"},
+                "built": {"type": "array"}}},
+        },
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        "/api/agent": {"get": {"summary": "Agent identity", "responses": {"200": _json({})}}},
+        "/api/packages/gcs/{name}": {
+            "parameters": _NAME,
+            "head": {"summary": "Does the package exist", "responses": {
+                "200": {"description": "exists"}, "404": {"description": "absent"}}},
+            "get": {"summary": "Exists check (Ray's protocol); ?download=1 returns the zip",
+                    "responses": {"200": {"description": "exists"},
+                                  "404": {"description": "absent"}}},
+            "put": {"summary": "Upload a package; verified against its Ray hash",
+                    "requestBody": _RAW_BODY,
+                    "responses": {"200": {"description": "stored"}, **_ERRORS}},
+        },
+        "/api/manifests": {"post": {
+            "summary": "Which blobs of a manifest the agent lacks", "requestBody": _MANIFEST_BODY,
+            "responses": {"200": _json({"type": "object", "properties": {
+                "missing": {"type": "array", "items": {"type": "string"}}}}), **_ERRORS}}},
+        "/api/manifests/commit": {"post": {
+            "summary": "Assemble the package from blobs and verify its URI",
+            "requestBody": _MANIFEST_BODY,
+            "responses": {"200": _json({"type": "object", "properties": {
+                "uri": {"type": "string"}, "zip_bytes": {"type": "integer"}}}), **_ERRORS}}},
+        "/api/blobs/{sha}": {"put": {
+            "summary": "Upload one blob; verified against its sha256",
+            "parameters": [{"name": "sha", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": _RAW_BODY,
+            "responses": {"200": {"description": "stored"}, **_ERRORS}}},
+        "/api/envs": {
+            "post": {"summary": "Get or create an environment and hold a reference",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"type": "object", "required": ["runtime_env", "holder"],
+                                    "properties": {"runtime_env": {"type": "object"},
+                                                   "holder": {"type": "string"},
+                                                   "pid": {"type": "integer"},
+                                                   "lease_s": {"type": "number"}}}}}},
+                     "responses": {"200": _json({"$ref": "#/components/schemas/EnvHandle"}),
+                                   "501": _json(_ERR, "field not supported"), **_ERRORS}},
+            "get": {"summary": "List environments", "responses": {"200": _json({})}},
+        },
+        "/api/envs/{key}/refs/{holder}": {"delete": {
+            "summary": "Release a holder's reference (the entries stay cached)",
+            "parameters": [{"name": n, "in": "path", "required": True,
+                            "schema": {"type": "string"}} for n in ("key", "holder")],
+            "responses": {"200": _json({"type": "object"})}}},
+        "/api/cache": {"get": {"summary": "Cache entries and totals",
+                               "parameters": [{"name": "kind", "in": "query",
+                                               "schema": {"type": "string"}}],
+                               "responses": {"200": _json({})}}},
+        "/api/gc": {"post": {"summary": "Plan and run a garbage collection",
+                             "requestBody": {"content": {"application/json": {"schema": {
+                                 "type": "object", "properties": {
+                                     "older_than_s": {"type": "number"},
+                                     "keep_storage": {"type": "integer"},
+                                     "kinds": {"type": "array"}, "purge": {"type": "boolean"},
+                                     "dry_run": {"type": "boolean"}}}}}},
+                             "responses": {"200": _json({})}}},
+        "/openapi.json": {"get": {"summary": "This schema", "security": [],
+                                  "responses": {"200": _json({})}}},
+    },
+}

@@ -1,0 +1,239 @@
+"""The agent's HTTP API (starlette + uvicorn).
+
+Ray's package protocol (`GET`/`PUT /api/packages/gcs/<name>`, plus `HEAD`) so `rtenv push` and
+Ray's own client work against it; the delta protocol (manifests, blobs, commit); environments
+(get-or-create, release, list); cache listing and gc; `/openapi.json`. Blocking work runs in the
+threadpool. With a token set every request needs `Authorization: Bearer <token>` (compared in
+constant time); binding anything but loopback requires a token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli import __version__
+from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.errors import RtenvError, UsageError
+
+TOKEN_ENV = "RTENV_AGENT_TOKEN"  # noqa: S105 - the variable's name, not a secret
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    root: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8790
+    token: str | None = None
+    max_bytes: int | None = None
+    max_age_s: float | None = None
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(config: AgentConfig) -> None:
+    if not is_loopback(config.host) and not config.token:
+        raise UsageError(f"binding {config.host} exposes the agent beyond this machine without "
+                         "a token", hint=f"pass --token or set {TOKEN_ENV}, or bind 127.0.0.1")
+
+
+def _status(exc: RtenvError) -> int:
+    kind = exc.kind
+    if kind in ("usage", "config"):
+        return 400
+    if kind in ("packaging", "unsafe-archive"):
+        return 422
+    if kind == "unsupported":
+        return 501
+    if kind == "cache-busy":
+        return 409
+    return 500
+
+
+def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore[no-untyped-def] # noqa: PLR0915 - one closure per route, sharing the store
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from rtenv_cli.core.agent import delta
+    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.agent.openapi import SCHEMA
+    from rtenv_cli.core.cache import gc as cache_gc
+    from rtenv_cli.core.cache.ls import list_store
+
+    store = store or Store(config.root)
+    envs = Environments(store)
+    budget = cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s)
+    token = (config.token or "").encode()
+
+    def error(exc: RtenvError) -> JSONResponse:
+        return JSONResponse({"error": exc.to_dict()}, status_code=_status(exc))
+
+    async def body_json(request: Request) -> dict[str, Any]:
+        try:
+            data = json.loads(await request.body() or b"{}")
+        except ValueError as exc:
+            raise UsageError(f"request body is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise UsageError("request body must be a JSON object")
+        return data
+
+    async def spool(request: Request) -> tuple[Path, int]:
+        """The request body in a temp file inside the store (same filesystem as the target)."""
+        fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix=f"upload.{os.getpid()}.")
+        size = 0
+        with os.fdopen(fd, "wb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                out.write(chunk)
+        declared = request.headers.get("content-length")
+        if declared is not None and int(declared) != size:
+            Path(name).unlink()
+            raise UsageError(f"upload truncated: {size} of {declared} bytes")
+        return Path(name), size
+
+    async def info(_request: Request) -> Response:
+        return JSONResponse({"agent": "rtenv", "version": __version__, "root": str(store.root)})
+
+    async def package(request: Request) -> Response:
+        name = request.path_params["name"]
+        if request.method in ("GET", "HEAD"):
+            exists = store.has_package(name)
+            if exists and request.query_params.get("download"):
+                from starlette.responses import FileResponse
+
+                return FileResponse(store.package_path(name))
+            if request.method == "HEAD":
+                return Response(status_code=200 if exists else 404)
+            return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
+                            status_code=200 if exists else 404)
+        path, _size = await spool(request)
+        try:
+            await run_in_threadpool(store.put_package, name, path)
+        finally:
+            path.unlink(missing_ok=True)
+        return Response(status_code=200)
+
+    async def manifests(request: Request) -> Response:
+        man = delta.Manifest.parse(await body_json(request))
+        return JSONResponse({"missing": await run_in_threadpool(delta.missing, store, man)})
+
+    async def commit(request: Request) -> Response:
+        man = delta.Manifest.parse(await body_json(request))
+        return JSONResponse(await run_in_threadpool(delta.commit, store, man))
+
+    async def blob(request: Request) -> Response:
+        sha = request.path_params["sha"]
+        store.blob_path(sha)  # validates the id before reading the body
+        path, _size = await spool(request)
+        try:
+            await run_in_threadpool(store.put_blob, sha, path)
+        finally:
+            path.unlink(missing_ok=True)
+        return Response(status_code=200)
+
+    async def create_env(request: Request) -> Response:
+        data = await body_json(request)
+        runtime_env = data.get("runtime_env")
+        holder = data.get("holder")
+        if not isinstance(runtime_env, dict) or not isinstance(holder, str) or not holder:
+            raise UsageError("POST /api/envs needs {runtime_env: {...}, holder: str}")
+        client = request.client.host if request.client else ""
+        # a pid only means something on this host; remote holders must renew a lease
+        pid = data.get("pid") if is_loopback(client) else None
+        lease = data.get("lease_s")
+        if pid is None and lease is None:
+            lease = 24 * 3600.0
+        handle = await run_in_threadpool(lambda: envs.get_or_create(
+            runtime_env, holder=holder, pid=pid, lease_s=lease))
+        if handle.built:
+            await run_in_threadpool(budget.enforce, store)
+        return JSONResponse(handle.to_dict())
+
+    async def release(request: Request) -> Response:
+        n = await run_in_threadpool(envs.release, request.path_params["key"],
+                                    request.path_params["holder"])
+        return JSONResponse({"released": n})
+
+    async def list_envs(_request: Request) -> Response:
+        return JSONResponse({"envs": await run_in_threadpool(envs.list_envs)})
+
+    async def cache(request: Request) -> Response:
+        kinds = tuple(k for k in request.query_params.getlist("kind") if k)
+        listing = await run_in_threadpool(list_store, store, kinds)
+        return JSONResponse({**listing.to_dict(), "source": f"agent {request.base_url}"})
+
+    async def gc(request: Request) -> Response:
+        data = await body_json(request)
+
+        def work() -> dict[str, Any]:
+            store.index.prune_refs()
+            plan = cache_gc.plan_gc(store.index.all(), older_than_s=data.get("older_than_s"),
+                                    keep_storage=data.get("keep_storage"),
+                                    kinds=tuple(data.get("kinds") or ()),
+                                    purge=bool(data.get("purge")))
+            return cache_gc.run_gc(store, plan, dry_run=bool(data.get("dry_run"))).to_dict()
+
+        return JSONResponse(await run_in_threadpool(work))
+
+    async def openapi(_request: Request) -> Response:
+        return JSONResponse(SCHEMA)
+
+    def guarded(fn):  # type: ignore[no-untyped-def]
+        async def endpoint(request: Request) -> Response:
+            if token:
+                given = request.headers.get("authorization", "")
+                scheme, _, value = given.partition(" ")
+                if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), token):
+                    status = 401 if not given else 403
+                    return JSONResponse({"error": {"kind": "auth", "message":
+                                                   "missing or wrong bearer token"}},
+                                        status_code=status)
+            try:
+                return await fn(request)
+            except RtenvError as exc:
+                return error(exc)
+
+        return endpoint
+
+    routes = [
+        Route("/api/agent", guarded(info), methods=["GET"]),
+        Route("/api/packages/gcs/{name}", guarded(package), methods=["GET", "HEAD", "PUT"]),
+        Route("/api/manifests", guarded(manifests), methods=["POST"]),
+        Route("/api/manifests/commit", guarded(commit), methods=["POST"]),
+        Route("/api/blobs/{sha}", guarded(blob), methods=["PUT"]),
+        Route("/api/envs", guarded(create_env), methods=["POST"]),
+        Route("/api/envs", guarded(list_envs), methods=["GET"]),
+        Route("/api/envs/{key}/refs/{holder}", guarded(release), methods=["DELETE"]),
+        Route("/api/cache", guarded(cache), methods=["GET"]),
+        Route("/api/gc", guarded(gc), methods=["POST"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.store = store
+    return app
+
+
+def serve(config: AgentConfig) -> None:
+    """Run the agent in the foreground until SIGINT/SIGTERM."""
+    import uvicorn
+
+    check_bind(config)
+    app = create_app(config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=5)

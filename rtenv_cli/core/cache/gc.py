@@ -1,0 +1,159 @@
+"""`rtenv cache gc|purge` for the rtenv store: plan, then remove unreferenced entries.
+
+Only entries with no live reference are candidates; the oldest last use goes first. Removal goes
+through `Store.remove`, which takes the entry's build lock without waiting and re-checks the
+references inside the same transaction that deletes the row, so an entry that is referenced or
+being built when its turn comes is skipped, never removed, even if a create races the gc.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtenv_cli.core.agent.index import Entry
+from rtenv_cli.core.errors import UsageError
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "ki": 2**10, "m": 10**6,
+          "mb": 10**6, "mib": 2**20, "mi": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30,
+          "gi": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40, "ti": 2**40}
+_DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$", re.IGNORECASE)
+_DUR = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE_RE.match(text)
+    if not match or (match.group(2) or "").lower() not in _UNITS:
+        raise UsageError(f"cannot read size {text!r}", hint="write e.g. 500MB, 20GB or 2GiB")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
+
+
+def parse_duration(text: str) -> float:
+    match = _DUR_RE.match(text)
+    if not match:
+        raise UsageError(f"cannot read duration {text!r}", hint="write e.g. 90m, 24h or 7d")
+    return float(match.group(1)) * _DUR[(match.group(2) or "s").lower()]
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    remove: tuple[Entry, ...]
+    keep_bytes: int  # what stays (referenced or within budget)
+    referenced: int  # entries never considered: they have live references
+    reason: str
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(e.size_bytes for e in self.remove)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"remove": [_entry(e) for e in self.remove], "freed_bytes": self.freed_bytes,
+                "keep_bytes": self.keep_bytes, "referenced": self.referenced,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class GcResult:
+    plan: GcPlan
+    removed: tuple[Entry, ...] = ()
+    skipped: tuple[Entry, ...] = ()  # referenced or being built by the time their turn came
+    dry_run: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(e.size_bytes for e in self.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "plan": self.plan.to_dict(),
+                "removed": [_entry(e) for e in self.removed],
+                "skipped": [_entry(e) for e in self.skipped], "freed_bytes": self.freed_bytes,
+                **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GcResult:
+        def entries(items: list[dict[str, Any]]) -> tuple[Entry, ...]:
+            return tuple(Entry(key=i["key"], kind=i["kind"], uri=i["uri"], label=i["label"],
+                               path="", size_bytes=i["size_bytes"], created_at=i["created_at"],
+                               last_used_at=i["last_used_at"], refs=i.get("refs", 0))
+                         for i in items)
+
+        p = data["plan"]
+        plan = GcPlan(entries(p["remove"]), p["keep_bytes"], p["referenced"], p["reason"])
+        return cls(plan, entries(data["removed"]), entries(data["skipped"]), data["dry_run"])
+
+
+def _human_duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _entry(e: Entry) -> dict[str, Any]:
+    return {"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
+            "size_bytes": e.size_bytes, "refs": e.refs, "created_at": e.created_at,
+            "last_used_at": e.last_used_at}
+
+
+def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | None = None,
+            keep_storage: int | None = None, kinds: tuple[str, ...] = (),
+            purge: bool = False, now: float | None = None) -> GcPlan:
+    """Which unreferenced entries go: every one (purge), those unused for `older_than_s`, then
+    the least recently used until the total fits `keep_storage`."""
+    now = time.time() if now is None else now
+    referenced = [e for e in entries if e.refs > 0]
+    free = sorted((e for e in entries if e.refs == 0 and (not kinds or e.kind in kinds)),
+                  key=lambda e: e.last_used_at)
+    if purge:
+        chosen = list(free)
+        reason = "purge: every unreferenced entry"
+    else:
+        chosen = []
+        if older_than_s is not None:
+            chosen = [e for e in free if now - e.last_used_at >= older_than_s]
+        total = sum(e.size_bytes for e in entries) - sum(e.size_bytes for e in chosen)
+        if keep_storage is not None:
+            for e in free:
+                if total <= keep_storage:
+                    break
+                if e not in chosen:
+                    chosen.append(e)
+                    total -= e.size_bytes
+        parts = []
+        if older_than_s is not None:
+            parts.append(f"unused for {_human_duration(older_than_s)} or more")
+        if keep_storage is not None:
+            parts.append(f"least recently used until the total is at most "
+                         f"{keep_storage / 2**30:.2f} GiB")
+        reason = "; ".join(parts) or "nothing requested"
+    keep = sum(e.size_bytes for e in entries) - sum(e.size_bytes for e in chosen)
+    return GcPlan(tuple(chosen), keep, len(referenced), reason)
+
+
+def run_gc(store: Any, plan: GcPlan, *, dry_run: bool = False) -> GcResult:
+    if dry_run:
+        return GcResult(plan, dry_run=True)
+    removed, skipped = [], []
+    for entry in plan.remove:
+        (removed if store.remove(entry.key) else skipped).append(entry)
+    return GcResult(plan, tuple(removed), tuple(skipped))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The agent's own limits, enforced after each create."""
+
+    max_bytes: int | None = None
+    max_age_s: float | None = None
+
+    def enforce(self, store: Any) -> GcResult | None:
+        if self.max_bytes is None and self.max_age_s is None:
+            return None
+        store.index.prune_refs()
+        plan = plan_gc(store.index.all(), older_than_s=self.max_age_s,
+                       keep_storage=self.max_bytes)
+        return run_gc(store, plan) if plan.remove else None

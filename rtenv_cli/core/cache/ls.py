@@ -1,0 +1,52 @@
+"""`rtenv cache ls` for the rtenv store: entries with size, references and times, plus totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtenv_cli.core.agent.index import Entry
+
+
+@dataclass(frozen=True)
+class CacheListing:
+    source: str  # "local store /path" or the agent URL
+    entries: tuple[Entry, ...]
+    busy: tuple[str, ...] = field(default_factory=tuple)  # keys being built right now
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        by_kind: dict[str, dict[str, int]] = {}
+        for e in self.entries:
+            slot = by_kind.setdefault(e.kind, {"count": 0, "size_bytes": 0})
+            slot["count"] += 1
+            slot["size_bytes"] += e.size_bytes
+        size = sum(e.size_bytes for e in self.entries)
+        reclaimable = sum(e.size_bytes for e in self.entries if e.refs == 0)
+        return {"count": len(self.entries), "size_bytes": size,
+                "referenced_bytes": size - reclaimable, "reclaimable_bytes": reclaimable,
+                "by_kind": by_kind}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "entries": [{"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
+                         "size_bytes": e.size_bytes, "refs": e.refs, "created_at": e.created_at,
+                         "last_used_at": e.last_used_at} for e in self.entries],
+            "totals": self.totals,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CacheListing:
+        entries = tuple(Entry(key=e.get("key", e["uri"]), kind=e["kind"], uri=e["uri"],
+                              label=e["label"], path="", size_bytes=e["size_bytes"],
+                              created_at=e["created_at"], last_used_at=e["last_used_at"],
+                              refs=e["refs"]) for e in data["entries"])
+        return cls(source=data.get("source", ""), entries=entries)
+
+
+def list_store(store: Any, kinds: tuple[str, ...] = ()) -> CacheListing:
+    """Everything in `store` (an agent Store), dead holders' references pruned first."""
+    store.index.prune_refs()
+    entries = tuple(e for e in store.index.all() if not kinds or e.kind in kinds)
+    return CacheListing(source=f"local store {store.root}", entries=entries)

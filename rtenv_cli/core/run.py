@@ -1,0 +1,260 @@
+"""`rtenv run`: validate a runtime_env, push what is local, get or create the environment (on an
+rtenv agent or the embedded store) and run a command inside it, as a Ray worker would be.
+
+The child gets: cwd = the unpacked working_dir, PYTHONPATH = py_modules then working_dir (Ray's
+order), the venv first on PATH, env_vars with Ray's `${VAR}` expansion, and the accelerator
+variables of the allocation. Its exit code passes through (128+N after a signal, like a shell);
+SIGTERM, SIGHUP, SIGQUIT and SIGUSR1/2 are forwarded. The reference is released when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import ConfigError, UsageError
+
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_LEFTOVER = re.compile(r"\$\{[A-Z0-9_]+\}")
+_VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})", re.ASCII)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    command: list[str]
+    runtime_env: Path | None = None
+    address: str | None = None
+    token: str | None = None
+    gpus: str | None = None
+    num_cpus: float | None = None
+    memory_bytes: int | None = None
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def load_runtime_env(path: Path) -> tuple[dict[str, Any], Path]:
+    """The runtime_env in `path` (bare, or under a job spec's `runtime_env:`), validated."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file", hint="pass -r PATH to a runtime_env YAML/JSON")
+    base_dir = path.resolve().parent
+    try:
+        from rtenv_cli.core.spec.loader import load_path
+
+        doc = load_path(path)
+        if doc.error is not None:
+            raise ConfigError(f"{path}: {doc.error}", path=str(path))
+        data = doc.data
+    except ImportError:  # the validate feature lands separately
+        import yaml
+
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: {exc}", path=str(path)) from exc
+    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
+        data = data["runtime_env"]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a runtime_env must be a mapping", path=str(path))
+    try:
+        from rtenv_cli.core.lint.engine import validate_runtime_env
+    except ImportError:
+        return data, base_dir
+    report = validate_runtime_env(data, base_dir=base_dir, source=str(path))
+    if not report.valid:
+        first = "; ".join(str(getattr(d, "message", d)) for d in report.diagnostics[:3])
+        raise ConfigError(f"{path}: invalid runtime_env: {first}", path=str(path),
+                          hint=f"rtenv validate {path}")
+    return data, base_dir
+
+
+def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> dict[str, Any]:
+    """Replace local working_dir/py_modules paths by package URIs uploaded to `target`."""
+    out = dict(runtime_env)
+    excludes = list(runtime_env.get("excludes") or [])
+
+    def publish(value: str, kind: str) -> str:
+        if "://" in value:
+            return value
+        source = (base_dir / value).resolve()
+        if not source.exists():
+            raise ConfigError(f"{kind} {value}: no such file or directory",
+                              hint="paths are relative to the runtime_env file")
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="rtenv-run-") as tmp:
+            try:
+                from rtenv_cli.core.packaging.build import build_package
+            except ImportError:  # packaging not installed: plain zip, no ignore rules
+                from rtenv_cli.core.agent.rayhash import zip_tree
+
+                uri, path = zip_tree(source, Path(tmp), py_module=kind == "py_module")
+            else:
+                built = build_package(source, kind=kind, dest_dir=Path(tmp),
+                                      excludes=excludes if kind == "working_dir" else ())
+                uri, path = built.uri, Path(built.path)
+            if not target.exists(uri):
+                target.upload(uri, path)
+        return str(target.published_uri(uri))
+
+    for field_name in ("pip", "uv"):
+        if isinstance(out.get(field_name), str):  # a requirements file: read it here, not remotely
+            req_file = base_dir / out[field_name]
+            try:
+                lines = req_file.read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"{field_name}: cannot read {req_file}: {exc.strerror}",
+                                  hint="paths are relative to the runtime_env file") from exc
+            out[field_name] = [ln.strip() for ln in lines
+                               if ln.strip() and not ln.strip().startswith("#")]
+    if isinstance(out.get("working_dir"), str):
+        out["working_dir"] = publish(out["working_dir"], "working_dir")
+    if isinstance(out.get("py_modules"), list):
+        out["py_modules"] = [publish(str(m), "py_module") for m in out["py_modules"]]
+    return out
+
+
+def expand(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    try:
+        from rtenv_cli.core.explain.expand import expand_env_vars
+    except ImportError:  # the explain feature lands separately: Ray's `update_envs`, re-stated
+        applied: dict[str, str] = {}
+        scope = dict(base)
+        for key, value in env_vars.items():
+            # posixpath.expandvars against `scope` instead of os.environ
+            expanded = _VAR.sub(lambda m: scope.get(m.group(1) or m.group(2), m.group(0)), value)
+            applied[key] = scope[key] = _LEFTOVER.sub("", expanded)
+        return applied
+    return dict(expand_env_vars(env_vars, base))
+
+
+def child_environment(handle: Any, req: RunRequest,
+                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(req.extra_env)
+    if req.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = req.gpus
+    if req.num_cpus is not None and "OMP_NUM_THREADS" not in handle.env_vars:
+        # Ray sets OMP_NUM_THREADS to the task's num_cpus unless the job set it
+        env["OMP_NUM_THREADS"] = str(max(1, int(req.num_cpus)))
+    env.update(expand(handle.env_vars, env))
+    paths = [*handle.py_modules, *([handle.working_dir] if handle.working_dir else [])]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+    if handle.venv:
+        env["VIRTUAL_ENV"] = handle.venv
+        env["PATH"] = os.pathsep.join([f"{handle.venv}/bin", env.get("PATH", "")])
+        env.pop("PYTHONHOME", None)
+    return env
+
+
+class _Session:
+    """Get-or-create and release, against the embedded store or an agent URL."""
+
+    def __init__(self, req: RunRequest) -> None:
+        self.req = req
+        self.holder = f"run:{os.getpid()}"
+        if req.address:
+            from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
+
+            self.client: Any = AgentClient(req.address, token=req.token)
+            self.target: Any = AgentTarget(req.address, token=req.token)
+        else:
+            from rtenv_cli.core.agent.envs import Environments
+            from rtenv_cli.core.transport.local_store import LocalStoreTarget
+
+            self.target = LocalStoreTarget()
+            self.client = Environments(self.target.store)
+
+    def create(self, runtime_env: dict[str, Any], base_dir: Path) -> Any:
+        return self.client.get_or_create(runtime_env, holder=self.holder, pid=os.getpid(),
+                                         base_dir=base_dir)
+
+    def release(self, handle: Any) -> None:
+        self.client.release(handle.key, self.holder)
+
+
+def _empty_handle() -> Any:
+    from rtenv_cli.core.agent.envs import EnvHandle
+
+    return EnvHandle(key="", holder="", working_dir=None, py_modules=(), venv=None)
+
+
+def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None]) -> int:
+    """Run the command; return its exit status. `notify(message, hint)` reports warnings."""
+    if not req.command:
+        raise UsageError("no command given", hint="rtenv run -r runtime_env.yaml -- python x.py")
+    session = _Session(req)
+    handle = _empty_handle()
+    if req.runtime_env is not None:
+        runtime_env, base_dir = load_runtime_env(req.runtime_env)
+        runtime_env = publish_local(runtime_env, base_dir, session.target)
+        handle = session.create(runtime_env, base_dir)
+    try:
+        env = child_environment(handle, req)
+        group = _cgroup(req, notify)
+        try:
+            return _spawn(req.command, env, handle.working_dir, group, notify)
+        finally:
+            if group is not None:
+                group.remove()
+    finally:
+        if handle.key:
+            session.release(handle)
+
+
+def _cgroup(req: RunRequest, notify: Callable[[str, str | None], None]) -> Any:
+    from rtenv_cli.core.agent.cgroups import Cgroups, CgroupUnavailable, Limits
+
+    limits = Limits(cpus=req.num_cpus, memory_bytes=req.memory_bytes)
+    if not limits:
+        return None
+    try:
+        return Cgroups(req.cgroup_root).create(limits)
+    except CgroupUnavailable as exc:
+        notify(f"{exc.message}; running without resource limits", exc.hint)
+        return None
+
+
+def _spawn(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
+           notify: Callable[[str, str | None], None]) -> int:
+    try:
+        proc = subprocess.Popen(command, env=env, cwd=cwd,
+                                preexec_fn=group.join if group is not None else None)  # noqa: PLW1509 - only writes our pid to cgroup.procs
+    except FileNotFoundError:
+        notify(f"command not found: {command[0]}", None)
+        return 127
+    except PermissionError:
+        notify(f"permission denied: {command[0]}", None)
+        return 126
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    # SIGINT from a terminal reaches the child directly (same foreground process group); only
+    # forward it when there is no terminal, i.e. when someone `kill -INT`s us
+    forwarded = list(FORWARDED) + ([] if sys.stdin is not None and sys.stdin.isatty()
+                                   else [signal.SIGINT])
+    previous = {}
+    for sig in forwarded:
+        previous[sig] = signal.signal(sig, forward)
+    if signal.SIGINT not in previous:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if group is not None and group.oom_killed():
+        notify("the command was killed by its memory limit (--memory)", None)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,142 @@
+"""Talking to an `rtenv agent` over HTTP: `AgentTarget` (push) and `AgentClient` (envs, cache).
+
+The agent speaks Ray's package protocol, so the package calls are Ray's (`GET` to check, `PUT`
+to upload); the delta calls and environment calls are the agent's own (see CONTRACTS.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from rtenv_cli.core.errors import (
+    AgentError,
+    PackagingError,
+    RtenvError,
+    TransportError,
+    UnsupportedError,
+    UsageError,
+)
+
+TOKEN_ENV = "RTENV_AGENT_TOKEN"  # noqa: S105 - the variable's name, not a secret
+_KINDS: dict[str, type[RtenvError]] = {"unsupported": UnsupportedError,
+                                       "packaging": PackagingError,
+                                       "unsafe-archive": PackagingError, "usage": UsageError}
+
+
+class _Http:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 900) -> None:
+        if not url.startswith(("http://", "https://")):
+            url = f"http://{url}"
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self.timeout = timeout
+        self._session: Any = None
+
+    def session(self) -> Any:
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+            if self.token:
+                self._session.headers["Authorization"] = f"Bearer {self.token}"
+        return self._session
+
+    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kw: Any) -> Any:
+        import requests
+
+        try:
+            resp = self.session().request(method, self.url + path, timeout=self.timeout, **kw)
+        except requests.RequestException as exc:
+            raise TransportError(f"cannot reach the rtenv agent at {self.url}: {exc}",
+                                 hint="start it with `rtenv agent`, or drop --address to use "
+                                 "the embedded store") from exc
+        if resp.status_code in ok:
+            return resp
+        if resp.status_code in (401, 403):
+            raise TransportError(f"the rtenv agent at {self.url} refused the token "
+                                 f"(HTTP {resp.status_code})",
+                                 hint=f"pass --token or set {TOKEN_ENV}")
+        try:
+            err = resp.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            err = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
+        cls = _KINDS.get(err.get("kind", ""), AgentError)
+        raise cls(f"agent: {err.get('message')}", hint=err.get("hint"))
+
+
+class AgentTarget:
+    """A push target: an rtenv agent's package store."""
+
+    max_upload_bytes: int | None = None
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.http = _Http(url, token)
+        self.label = f"rtenv agent {self.http.url}"
+
+    @staticmethod
+    def _name(uri: str) -> str:
+        if not uri.startswith("gcs://"):
+            raise TransportError(f"the rtenv agent takes gcs:// package URIs, not {uri!r}")
+        return quote(uri.removeprefix("gcs://"), safe="")
+
+    def exists(self, uri: str) -> bool:
+        resp = self.http.call("GET", f"/api/packages/gcs/{self._name(uri)}", ok=(200, 404))
+        return bool(resp.status_code == 200)  # noqa: PLR2004 - HTTP OK
+
+    def upload(self, uri: str, path: Path, *,
+               on_progress: Callable[[int], None] | None = None) -> None:
+        size = Path(path).stat().st_size
+        with Path(path).open("rb") as fh:
+            self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", data=fh,
+                           headers={"Content-Length": str(size)})
+        if on_progress is not None:
+            on_progress(size)
+
+    def published_uri(self, uri: str) -> str:
+        return uri
+
+    def missing_blobs(self, manifest: Mapping[str, Any]) -> list[str]:
+        return list(self.http.call("POST", "/api/manifests", json=dict(manifest))
+                    .json()["missing"])
+
+    def put_blob(self, sha256: str, path: Path) -> None:
+        with Path(path).open("rb") as fh:
+            self.http.call("PUT", f"/api/blobs/{sha256}", data=fh)
+
+    def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest)).json())
+
+
+class AgentClient:
+    """Environments and cache control on an rtenv agent (same calls as the embedded store)."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.http = _Http(url, token)
+
+    def info(self) -> dict[str, Any]:
+        return dict(self.http.call("GET", "/api/agent").json())
+
+    def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
+                      pid: int | None = None, lease_s: float | None = None,
+                      base_dir: Path | None = None) -> Any:
+        from rtenv_cli.core.agent.envs import EnvHandle
+
+        del base_dir  # requirement files are resolved by the caller's validation
+        body = {"runtime_env": dict(runtime_env), "holder": holder, "pid": pid,
+                "lease_s": lease_s}
+        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body).json())
+
+    def release(self, env_key: str, holder: str) -> int:
+        path = f"/api/envs/{quote(env_key, safe='')}/refs/{quote(holder, safe='')}"
+        return int(self.http.call("DELETE", path).json()["released"])
+
+    def cache(self, kinds: tuple[str, ...] = ()) -> dict[str, Any]:
+        return dict(self.http.call("GET", "/api/cache", params=[("kind", k) for k in kinds])
+                    .json())
+
+    def gc(self, **params: Any) -> dict[str, Any]:
+        return dict(self.http.call("POST", "/api/gc", json=params).json())

@@ -1,0 +1,94 @@
+"""Text rendering for `rtenv cache` and `rtenv agent`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rtenv_cli.render.output import Output
+
+_KIB = 1024
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < _KIB or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= _KIB
+    return f"{n:.1f} TiB"
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    if not ts:
+        return "-"
+    delta = max(0.0, (now or time.time()) - ts)
+    for limit, unit, div in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
+        if delta < limit:
+            return f"{int(delta // div)}{unit} ago"
+    return f"{int(delta // 86400)}d ago"
+
+
+def _table(out: Output, headers: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for h in headers:
+        table.add_column(h, overflow="fold", justify="right" if h in ("size", "refs") else "left")
+    for row in rows:
+        table.add_row(*row)
+    out.console().print(table)
+
+
+def _short(text: str, width: int = 26) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_listing(out: Output, listing: Any) -> None:
+    data = listing.to_dict()
+    entries = data["entries"]
+    blobs = [e for e in entries if e["kind"] == "blob"]
+    shown = [e for e in entries if e["kind"] != "blob"]
+    out.line(f"{data['source']}")
+    if not entries:
+        out.line("(empty)")
+        return
+    rows = [[e["kind"], _short(e["label"]), _short(e["uri"]), human_size(e["size_bytes"]),
+             str(e["refs"]), ago(e["created_at"]), ago(e["last_used_at"])] for e in shown]
+    if blobs:
+        rows.append(["blob", f"{len(blobs)} delta blobs", "sha256:…",
+                     human_size(sum(b["size_bytes"] for b in blobs)),
+                     str(sum(b["refs"] for b in blobs)), "-",
+                     ago(max(b["last_used_at"] for b in blobs))])
+    _table(out, ["kind", "label", "uri/key", "size", "refs", "created", "last used"], rows)
+    t = data["totals"]
+    out.line(f"\n{t['count']} entries, {human_size(t['size_bytes'])}; "
+             f"reclaimable (unreferenced): {human_size(t['reclaimable_bytes'])}")
+
+
+def render_plan(out: Output, result: Any) -> None:
+    plan = result.plan
+    if not plan.remove:
+        out.line(f"Nothing to remove ({plan.reason}); {plan.referenced} referenced entries kept")
+        return
+    rows = [[e.kind, _short(e.label), _short(e.uri), human_size(e.size_bytes), ago(e.last_used_at)]
+            for e in plan.remove]
+    verb = "Would remove" if result.dry_run else "Removing"
+    out.line(f"{verb} {len(plan.remove)} entries, {human_size(plan.freed_bytes)} "
+             f"({plan.reason}):")
+    _table(out, ["kind", "label", "uri/key", "size", "last used"], rows)
+
+
+def render_gc(out: Output, result: Any) -> None:
+    if result.dry_run:
+        render_plan(out, result)
+        return
+    if not result.plan.remove:
+        render_plan(out, result)
+        return
+    out.line(f"Removed {len(result.removed)} entries, {human_size(result.freed_bytes)} freed")
+    for e in result.skipped:
+        out.line(f"kept {e.kind} {_short(e.label)}: referenced or being built when its turn came")
+
+
+def render_agent_info(out: Output, info: dict[str, Any]) -> None:
+    out.line(f"rtenv agent {info.get('version')} at {info.get('root')}")

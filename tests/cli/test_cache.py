@@ -1,0 +1,82 @@
+"""`rtenv cache ls|gc|purge` on the embedded store."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rtenv_cli.core.agent.envs import Environments
+from rtenv_cli.core.agent.store import Store
+from tests.support.cli import run_cli
+
+
+def _seed() -> tuple[Store, str]:
+    store = Store()
+    envs = Environments(store)
+    held = envs.get_or_create({"pip": ["six==1.16.0"]}, holder="me", pid=os.getpid())
+    store.get_or_build("uv:old", kind="uv", uri="uv://old", label="old env",
+                       build=lambda t: (t / "f").write_bytes(b"x" * 10000))
+    with store.index.tx() as db:
+        db.execute("UPDATE entries SET last_used_at=? WHERE key='uv:old'",
+                   (time.time() - 3 * 86400,))
+    return store, held.entries[0]
+
+
+def test_ls_text_and_json() -> None:
+    _seed()
+    text = run_cli(["cache", "ls"])
+    assert text.exit_code == 0
+    assert "six==1.16.0" in text.stdout
+    assert "old env" in text.stdout
+    assert "reclaimable" in text.stdout
+    data = run_cli(["cache", "ls", "--format", "json"]).json
+    assert set(data) >= {"entries", "totals"}
+    by_label = {e["label"]: e for e in data["entries"]}
+    assert by_label["six==1.16.0"]["refs"] == 1
+    assert by_label["old env"]["refs"] == 0
+    assert set(by_label["old env"]) >= {"kind", "uri", "label", "size_bytes", "refs",
+                                        "created_at", "last_used_at"}
+    assert data["totals"]["reclaimable_bytes"] == by_label["old env"]["size_bytes"]
+    only_uv = run_cli(["cache", "ls", "--kind", "uv", "--format", "json"]).json
+    assert [e["label"] for e in only_uv["entries"]] == ["old env"]
+
+
+def test_gc_dry_run_prompt_and_yes() -> None:
+    store, held = _seed()
+    dry = run_cli(["cache", "gc", "--older-than", "1d", "--dry-run"])
+    assert dry.exit_code == 0
+    assert "Would remove 1 entries" in dry.stdout
+    assert store.index.get("uv:old") is not None
+    refused = run_cli(["cache", "gc", "--older-than", "1d"])
+    assert refused.exit_code == 2
+    assert "--yes" in refused.stderr
+    declined = run_cli(["cache", "gc", "--older-than", "1d"], input="n\n",
+                       env={"RTENV_ASSUME_TTY": "1"})
+    assert declined.exit_code == 1
+    assert store.index.get("uv:old") is not None
+    done = run_cli(["cache", "gc", "--older-than", "1d", "--yes", "--format", "json"])
+    assert done.exit_code == 0
+    assert [e["key"] for e in done.json["removed"]] == ["uv:old"]
+    assert store.index.get("uv:old") is None
+    assert store.index.get(held) is not None
+
+
+def test_purge_keeps_referenced() -> None:
+    store, held = _seed()
+    res = run_cli(["cache", "purge", "--yes"])
+    assert res.exit_code == 0
+    assert "Removed 1 entries" in res.stdout
+    assert store.index.get(held) is not None
+    again = run_cli(["cache", "purge", "--yes"])
+    assert "Nothing to remove" in again.stdout
+
+
+def test_keep_storage_and_bad_values() -> None:
+    store, _held = _seed()
+    res = run_cli(["cache", "gc", "--keep-storage", "1B", "--yes", "--format", "json"])
+    assert [e["key"] for e in res.json["removed"]] == ["uv:old"]
+    bad = run_cli(["cache", "gc", "--keep-storage", "lots"])
+    assert bad.exit_code == 2
+    assert "cannot read size" in bad.stderr
+    assert Path(store.root).exists()

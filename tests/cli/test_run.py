@@ -1,0 +1,113 @@
+"""`rtenv run` as a real process: the quickstart, exit codes, signals, cgroup limits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli, run_process
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _rtenv(args: list[str], **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rtenv_cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+
+
+def test_quickstart_runs_on_the_embedded_default() -> None:
+    res = run_process(["run", "-r", "examples/quickstart/runtime_env.yaml", "--",
+                       "python", "main.py"], cwd=str(REPO))
+    assert res.exit_code == 0, res.stderr
+    assert "six 1.17.0 from " in res.stdout
+    assert "/store/entries/" in res.stdout  # imported from the rtenv venv, not the base env
+    assert "data.txt: read from the working_dir" in res.stdout
+    assert "GREETING=hello from quickstart" in res.stdout
+    listing = run_cli(["cache", "ls", "--format", "json"]).json
+    assert {e["kind"] for e in listing["entries"]} == {"package", "working_dir", "pip"}
+    assert all(e["refs"] == 0 for e in listing["entries"])
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("raise SystemExit(3)", 3),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 143),
+])
+def test_exit_codes_pass_through(code: str, expected: int) -> None:
+    assert run_process(["run", "--", sys.executable, "-c", code]).exit_code == expected
+
+
+_WAITER = ("import signal, sys, time\n"
+           "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+           "print('ready', flush=True)\n"
+           "time.sleep(30)\n")
+
+
+def test_sigterm_is_forwarded() -> None:
+    proc = _rtenv(["run", "--", sys.executable, "-c", _WAITER])
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 42
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigint_is_forwarded_without_a_terminal() -> None:
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    proc = _rtenv(["run", "--", sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130  # KeyboardInterrupt dies by SIGINT: 128 + 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _v1_writable() -> bool:
+    return os.access("/sys/fs/cgroup/memory", os.W_OK)
+
+
+@pytest.mark.cgroups
+@pytest.mark.skipif(not _v1_writable(), reason="needs writable cgroup v1 (root)")
+def test_memory_limit_kills_a_hog() -> None:
+    hog = "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"
+    res = run_process(["run", "--memory", "64MB", "--num-cpus", "1", "--", sys.executable,
+                       "-c", hog])
+    assert res.exit_code == 137
+    assert "killed by its memory limit" in res.stderr
+    ok = run_process(["run", "--memory", "64MB", "--", sys.executable, "-c", "print('small')"])
+    assert ok.exit_code == 0
+    assert ok.stdout.strip() == "small"
+
+
+def test_without_cgroups_it_says_so_and_runs(tmp_path: Path) -> None:
+    res = run_process(["run", "--memory", "1GB", "--cgroup-root", str(tmp_path), "--",
+                       sys.executable, "-c", "print('ran')"])
+    assert res.exit_code == 0
+    assert res.stdout.strip() == "ran"
+    assert "running without resource limits" in res.stderr
+
+
+def test_unsupported_field_is_a_clear_error(tmp_path: Path) -> None:
+    env = tmp_path / "env.yaml"
+    env.write_text("conda: environment.yml\n")
+    res = run_process(["run", "-r", str(env), "--", "true"])
+    assert res.exit_code == 1
+    assert "not supported by the rtenv agent" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_help_has_example() -> None:
+    res = run_cli(["run", "--help"])
+    assert res.exit_code == 0
+    assert "$ rtenv run -r runtime_env.yaml -- python main.py" in res.stdout

@@ -1,0 +1,165 @@
+"""Environments with real uv: cache hits, one build for concurrent creates, failures, refs, gc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.agent.envs import Environments
+from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.cache.gc import plan_gc, run_gc
+from rtenv_cli.core.cache.ls import list_store
+from rtenv_cli.core.errors import AgentError, UnsupportedError
+from tests.core.agent.helpers import make_tree, ray_package
+
+SIX = {"pip": ["six==1.16.0"]}
+
+
+def test_venv_created_then_cache_hit(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    first = envs.get_or_create(SIX, holder="a", pid=os.getpid())
+    assert len(first.built) == 1
+    assert first.venv is not None
+    out = subprocess.run([f"{first.venv}/bin/python", "-c",
+                          "import six, ray; print(six.__version__)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1.16.0"  # and the node's ray stays importable
+    start = time.perf_counter()
+    second = envs.get_or_create(SIX, holder="b", pid=os.getpid())
+    assert time.perf_counter() - start < 0.1
+    assert second.built == ()
+    assert second.venv == first.venv
+    entry = next(e for e in list_store(store).entries if e.kind == "pip")
+    assert entry.refs == 2
+    assert entry.size_bytes < 5 * 2**20  # no clone of the base environment
+
+
+def test_working_dir_and_py_modules_from_store(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    wd_uri, wd_zip = ray_package(make_tree(tmp_path / "wd", {"data.txt": "hi"}), tmp_path)
+    mod_uri, mod_zip = ray_package(make_tree(tmp_path / "mymod", {"__init__.py": "X = 1\n"}),
+                                   tmp_path, py_module=True)
+    store.put_package(wd_uri.removeprefix("gcs://"), wd_zip)
+    store.put_package(mod_uri.removeprefix("gcs://"), mod_zip)
+    handle = Environments(store).get_or_create(
+        {"working_dir": wd_uri, "py_modules": [mod_uri], "env_vars": {"A": "1"}}, holder="h")
+    assert Path(handle.working_dir, "data.txt").read_text() == "hi"  # type: ignore[arg-type]
+    assert Path(handle.py_modules[0], "mymod", "__init__.py").exists()
+    assert handle.env_vars == {"A": "1"}
+
+
+def test_missing_package_and_file_uri(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    with pytest.raises(Exception, match="not in the store"):
+        envs.get_or_create({"working_dir": uri}, holder="h")
+    handle = envs.get_or_create({"working_dir": f"file://{zpath}"}, holder="h")
+    assert Path(handle.working_dir, "a").read_text() == "b"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["conda", "container", "image_uri"])
+def test_unsupported_fields_are_refused(tmp_path: Path, field: str) -> None:
+    with pytest.raises(UnsupportedError, match="not supported by the rtenv agent"):
+        Environments(Store(tmp_path / "s")).get_or_create({field: "x"}, holder="h")
+
+
+def test_failed_build_reports_uv_error_and_leaves_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    with pytest.raises(AgentError, match="uv pip install failed") as info:
+        Environments(store).get_or_create({"pip": ["rtenv-no-such-package-xyz==9.9"]},
+                                          holder="h")
+    assert "rtenv-no-such-package-xyz" in info.value.message
+    assert list_store(store).entries == ()
+    assert list((store.root / "tmp").iterdir()) == []
+    assert list((store.root / "entries").iterdir()) == []
+
+
+_CREATE = """
+import json, sys
+from pathlib import Path
+from rtenv_cli.core.agent.envs import Environments
+from rtenv_cli.core.agent.store import Store
+h = Environments(Store(Path(sys.argv[1]))).get_or_create({"uv": ["six==1.16.0"]},
+                                                          holder=sys.argv[2])
+print(json.dumps(h.to_dict()))
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_identical_creates_across_processes_build_once(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    Store(root)
+    procs = [subprocess.Popen([sys.executable, "-c", _CREATE, str(root), f"p{i}"],
+                              stdout=subprocess.PIPE, text=True) for i in range(12)]
+    handles = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(1 for h in handles if h["built"]) == 1
+    assert len({h["venv"] for h in handles}) == 1
+
+
+def test_release_keeps_entry_and_gc_under_size_budget(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    a = envs.get_or_create({"pip": ["six==1.16.0"]}, holder="h1")
+    b = envs.get_or_create({"pip": ["six==1.17.0"]}, holder="h2")
+    assert envs.release(a.key, "h1") == 1
+    entries = list_store(store).entries
+    assert {e.refs for e in entries} == {0, 1}
+    # a budget of 0 bytes: everything unreferenced goes, the referenced one stays
+    result = run_gc(store, plan_gc(entries, keep_storage=0))
+    assert [e.key for e in result.removed] == list(a.entries)
+    assert [e.key for e in list_store(store).entries] == list(b.entries)
+    assert Path(b.venv).exists()  # type: ignore[arg-type]
+    assert not Path(a.venv).exists()  # type: ignore[arg-type]
+
+
+def test_dead_holder_is_released(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    Environments(store).get_or_create(SIX, holder="dead", pid=proc.pid)
+    assert [e.refs for e in list_store(store).entries] == [0]
+    leased = Environments(store).get_or_create(SIX, holder="lease", lease_s=0.01)
+    time.sleep(0.05)
+    assert [e.refs for e in list_store(store).entries] == [0]
+    assert leased.venv
+
+
+def test_gc_racing_creates_never_breaks_a_handle(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"f.txt": "x"}), tmp_path)
+    store.put_package(uri.removeprefix("gcs://"), zpath)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def creator(n: int) -> None:
+        for i in range(40):
+            h = envs.get_or_create({"working_dir": uri}, holder=f"c{n}-{i}")
+            if not Path(h.working_dir, "f.txt").exists():  # type: ignore[arg-type]
+                errors.append(f"handle {h.key} points at a removed entry")
+            envs.release(h.key, f"c{n}-{i}")
+
+    def collector() -> None:
+        while not stop.is_set():
+            run_gc(store, plan_gc(store.index.all(), purge=True, kinds=("working_dir",)))
+
+    threads = [threading.Thread(target=creator, args=(n,)) for n in range(3)]
+    gc_thread = threading.Thread(target=collector)
+    gc_thread.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    gc_thread.join()
+    assert errors == []

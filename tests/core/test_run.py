@@ -1,0 +1,88 @@
+"""`rtenv run` core: the child's environment, exit codes, env var expansion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.agent.envs import EnvHandle
+from rtenv_cli.core.errors import ConfigError, UsageError
+from rtenv_cli.core.run import RunRequest, child_environment, expand, load_runtime_env, run_command
+
+
+def _handle(**kw: object) -> EnvHandle:
+    base = {"key": "k", "holder": "h", "working_dir": "/wd", "py_modules": ("/m1", "/m2"),
+            "venv": "/venv", "env_vars": {}}
+    base.update(kw)
+    return EnvHandle(**base)  # type: ignore[arg-type]
+
+
+def test_child_environment_orders_pythonpath_like_ray() -> None:
+    env = child_environment(_handle(env_vars={"A": "x${HOME_DIR}y", "B": "${A}-${NOPE}"}),
+                            RunRequest(command=["x"], gpus="1,3", num_cpus=2),
+                            base={"PATH": "/usr/bin", "PYTHONPATH": "/old", "HOME_DIR": "/h"})
+    assert env["PYTHONPATH"] == "/m1:/m2:/wd:/old"
+    assert env["PATH"] == "/venv/bin:/usr/bin"
+    assert env["VIRTUAL_ENV"] == "/venv"
+    assert env["A"] == "x/hy"
+    assert env["B"] == "x/hy-"  # a leftover ${VAR} becomes "", as Ray's update_envs does
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert env["OMP_NUM_THREADS"] == "2"
+
+
+def test_omp_num_threads_from_env_vars_wins() -> None:
+    env = child_environment(_handle(env_vars={"OMP_NUM_THREADS": "8"}),
+                            RunRequest(command=["x"], num_cpus=2), base={})
+    assert env["OMP_NUM_THREADS"] == "8"
+
+
+def test_expand_keeps_unknown_plain_dollar_words() -> None:
+    assert expand({"X": "$UNSET_A and ${UNSET_B}"}, {}) == {"X": "$UNSET_A and "}
+
+
+def test_load_runtime_env_from_job_spec(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("entrypoint: python x.py\nruntime_env:\n  env_vars:\n    A: '1'\n")
+    data, base = load_runtime_env(spec)
+    assert data == {"env_vars": {"A": "1"}}
+    assert base == tmp_path.resolve()
+
+
+def test_load_runtime_env_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        load_runtime_env(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError):
+        load_runtime_env(bad)
+
+
+def test_run_without_runtime_env_passes_exit_code() -> None:
+    notes: list[str] = []
+    code = run_command(RunRequest(command=["python", "-c", "raise SystemExit(5)"]),
+                       notify=lambda m, h: notes.append(m))
+    assert code == 5
+    assert run_command(RunRequest(command=["no-such-command-xyz"]),
+                       notify=lambda m, h: notes.append(m)) == 127
+    assert "command not found" in notes[-1]
+
+
+def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "data.txt").write_text("payload")
+    env_file = tmp_path / "runtime_env.yaml"
+    env_file.write_text("working_dir: proj\nenv_vars:\n  MODE: test\n")
+    out = tmp_path / "out.txt"
+    code = run_command(RunRequest(
+        command=["python", "-c", f"import os; open({str(out)!r}, 'w').write("
+                 "open('data.txt').read() + os.environ['MODE'])"],
+        runtime_env=env_file), notify=lambda m, h: None)
+    assert code == 0
+    assert out.read_text() == "payloadtest"
+    from rtenv_cli.core.agent.store import Store
+    from rtenv_cli.core.cache.ls import list_store
+
+    entries = list_store(Store()).entries
+    assert {e.kind for e in entries} == {"package", "working_dir"}
+    assert all(e.refs == 0 for e in entries)  # released when the command ended
