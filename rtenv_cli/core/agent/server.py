@@ -97,10 +97,14 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         """The request body in a temp file inside the store (same filesystem as the target)."""
         fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix=f"upload.{os.getpid()}.")
         size = 0
-        with os.fdopen(fd, "wb") as out:
-            async for chunk in request.stream():
-                size += len(chunk)
-                out.write(chunk)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    out.write(chunk)
+        except BaseException:  # the client hung up mid-body: keep nothing
+            Path(name).unlink(missing_ok=True)
+            raise
         declared = request.headers.get("content-length")
         if declared is not None and int(declared) != size:
             Path(name).unlink()

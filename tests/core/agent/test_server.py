@@ -1,0 +1,211 @@
+"""The agent over HTTP, as a real process: Ray's package protocol, delta uploads, environments,
+tokens, tampered uploads, one build for concurrent creates, SIGKILL mid-build."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests  # noqa: TID253 - tests are not on the CLI's startup path
+
+from rtenv_cli.core.agent.openapi import SCHEMA
+from rtenv_cli.core.agent.server import AgentConfig, create_app
+from rtenv_cli.core.errors import TransportError
+from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
+from tests.core.agent.conftest import AgentProc, agent_process
+from tests.core.agent.helpers import make_tree, ray_package
+
+TOKEN = "s3cret-token"  # noqa: S105 - a test token
+
+
+def test_ray_package_protocol(agent: AgentProc, tmp_path: Path) -> None:
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "1"}), tmp_path)
+    name = uri.removeprefix("gcs://")
+    assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
+    assert requests.head(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
+    put = requests.put(f"{agent.url}/api/packages/gcs/{name}", data=zpath.read_bytes(),
+                       timeout=10)
+    assert put.status_code == 200
+    assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 200
+    got = requests.get(f"{agent.url}/api/packages/gcs/{name}?download=1", timeout=10)
+    assert got.content == zpath.read_bytes()
+    target = AgentTarget(agent.url)
+    assert target.exists(uri)
+
+
+def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path: Path) -> None:
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "x = 1\n" * 500}), tmp_path)
+    name = uri.removeprefix("gcs://")
+    data = bytearray(zpath.read_bytes())
+    other_uri, other_zip = ray_package(make_tree(tmp_path / "o", {"a.py": "evil()\n"}), tmp_path)
+    bad = requests.put(f"{agent.url}/api/packages/gcs/{name}", data=other_zip.read_bytes(),
+                       timeout=10)
+    assert bad.status_code == 422
+    assert "does not match" in bad.json()["error"]["message"]
+    # truncated on the wire: the client promises more bytes than it sends, then hangs up
+    host, port = agent.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"PUT /api/packages/gcs/{name} HTTP/1.1\r\nHost: x\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + bytes(data[:100]))
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(1000)
+    # a blob whose bytes do not hash to its name
+    sha = hashlib.sha256(b"good").hexdigest()
+    assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
+                        timeout=10).status_code == 422
+    time.sleep(0.2)
+    assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
+    assert not (agent.root / "blobs" / sha[:2] / sha).exists()
+    assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
+    assert [p for p in (agent.root / "tmp").iterdir()] == []
+
+
+def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "wd", {"a.py": "a\n", "s/b.py": "b\n"})
+    uri, _zip = ray_package(src, tmp_path)
+    entries = [{"path": rel, "is_dir": False, "mode": 0o644, "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest()}
+               for rel, data in (("a.py", b"a\n"), ("s/b.py", b"b\n"))]
+    manifest = {"uri": uri, "kind": "working_dir", "name": None, "entries": entries}
+    target = AgentTarget(agent.url)
+    missing = target.missing_blobs(manifest)
+    assert len(missing) == 2
+    for entry, rel in zip(entries, ("a.py", "s/b.py"), strict=True):
+        target.put_blob(entry["sha256"], src / rel)
+    assert target.missing_blobs(manifest) == []
+    assert target.commit_manifest(manifest)["uri"] == uri
+    assert target.exists(uri)
+
+
+def test_envs_cache_hit_release_and_gc(agent: AgentProc) -> None:
+    client = AgentClient(agent.url)
+    first = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-1")
+    assert first.built
+    start = time.perf_counter()
+    second = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-2")
+    assert time.perf_counter() - start < 0.5
+    assert second.built == ()
+    assert second.venv == first.venv
+    listing = client.cache()
+    assert [e["refs"] for e in listing["entries"]] == [2]
+    client.release(first.key, "job-1")
+    client.release(second.key, "job-2")
+    assert [e["refs"] for e in client.cache()["entries"]] == [0]
+    dry = client.gc(purge=True, dry_run=True)
+    assert len(dry["plan"]["remove"]) == 1
+    assert client.cache()["entries"]
+    done = client.gc(purge=True)
+    assert len(done["removed"]) == 1
+    assert client.cache()["entries"] == []
+    unsupported = requests.post(f"{agent.url}/api/envs", timeout=10,
+                                json={"runtime_env": {"conda": "x"}, "holder": "h"})
+    assert unsupported.status_code == 501
+    assert "not supported by the rtenv agent" in unsupported.json()["error"]["message"]
+
+
+def test_concurrent_identical_creates_build_once(agent: AgentProc) -> None:
+    client = AgentClient(agent.url)
+
+    def create(i: int) -> tuple[str, ...]:
+        return client.get_or_create({"uv": ["six==1.17.0"]}, holder=f"h{i}").built
+
+    with ThreadPoolExecutor(16) as pool:
+        built = list(pool.map(create, range(16)))
+    assert sum(1 for b in built if b) == 1
+    assert client.cache()["entries"][0]["refs"] == 16
+
+
+def test_token_required_and_constant_time_checked(tmp_path: Path) -> None:
+    with agent_process(tmp_path / "s", token=TOKEN) as agent:
+        url = f"{agent.url}/api/agent"
+        assert requests.get(url, timeout=10).status_code == 401
+        assert requests.get(url, headers={"Authorization": "Bearer nope"},
+                            timeout=10).status_code == 403
+        ok = requests.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        assert ok.json()["agent"] == "rtenv"
+        with pytest.raises(TransportError, match="refused the token"):
+            AgentClient(agent.url, token=TOKEN[::-1]).info()
+        assert AgentClient(agent.url, token=TOKEN).info()["agent"] == "rtenv"
+
+
+def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rtenv_cli", "agent", "--host", "0.0.0.0",
+                           "--root", str(tmp_path)], capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert proc.returncode == 2
+    assert "without a token" in proc.stderr
+
+
+_SLOW_BACKEND = '''
+import time
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    open(__file__ + ".started", "w").close()
+    time.sleep(120)
+'''
+
+
+def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
+    slow = tmp_path / "slowpkg"
+    slow.mkdir()
+    (slow / "pyproject.toml").write_text(
+        '[project]\nname = "slowpkg"\nversion = "1"\n'
+        '[build-system]\nrequires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n')
+    (slow / "slow_backend.py").write_text(_SLOW_BACKEND)
+    root = tmp_path / "store"
+    with agent_process(root) as agent:
+        client = AgentClient(agent.url)
+        client.get_or_create({"pip": ["six==1.16.0"]}, holder="kept")
+        pool = ThreadPoolExecutor(1)
+        pending = pool.submit(client.get_or_create, {"pip": [f"slowpkg @ file://{slow}"]},
+                              holder="slow")
+        deadline = time.monotonic() + 60
+        while not (slow / "slow_backend.py.started").exists():
+            assert time.monotonic() < deadline, "the slow build never started"
+            time.sleep(0.05)
+        assert list((root / "tmp").iterdir())  # mid-build: only in tmp/
+        agent.kill()
+        with pytest.raises(TransportError):
+            pending.result(timeout=30)
+        pool.shutdown()
+    with agent_process(root) as again:
+        assert list((root / "tmp").iterdir()) == []
+        entries = AgentClient(again.url).cache()["entries"]
+        assert [e["label"] for e in entries] == ["six==1.16.0"]  # published survives, no partial
+        handle = AgentClient(again.url).get_or_create({"pip": ["six==1.16.0"]}, holder="x")
+        assert handle.built == ()
+        assert Path(handle.venv, "bin", "python").exists()  # type: ignore[arg-type]
+
+
+def test_budget_enforced_after_create(tmp_path: Path) -> None:
+    with agent_process(tmp_path / "s", "--max-size", "1B") as agent:
+        client = AgentClient(agent.url)
+        a = client.get_or_create({"pip": ["six==1.16.0"]}, holder="a")
+        client.release(a.key, "a")
+        client.get_or_create({"pip": ["six==1.17.0"]}, holder="b")
+        labels = [e["label"] for e in client.cache()["entries"]]
+        assert labels == ["six==1.17.0"]  # the unreferenced one went; the held one stays
+
+
+def test_openapi_schema_matches_routes(tmp_path: Path) -> None:
+    from starlette.routing import Route
+
+    app = create_app(AgentConfig(root=tmp_path / "s"))
+    routes: dict[str, set[str]] = {}
+    for route in app.routes:
+        assert isinstance(route, Route)
+        routes.setdefault(route.path, set()).update(m.lower() for m in route.methods or ())
+    documented = {path: {m for m in ops if m != "parameters"}
+                  for path, ops in SCHEMA["paths"].items()}
+    assert set(routes) == set(documented)
+    for path, methods in routes.items():
+        assert methods - {"head"} <= documented[path] | {"head"}, path
+    with agent_process(tmp_path / "s2") as agent:
+        assert requests.get(f"{agent.url}/openapi.json", timeout=10).json() == SCHEMA
