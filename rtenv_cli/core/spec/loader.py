@@ -11,7 +11,6 @@ Nothing here raises for bad input: a parse failure is `LoadedDoc.error`, with it
 
 from __future__ import annotations
 
-import locale
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,6 +210,8 @@ def load_text(text: str, name: str) -> LoadedDoc:
 
 def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
     """Decode like Ray's `open(FILE, "r")`: the locale's preferred encoding, strict errors."""
+    import locale
+
     encoding = locale.getpreferredencoding(False)
     try:
         return raw.decode(encoding), None

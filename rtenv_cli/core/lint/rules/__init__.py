@@ -1,0 +1,8 @@
+"""rtenv's rules beyond Ray's verdict; each module exports checks `(Context) -> [Diagnostic]`."""
+
+from __future__ import annotations
+
+from rtenv_cli.core.lint.rules import env_vars, excludes, keys, paths, requirements, size
+
+CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
+          *requirements.CHECKS, *size.CHECKS)

@@ -1,0 +1,159 @@
+"""env_vars rules: RTE130 visibility vars, RTE131 OMP, RTE132 PYTHONPATH, RTE133 secrets,
+RTE134 expansion surprises, RTE135 names/sizes the worker cannot set."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.engine import Context
+
+# variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
+VISIBILITY_VARS = {
+    "CUDA_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+    "NEURON_RT_VISIBLE_CORES": "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
+    "TPU_VISIBLE_CHIPS": "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
+    "HABANA_VISIBLE_MODULES": "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
+    "ASCEND_RT_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
+    "ONEAPI_DEVICE_SELECTOR": "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
+    "RBLN_DEVICES": "RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES",
+    "TT_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_TT_VISIBLE_DEVICES",
+    "FURIOSA_DEVICES": "RAY_EXPERIMENTAL_NOSET_FURIOSA_DEVICES",
+    "QBRUNTIME_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_MBLT_RT_VISIBLE_DEVICES",
+}
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+SECRET_VALUE = re.compile(
+    r"^(?:hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|"
+    r"AKIA[0-9A-Z]{16}|xox[baprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+)")
+_REF = re.compile(r"\$(\w+|\{[^}]*\})")
+MAX_ARG_STRLEN = 128 * 1024
+_SHOW_PREFIX_FROM = 8  # shorter secrets are hidden completely
+
+
+def redact(value: str) -> str:
+    return "****" if len(value) <= _SHOW_PREFIX_FROM else f"{value[:3]}****"
+
+
+def _str_items(ctx: Context) -> dict[str, str]:
+    env_vars = ctx.data.get("env_vars") if isinstance(ctx.data, Mapping) else None
+    if not isinstance(env_vars, Mapping):
+        return {}
+    return {k: v for k, v in env_vars.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def overridden(ctx: Context) -> Iterator[Diagnostic]:
+    items = _str_items(ctx)
+    for name, switch in VISIBILITY_VARS.items():
+        if name in items and items.get(switch) != "1":
+            yield ctx.diag("RTE130", f"Ray overwrites {name} in every task or actor that is "
+                           "assigned accelerators: this value only reaches workers without any",
+                           ("env_vars", name),
+                           hint=f"request the devices (num_gpus=..., resources=...), or set "
+                           f"{switch}=\"1\" if you really manage visibility yourself")
+    if "OMP_NUM_THREADS" in items:
+        yield ctx.diag("RTE131", f"OMP_NUM_THREADS={items['OMP_NUM_THREADS']} applies to every "
+                       "worker; Ray would otherwise set it to each task's num_cpus",
+                       ("env_vars", "OMP_NUM_THREADS"),
+                       hint="remove it and size tasks with num_cpus, unless every worker has "
+                       "the same CPU count")
+    if "PYTHONPATH" in items and not re.search(r"\$\{?PYTHONPATH\}?", items["PYTHONPATH"]):
+        yield ctx.diag("RTE132", "PYTHONPATH replaces the worker's PYTHONPATH (Ray still "
+                       "prepends working_dir and py_modules)", ("env_vars", "PYTHONPATH"),
+                       hint=f"append the existing value: \"{items['PYTHONPATH']}:$PYTHONPATH\"")
+
+
+def secrets(ctx: Context) -> Iterator[Diagnostic]:
+    for name, value in _str_items(ctx).items():
+        if not value or value.startswith("$"):
+            continue
+        if SECRET_NAME.search(name) or SECRET_VALUE.match(value):
+            yield ctx.diag("RTE133", f"{name}={redact(value)} looks like a secret; runtime_envs "
+                           "are stored in the GCS and shown in the dashboard and job logs",
+                           ("env_vars", name), prefer="key",
+                           hint="read it from the cluster's environment or a secret store, or "
+                           "reference it: \"${" + name + "}\"")
+
+
+def expand_like_ray(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """Ray's `update_envs`: keys in sorted order (the env arrives JSON-sorted), expandvars
+    against the worker env plus keys already applied, leftover ${UPPER_CASE} -> ""."""
+    try:
+        from rtenv_cli.core.explain.expand import expand_env_vars
+    except ImportError:
+        pass
+    else:
+        return dict(expand_env_vars(env_vars, base))
+    environ = dict(base)
+    out: dict[str, str] = {}
+    for key in sorted(env_vars):
+        value = re.sub(r"\$\{[A-Z0-9_]+\}", "", _expandvars(env_vars[key], environ))
+        environ[key] = value
+        out[key] = value
+    return out
+
+
+_VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+
+
+def _expandvars(value: str, environ: Mapping[str, str]) -> str:
+    """`posixpath.expandvars` against a given mapping instead of os.environ."""
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name.startswith("{") and name.endswith("}"):
+            name = name[1:-1]
+        return environ.get(name, match.group(0))
+
+    return _VAR.sub(sub, value)
+
+
+def expansion(ctx: Context) -> Iterator[Diagnostic]:
+    items = _str_items(ctx)
+    refs = {k: v for k, v in items.items() if "$" in v}
+    if not refs:
+        return
+    # the worker's own environment is unknown: assume common variables exist, as non-empty
+    base = {name: f"<worker {name}>" for name in ("PATH", "HOME", "PYTHONPATH", "USER",
+                                                  "LD_LIBRARY_PATH", "HOSTNAME")}
+    final = expand_like_ray(items, base)
+    for key, raw in sorted(refs.items()):
+        got = final.get(key, raw)
+        problems = []
+        for match in _REF.finditer(raw):
+            name = match.group(1).strip("{}")
+            if name in items and key < name:
+                problems.append(f"`{name}` is set after `{key}` (Ray applies keys in sorted "
+                                "order)")
+            elif name not in items and name not in base:
+                problems.append(f"`{name}` is not set on the worker")
+        if problems:
+            shown = redact(got) if ctx.data and _is_secret(key) else got
+            yield ctx.diag("RTE134", f"{key} becomes {shown!r} on the worker: "
+                           + "; ".join(problems), ("env_vars", key), prefer="value",
+                           hint="write the value out, or rename keys so that referenced ones "
+                           "sort first")
+
+
+def _is_secret(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def names(ctx: Context) -> Iterator[Diagnostic]:
+    env_vars = ctx.data.get("env_vars") if isinstance(ctx.data, Mapping) else None
+    if not isinstance(env_vars, Mapping):
+        return
+    for key, value in env_vars.items():
+        if not isinstance(key, str):
+            continue
+        if key == "" or "=" in key or "\0" in key:
+            yield ctx.diag("RTE135", f"env var name {key!r} cannot be set: the worker fails to "
+                           "start", ("env_vars", key), hint="use a name without `=`")
+        elif isinstance(value, str) and len(key) + len(value) + 1 > MAX_ARG_STRLEN:
+            yield ctx.diag("RTE135", f"{key} is {len(value)} characters: over Linux's 128 KiB "
+                           "per-variable limit, the worker cannot exec", ("env_vars", key),
+                           hint="ship large values as a file in working_dir")
+
+
+CHECKS = (overridden, secrets, expansion, names)

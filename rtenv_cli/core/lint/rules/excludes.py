@@ -1,0 +1,45 @@
+"""RTE120 excludes that leave nothing, RTE121 ignore files dropping .py, RTE122 no-op excludes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.engine import Context
+from rtenv_cli.core.lint.rules.size import _scans
+
+
+def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    excludes = ctx.data.get("excludes")
+    scans = _scans(ctx)
+    if isinstance(excludes, list) and excludes and not scans and not ctx.pipeline.errors:
+        yield ctx.diag("RTE122", "excludes has no effect: there is no local working_dir or "
+                       "py_modules to package", ("excludes",),
+                       hint="remove it, or point working_dir at a local directory")
+    if isinstance(excludes, list):
+        for i, pattern in enumerate(excludes):
+            if isinstance(pattern, str) and Path(pattern).is_absolute() and \
+                    Path(pattern).exists():
+                yield ctx.diag("RTE122", f"`{pattern}` never matches: excludes are relative "
+                               "to each package root, not absolute paths", ("excludes", i),
+                               prefer="value", hint="write it relative to the package root, "
+                               "with a leading `/` to anchor it")
+    for path, source, _kind, result in scans:
+        if not source.is_dir():
+            continue
+        if result.root_excluded or not result.files:
+            yield ctx.diag("RTE120", f"nothing under {source} is packaged: Ray uploads an empty "
+                           "package", path, prefer="value",
+                           hint="narrow `excludes` (and .gitignore/.rayignore) so that your code "
+                           "stays in")
+        for rel in result.ignored_py:
+            yield ctx.diag("RTE121", f"`{rel}` holds .py files that .gitignore/.rayignore leave "
+                           "out of the package", path, prefer="value",
+                           hint=f"check with `rtenv check-ignore {source / rel}`; un-ignore it "
+                           "in a .rayignore (`!` rules) if the job imports it")
+
+
+CHECKS = (check_excludes,)

@@ -1,0 +1,131 @@
+"""RTE101 unknown fields, RTE102 unknown sub-keys, RTE104 YAML 1.1 coercions, RTE105 shadowing."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.engine import Context, coercion_hint
+from rtenv_cli.core.spec import model
+
+# keys users put at the top level that belong elsewhere
+_MISPLACED = {
+    "setup_timeout_seconds": "config", "eager_install": "config", "log_files": "config",
+    "packages": "pip or uv", "pip_check": "pip", "pip_version": "pip",
+    "pip_install_options": "pip", "uv_check": "uv", "uv_version": "uv",
+    "uv_pip_install_options": "uv", "dependencies": "conda", "channels": "conda",
+}
+# common aliases that difflib would not find
+_ALIASES = {"pypi": "pip", "requirements": "pip", "env": "env_vars", "environment": "env_vars",
+            "envs": "env_vars", "workdir": "working_dir", "cwd": "working_dir",
+            "image": "image_uri", "exclude": "excludes", "modules": "py_modules"}
+
+
+def suggest(name: str, candidates: tuple[str, ...]) -> str | None:
+    lowered = name.lower().replace("-", "_")
+    if lowered in _ALIASES and _ALIASES[lowered] in candidates:
+        return _ALIASES[lowered]
+    if lowered in candidates:
+        return lowered
+    close = difflib.get_close_matches(lowered, candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_fields(ctx: Context) -> Iterator[Diagnostic]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    for key in ctx.data:
+        if not isinstance(key, str) or key in model.ALL_TOP_LEVEL_KEYS or key == "self":
+            continue
+        if key.startswith("x-"):
+            hint = ("YAML anchor holders are shipped to the cluster as unknown fields; move the "
+                    "anchor into a field that uses it or drop the key")
+        elif key in _MISPLACED:
+            hint = f"`{key}` belongs under `{_MISPLACED[key]}`"
+        else:
+            guess = suggest(key, model.SUGGESTABLE_KEYS)
+            hint = (f"did you mean `{guess}`?" if guess else
+                    "runtime_env fields: " + ", ".join(model.SUGGESTABLE_KEYS))
+        yield ctx.diag("RTE101", f"unknown field `{key}`: Ray keeps it as a plugin name and "
+                       "ignores it (one log line on the node)", (key,), hint=hint)
+
+
+def unknown_subkeys(ctx: Context) -> Iterator[Diagnostic]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    config = ctx.data.get("config")
+    if isinstance(config, Mapping):
+        for key in config:
+            if key not in model.CONFIG_KEYS:
+                guess = suggest(str(key), model.CONFIG_KEYS)
+                yield ctx.diag(
+                    "RTE102", f"unknown config key `{key}`: Ray drops it with a log warning"
+                    + (" (the 600 s setup timeout stays)" if guess == "setup_timeout_seconds"
+                       else ""), ("config", key),
+                    hint=f"did you mean `{guess}`?" if guess else
+                    "config keys: " + ", ".join(model.CONFIG_KEYS))
+    for field, known in (("conda", model.CONDA_KEYS), ("container", model.CONTAINER_KEYS)):
+        value = ctx.data.get(field)
+        if isinstance(value, Mapping):
+            for key in value:
+                if key not in known:
+                    guess = suggest(str(key), known)
+                    yield ctx.diag("RTE102", f"unknown {field} key `{key}`", (field, key),
+                                   hint=f"did you mean `{guess}`?" if guess else
+                                   f"{field} keys: " + ", ".join(known))
+
+
+def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    yield path, value
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _walk(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk(v, (*path, i))
+
+
+def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
+    """Unquoted scalars in string-typed places that YAML 1.1 re-typed, where Ray stays silent."""
+    if not isinstance(ctx.data, Mapping):
+        return
+    reported = {e.json_path for e in ctx.pipeline.errors}  # Ray's error already says it
+    for field in ("env_vars", "pip", "uv", "image_uri", "py_executable", "conda",
+                  "worker_process_setup_hook", "java_jars", "container"):
+        if field not in ctx.data:
+            continue
+        for path, value in _walk(ctx.data[field], (field,)):
+            if isinstance(value, (Mapping, list, str)):
+                if isinstance(value, str) and _looks_exponent(ctx.raw(path), value):
+                    yield ctx.diag("RTE104", f"`{value}` is a string, not a number: YAML 1.1 "
+                                   "needs a dot in a float", path, prefer="value",
+                                   hint="write it quoted to make the intent explicit")
+                continue
+            if (*ctx.prefix, *path) in reported:
+                continue
+            hint = coercion_hint(ctx.raw(path), value)
+            if hint and field != "conda":
+                yield ctx.diag("RTE104", f"unquoted value becomes {type(value).__name__} "
+                               f"{value!r}, not the text you wrote", path, prefer="value",
+                               hint=hint)
+
+
+def _looks_exponent(raw: str | None, value: str) -> bool:
+    import re
+
+    return bool(raw and raw == value and re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", raw))
+
+
+def shadowed(ctx: Context) -> Iterator[Diagnostic]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    for public, internal in model.RENAMED.items():
+        if public in ctx.data and internal in ctx.data:
+            yield ctx.diag("RTE105", f"both `{public}` and `{internal}` are set: Ray keeps "
+                           f"`{public}` and silently drops `{internal}`", (internal,),
+                           hint=f"keep only `{public}`")
+
+
+CHECKS = (unknown_fields, unknown_subkeys, yaml_coercions, shadowed)

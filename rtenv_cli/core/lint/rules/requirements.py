@@ -1,0 +1,162 @@
+"""pip/uv requirement rules: RTE140 ray pins, RTE141 duplicates, RTE142 options as packages,
+RTE143 git+ URLs, RTE144 unpinned heavy packages, RTE145 requirements-file noise, RTE146
+pip_version/uv_version without an operator."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.core.lint.engine import Context
+from rtenv_cli.core.spec import model
+
+HEAVY = frozenset({"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-gpu", "jax",
+                   "jaxlib", "vllm", "xformers", "deepspeed", "flash-attn", "tensorrt",
+                   "triton", "mxnet", "paddlepaddle", "onnxruntime-gpu", "cupy-cuda12x"})
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    text: str
+    path: tuple[Any, ...]  # where to point (the list item, or the file field)
+    origin: str | None  # "requirements.txt:3" when read from a file
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _from_file(ctx: Context, value: str, path: tuple[Any, ...]) -> list[Requirement]:
+    file = Path(value) if Path(value).is_absolute() else ctx.base_dir / value
+    try:
+        lines = file.read_text().strip().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [Requirement(line, path, f"{value}:{i + 1}") for i, line in enumerate(lines)]
+
+
+def requirements(ctx: Context) -> dict[str, list[Requirement]]:
+    out: dict[str, list[Requirement]] = {}
+    if not isinstance(ctx.data, Mapping):
+        return out
+    for field in ("pip", "uv"):
+        value = ctx.data.get(field)
+        reqs: list[Requirement] = []
+        if isinstance(value, str):
+            reqs = _from_file(ctx, value, (field,))
+        elif isinstance(value, list):
+            reqs = [Requirement(v, (field, i), None) for i, v in enumerate(value)
+                    if isinstance(v, str)]
+        elif isinstance(value, Mapping):
+            packages = value.get("packages")
+            if isinstance(packages, str):
+                reqs = _from_file(ctx, packages, (field, "packages"))
+            elif isinstance(packages, list):
+                reqs = [Requirement(v, (field, "packages", i), None)
+                        for i, v in enumerate(packages) if isinstance(v, str)]
+        if reqs:
+            out[field] = reqs
+    return out
+
+
+def installed_ray_version(ctx: Context) -> str:
+    if ctx.options.ray_version:
+        return ctx.options.ray_version
+    # a directory listing instead of importlib.metadata (which costs ~50 ms to import)
+    import os
+    import sys
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("ray-") and name.endswith(".dist-info"):
+                return name[len("ray-"):-len(".dist-info")]
+    return model.RAY_VERSION
+
+
+def _where(req: Requirement) -> str:
+    return f" ({req.origin})" if req.origin else ""
+
+
+def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
+    for field, reqs in requirements(ctx).items():
+        seen: dict[str, Requirement] = {}
+        noise = [r for r in reqs if r.origin and (not r.text.strip() or
+                                                  r.text.lstrip().startswith("#"))]
+        if noise:
+            yield ctx.diag("RTE145", f"{len(noise)} comment/blank line(s) of the requirements "
+                           f"file become packages in the runtime_env ({noise[0].origin})",
+                           noise[0].path, prefer="value",
+                           hint="Ray reads the file verbatim; keep only requirement lines")
+        for req in reqs:
+            text = req.text.strip()
+            if not text or text.startswith("#"):
+                continue
+            if text.startswith("-"):
+                opt = "pip_install_options" if field == "pip" else "uv_pip_install_options"
+                yield ctx.diag("RTE142", f"`{text}` is a pip option, not a package{_where(req)}",
+                               req.path, prefer="value", hint=f"move it to `{field}.{opt}`")
+                continue
+            if "git+" in text:
+                yield ctx.diag("RTE143", f"`{text}` needs git and access to the repository on "
+                               f"every node{_where(req)}", req.path, prefer="value",
+                               hint="publish a wheel or pin a released version")
+            match = _REQ.match(text)
+            if not match:
+                continue
+            name = canonical(match.group(1))
+            spec = match.group(3).split(";")[0].split("#")[0].strip()
+            if name in seen:
+                same = seen[name].text.strip() == text
+                yield ctx.diag("RTE141", f"`{name}` is listed twice{_where(req)}: "
+                               + ("Ray drops the exact duplicate" if same else
+                                  f"`{seen[name].text.strip()}` and `{text}` may conflict"),
+                               req.path, prefer="value", hint="keep one line per package")
+            first = name not in seen
+            seen[name] = req
+            if name == "ray" and first:
+                yield from _ray_pin(ctx, req, text, spec)
+            elif first and name in HEAVY and "==" not in spec and "@" not in spec:
+                yield ctx.diag("RTE144", f"`{text}` is not pinned: nodes installing at "
+                               f"different times can get different versions{_where(req)}",
+                               req.path, prefer="value", hint=f"pin it: `{match.group(1)}==X.Y.Z`")
+    yield from _versions(ctx)
+
+
+def _ray_pin(ctx: Context, req: Requirement, text: str, spec: str) -> Iterator[Diagnostic]:
+    version = installed_ray_version(ctx)
+    pinned = re.match(r"^===?\s*([0-9][^,\s]*)$", spec)
+    if pinned and pinned.group(1) != version:
+        yield ctx.diag("RTE140", f"`{text}` pins Ray {pinned.group(1)}, the cluster runs "
+                       f"{version}: the node refuses to change Ray's version{_where(req)}",
+                       req.path, severity=Severity.ERROR, prefer="value",
+                       hint="remove `ray` from the requirements (the cluster's Ray is used)")
+    else:
+        yield ctx.diag("RTE140", f"`{text}`: Ray is already installed on the cluster "
+                       f"({version}); listing it can only conflict{_where(req)}", req.path,
+                       prefer="value", hint="remove `ray` from the requirements")
+
+
+def _versions(ctx: Context) -> Iterator[Diagnostic]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    for field, key in (("pip", "pip_version"), ("uv", "uv_version")):
+        value = ctx.data.get(field)
+        if isinstance(value, Mapping) and isinstance(value.get(key), str):
+            version = value[key].strip()
+            if version and version[0] not in "=<>!~;":
+                tool = "pip" if field == "pip" else "uv"
+                yield ctx.diag("RTE146", f"{key} `{version}` has no operator: Ray installs "
+                               f"`{tool}{version}`", (field, key), prefer="value",
+                               hint=f"write \"=={version}\"")
+
+
+CHECKS = (check_requirements,)

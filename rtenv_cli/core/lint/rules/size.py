@@ -1,0 +1,130 @@
+"""RTE150/RTE151: size pre-flight of local working_dir/py_modules, with the largest offenders."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.core.lint.engine import Context
+from rtenv_cli.core.spec import model
+
+MiB = 1024 * 1024
+FILE_SIZE_WARNING = 10 * MiB  # Ray's per-file warning while zipping
+WALK_LIMIT = 200_000  # entries; a pre-flight must stay fast
+
+
+@dataclass(frozen=True)
+class Scan:
+    files: tuple[tuple[str, int], ...]  # (relpath, size) of what Ray would package
+    total_bytes: int
+    root_excluded: bool
+    ignored_py: tuple[str, ...]
+    exact: bool  # False: the packaging module is missing; .gitignore/.rayignore not applied
+
+
+def _user_excludes(data: Mapping[str, Any]) -> tuple[str, ...]:
+    excludes = data.get("excludes")
+    if isinstance(excludes, list) and all(isinstance(p, str) for p in excludes):
+        return tuple(excludes)
+    return ()
+
+
+def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]) -> Scan:
+    """What Ray packages under `root` (the PUSH engineer's scanner when present)."""
+    try:
+        from rtenv_cli.core.packaging.walk import scan_package
+    except ImportError:
+        return _fallback_scan(root, kind, excludes)
+    result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
+    files = tuple((e.relpath, e.size) for e in result.entries if not e.is_dir)
+    return Scan(files, result.total_bytes, bool(result.root_excluded),
+                tuple(result.ignored_py_dirs), True)
+
+
+def _fallback_scan(root: Path, kind: str, excludes: Sequence[str]) -> Scan:
+    import pathspec
+
+    patterns = list(excludes)
+    if kind == "working_dir":
+        patterns += list(model.DEFAULT_EXCLUDES)
+    spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    files: list[tuple[str, int]] = []
+    if root.is_file():
+        return Scan(((root.name, root.stat().st_size),), root.stat().st_size, False, (), False)
+    count = 0
+    for dirpath, dirs, names in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirs[:] = [d for d in dirs if not spec.match_file(os.path.normpath(
+            os.path.join(rel_dir, d)))]
+        for name in names:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if spec.match_file(rel):
+                continue
+            try:
+                files.append((rel, os.lstat(os.path.join(dirpath, name)).st_size))
+            except OSError:
+                continue
+            count += 1
+            if count > WALK_LIMIT:
+                break
+    return Scan(tuple(files), sum(s for _, s in files), False, (), False)
+
+
+def offenders(files: Sequence[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
+    """The largest top-level entries (directories summed) and the largest single files."""
+    groups: dict[str, int] = {}
+    for rel, size in files:
+        head = rel.split(os.sep, 1)
+        key = head[0] + ("/" if len(head) > 1 else "")
+        groups[key] = groups.get(key, 0) + size
+    return sorted(groups.items(), key=lambda kv: -kv[1])[:n]
+
+
+def _fmt(size: int) -> str:
+    return f"{size / MiB:.1f} MiB"
+
+
+def package_scans(ctx: Context) -> Iterator[tuple[tuple[Any, ...], Path, str, Scan]]:
+    if not isinstance(ctx.data, Mapping):
+        return
+    excludes = _user_excludes(ctx.data)
+    for json_path, source, kind in ctx.pipeline.packages:
+        yield json_path[len(ctx.prefix):], source, kind, scan(source, kind, excludes, ctx.env)
+
+
+def check_size(ctx: Context) -> Iterator[Diagnostic]:
+    limit = (model.JOB_SUBMIT_UPLOAD_LIMIT if ctx.options.api == "job-submit"
+             else model.GCS_PACKAGE_LIMIT)
+    where = "the 100 MiB job-submit upload limit" if ctx.options.api == "job-submit" else \
+        "the 512 MiB package limit"
+    for path, _source, _kind, result in _scans(ctx):
+        top = ", ".join(f"{name} {_fmt(size)}" for name, size in offenders(result.files))
+        big = [(r, s) for r, s in result.files if s >= FILE_SIZE_WARNING]
+        if result.total_bytes >= limit:
+            yield ctx.diag("RTE150", f"package holds {_fmt(result.total_bytes)} before "
+                           f"compression, over {where}; largest: {top}", path, prefer="value",
+                           severity=Severity.ERROR,
+                           hint="add the largest entries to `excludes` (or .rayignore), or "
+                           "ship data from remote storage")
+        elif result.total_bytes >= limit // 2 or big:
+            detail = (f"{_fmt(result.total_bytes)} to upload; largest: {top}" if
+                      result.total_bytes >= limit // 2 else
+                      "large files: " + ", ".join(f"{r} {_fmt(s)}" for r, s in
+                                                  sorted(big, key=lambda x: -x[1])[:5]))
+            yield ctx.diag("RTE151", detail, path, prefer="value",
+                           hint="exclude what the job does not import or read")
+
+
+def _scans(ctx: Context) -> list[tuple[tuple[Any, ...], Path, str, Scan]]:
+    cache = getattr(ctx, "_scans", None)
+    if cache is None:
+        cache = list(package_scans(ctx))
+        ctx._scans = cache  # type: ignore[attr-defined]  # shared with the excludes rules
+    return cache
+
+
+CHECKS = (check_size,)

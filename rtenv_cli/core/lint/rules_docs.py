@@ -1,0 +1,223 @@
+"""The rule table (data): code, name, severity, ruff-style docs with a bad and a fixed example."""
+
+from __future__ import annotations
+
+from rtenv_cli.core.lint.diagnostic import Severity
+from rtenv_cli.core.lint.registry import Rule
+
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+RULES: tuple[Rule, ...] = (
+    # -- what Ray itself rejects (the verdict) ---------------------------------------------------
+    Rule("RTE001", "yaml-syntax", E, "the file does not parse with Ray's yaml.safe_load",
+         "Parses the file exactly as `ray job submit --runtime-env` does: `yaml.safe_load` "
+         "(YAML 1.1) for .yaml and .json alike, with the locale encoding.",
+         "Ray fails before submitting anything. JSON files indented with tabs, several `---` "
+         "documents, `!!python/...` tags and non-UTF-8 bytes are all refused.",
+         '{\n\t"env_vars": {"A": "1"}\n}\n', '{\n  "env_vars": {"A": "1"}\n}\n', ray=True),
+    Rule("RTE002", "document-shape", E, "the document is not a mapping with string keys",
+         "Checks that the document is a mapping (or empty), that every top-level key is a string "
+         "and that no key is named `self`.",
+         "Ray calls `.get` on the document and then `RuntimeEnv(**doc)`: a list fails with "
+         "AttributeError, `1:` or `true:` keys with 'keywords must be strings'.",
+         "- pip: [requests]\n", "pip: [requests]\n", ray=True),
+    Rule("RTE003", "package-source", E, "a working_dir/py_modules entry cannot be packaged",
+         "Replays Ray's client-side packaging of working_dir and py_modules: types, URI schemes "
+         "and extensions, local directories, archives, .py files and wheels.",
+         "`ray job submit` packages local paths before anything else and stops at the first "
+         "bad one; relative paths resolve against the current directory, not the file.",
+         "working_dir: ./src/\npy_modules: [helpers.py]\n",
+         "working_dir: ./src/\npy_modules: [./helpers_pkg/]\n", ray=True),
+    Rule("RTE004", "setup-hook-type", E, "worker_process_setup_hook is not a module string",
+         "Checks `worker_process_setup_hook` the way the job SDK and ray.init do.",
+         "The job submission API only accepts a string (a module path); anything else is "
+         "rejected at submit or fails the driver.",
+         "worker_process_setup_hook: 42\n", "worker_process_setup_hook: my_pkg.setup\n",
+         ray=True),
+    Rule("RTE005", "conflicting-fields", E, "fields that Ray refuses to combine",
+         "pip, uv and conda are mutually exclusive (checked on the raw values: `pip: []` counts); "
+         "container and image_uri only combine with config and env_vars.",
+         "RuntimeEnv(...) raises ValueError; the job is never submitted.",
+         "pip: [requests]\nconda: my-env\n",
+         "conda:\n  dependencies:\n    - pip\n    - pip: [requests]\n", ray=True),
+    Rule("RTE006", "invalid-field-value", E, "a field value Ray's parsers reject",
+         "Runs Ray's per-field parsers (py_modules, working_dir, excludes, conda, pip, uv, "
+         "env_vars, container, config) twice, as RuntimeEnv(...) and to_dict() do.",
+         "Ray raises TypeError/ValueError without naming the line. YAML 1.1 types are the usual "
+         "cause: `yes`, `012`, `12:30`, dates and bare numbers are not strings.",
+         "env_vars:\n  DEBUG: yes\n  WORKERS: 4\n",
+         "env_vars:\n  DEBUG: \"yes\"\n  WORKERS: \"4\"\n", ray=True),
+    Rule("RTE007", "not-json-encodable", E, "a value cannot be sent as JSON",
+         "Checks that the normalized runtime_env encodes as JSON the way the job SDK sends it "
+         "(no NaN/Infinity, no dates, bytes or sets).",
+         "requests refuses NaN (`InvalidJSONError`) and json refuses dates, `!!binary` and "
+         "`!!set`; unvalidated fields let them through until the request is built.",
+         "image_uri: 2024-06-01\nmy_plugin: .nan\n",
+         "image_uri: \"2024-06-01\"\nmy_plugin: \"nan\"\n", ray=True),
+    Rule("RTE008", "fails-at-job-start", E, "accepted at submit, but the job fails to start",
+         "Reports what the client lets through and the job server or the driver then rejects: "
+         "protobuf config ranges, `_validate: false` cross-field errors, falsy setup hooks.",
+         "`ray job submit` prints 'submitted successfully'; the job is FAILED a moment later.",
+         "config:\n  setup_timeout_seconds: true\n",
+         "config:\n  setup_timeout_seconds: 900\n", ray=True),
+    Rule("RTE009", "api-difference", INFO, "ray job submit and ray.init disagree on this file",
+         "Runs the other entry point too (`--api ray-init` vs `job-submit`) and says when its "
+         "verdict differs.",
+         "The same runtime_env can be valid for ray.init and invalid for ray job submit (or the "
+         "reverse): single-file py_modules, NaN, excludes as a string, setup hook types.",
+         "py_modules: [helpers.py]\n", "py_modules: [./helpers_pkg/]\n"),
+    # -- keys --------------------------------------------------------------------------------------
+    Rule("RTE101", "unknown-field", W, "a top-level key Ray does not know (typo?)",
+         "Flags top-level keys that are not runtime_env fields and suggests the closest one.",
+         "Ray keeps unknown keys as plugin names and ignores them with one log line on the node: "
+         "`pypi:` or `env_var:` silently does nothing.",
+         "env_var:\n  A: \"1\"\n", "env_vars:\n  A: \"1\"\n"),
+    Rule("RTE102", "unknown-subkey", W, "an unknown key inside config, conda or container",
+         "Flags keys of `config`, a conda env dict or `container` that are not understood.",
+         "Ray drops unknown config keys with a warning in the driver log: a `setup_timeout` typo "
+         "silently keeps the 600 s default.",
+         "config:\n  setup_timeout: 1200\n", "config:\n  setup_timeout_seconds: 1200\n"),
+    Rule("RTE103", "duplicate-key", W, "the same key twice in one mapping",
+         "Reports YAML keys given twice in the same mapping.",
+         "YAML 1.1 (and Ray) silently keeps the last value: the first setting is lost.",
+         "env_vars:\n  MODE: train\n  MODE: eval\n", "env_vars:\n  MODE: eval\n"),
+    Rule("RTE104", "yaml-coercion", W, "an unquoted scalar YAML 1.1 turns into another type",
+         "Flags unquoted values that YAML 1.1 reads as something else than they look: `1e3` "
+         "stays a string, `012` is 10, `12:30` is 750, `yes` is true, dates become dates.",
+         "The value Ray sends is not the one you wrote, or Ray rejects it with a type error that "
+         "never mentions YAML.",
+         "pip:\n  packages: [torch]\n  pip_version: 23.3\n",
+         "pip:\n  packages: [torch]\n  pip_version: \"==23.3\"\n"),
+    Rule("RTE105", "shadowed-field", W, "two spellings of the same field",
+         "Flags `nsight` beside `_nsight` (and `rocprof_sys` beside `_rocprof_sys`).",
+         "Ray renames the public spelling onto the internal one: one value silently wins.",
+         "nsight: default\n_nsight: {t: cuda}\n", "nsight: {t: cuda}\n"),
+    # -- paths -------------------------------------------------------------------------------------
+    Rule("RTE110", "path-relative-to-file", W, "a relative path that only exists next to the file",
+         "Resolves relative working_dir, py_modules, requirements and conda paths against the "
+         "current directory (as Ray does) and against the file's directory.",
+         "Ray resolves relative paths against the CWD of `ray job submit`, not the file: "
+         "running from another directory uploads or reads the wrong thing, or fails.",
+         "working_dir: src  # next to runtime_env.yaml\n",
+         "working_dir: project/src  # relative to where you run ray job submit\n"),
+    Rule("RTE111", "tilde-path", W, "a path starting with ~",
+         "Flags `~` in working_dir, py_modules, requirement and conda paths.",
+         "Ray never expands `~`: it is a directory literally named `~`.",
+         "pip: ~/requirements.txt\n", "pip: /home/me/requirements.txt\n"),
+    Rule("RTE112", "uploads-cwd", INFO, "working_dir is the current directory",
+         "Notes `working_dir: \"\"` or `.`, which package whatever directory you run from.",
+         "The package depends on where the command runs; from $HOME it can be huge.",
+         "working_dir: \"\"\n", "working_dir: ./my_project\n"),
+    # -- excludes and ignore files -------------------------------------------------------------
+    Rule("RTE120", "excludes-everything", W, "excludes leave nothing to upload",
+         "Packs the local working_dir/py_modules with Ray's exclude rules and reports when the "
+         "root itself or every file is excluded.",
+         "Ray uploads an empty package and the job fails later with ModuleNotFoundError.",
+         "working_dir: .\nexcludes: [\"*\"]\n", "working_dir: .\nexcludes: [\"*.ckpt\"]\n"),
+    Rule("RTE121", "ignored-python-files", W, ".gitignore/.rayignore drop Python sources",
+         "Reports .py files (and directories holding them) that .gitignore or .rayignore "
+         "rules leave out of the package.",
+         "Ray honours .gitignore inside working_dir: a `build/` or `*.py` rule silently ships "
+         "code without the module you import.",
+         "# .gitignore\nlib/\n", "# .gitignore\n/lib/*.so\n"),
+    Rule("RTE122", "excludes-no-effect", W, "an excludes pattern that changes nothing",
+         "Flags `excludes` without any local working_dir/py_modules, and patterns that match "
+         "no file (absolute or CWD-relative patterns never match).",
+         "Patterns are relative to each package root; the large files you meant to skip are "
+         "uploaded anyway.",
+         "working_dir: .\nexcludes: [/home/me/proj/data/]\n",
+         "working_dir: .\nexcludes: [/data/]\n"),
+    # -- env_vars ----------------------------------------------------------------------------------
+    Rule("RTE130", "overridden-visibility-var", W, "an accelerator visibility variable Ray sets",
+         "Flags CUDA_VISIBLE_DEVICES and the other accelerator visibility variables.",
+         "Ray overwrites them in every task or actor that is assigned accelerators (unless "
+         "RAY_EXPERIMENTAL_NOSET_* is set): your value silently disappears.",
+         "env_vars:\n  CUDA_VISIBLE_DEVICES: \"0,1\"\n",
+         "# request GPUs instead: @ray.remote(num_gpus=2)\nenv_vars: {}\n"),
+    Rule("RTE131", "omp-num-threads", INFO, "OMP_NUM_THREADS set for every worker",
+         "Notes OMP_NUM_THREADS in env_vars.",
+         "Ray sets OMP_NUM_THREADS to the task's CPU count only when it is unset: a fixed value "
+         "oversubscribes or starves workers of other sizes.",
+         "env_vars:\n  OMP_NUM_THREADS: \"32\"\n", "# let Ray derive it from num_cpus\n"),
+    Rule("RTE132", "pythonpath", W, "PYTHONPATH set in env_vars",
+         "Flags PYTHONPATH values that drop the worker's own PYTHONPATH.",
+         "Ray puts working_dir and py_modules on PYTHONPATH; a value without `$PYTHONPATH` "
+         "can hide the cluster's paths.",
+         "env_vars:\n  PYTHONPATH: /opt/lib\n",
+         "env_vars:\n  PYTHONPATH: /opt/lib:$PYTHONPATH\n"),
+    Rule("RTE133", "secret-in-env-vars", W, "a value that looks like a secret",
+         "Flags env_vars whose names or values look like tokens, keys or passwords (shown "
+         "redacted).",
+         "runtime_envs are stored in the GCS, shown in the dashboard and in job logs.",
+         "env_vars:\n  HF_TOKEN: hf_abcdefghijklmnop\n",
+         "# inject secrets from the cluster's environment or a secret manager\n"),
+    Rule("RTE134", "env-var-expansion", W, "an env_vars reference Ray will not resolve as written",
+         "Applies Ray's expansion rule (keys in sorted order, ${VAR}/$VAR against the worker "
+         "environment and the keys already set; unset ${UPPER} becomes empty) and shows the "
+         "value the worker really gets.",
+         "A reference to a key that sorts later, or to a variable the worker does not have, "
+         "comes out empty or literal.",
+         "env_vars:\n  A_PATH: $ROOT/lib\n  ROOT: /opt/app\n",
+         "env_vars:\n  A_PATH: /opt/app/lib\n  ROOT: /opt/app\n"),
+    Rule("RTE135", "invalid-env-var-name", W, "an env var name the worker cannot set",
+         "Flags empty names and names containing `=` or NUL, and values over 128 KiB.",
+         "Ray accepts them at submit; the worker process then fails to start.",
+         "env_vars:\n  \"A=B\": x\n", "env_vars:\n  A: B=x\n"),
+    # -- requirements ------------------------------------------------------------------------------
+    Rule("RTE140", "ray-version-pin", W, "`ray` itself in pip/uv requirements",
+         "Flags `ray` in pip/uv requirements, an error when pinned to another version than the "
+         "installed one.",
+         "The node refuses to change Ray's version ('Changing the ray version is not allowed'), "
+         "after a full install.",
+         "pip: [\"ray[data]==2.9.0\", pandas]\n", "pip: [pandas]\n"),
+    Rule("RTE141", "duplicate-requirement", W, "the same package listed twice",
+         "Flags a package listed more than once (with the same or different specifiers).",
+         "Ray only drops exact duplicates; conflicting pins fail on every node at install time.",
+         "pip: [\"numpy==1.26\", \"numpy>=2\"]\n", "pip: [\"numpy>=2\"]\n"),
+    Rule("RTE142", "pip-option-as-package", W, "a pip option written as a package",
+         "Flags requirements starting with `-` (e.g. `--index-url ...`) in the packages list.",
+         "They end up in the generated requirements file in list order; put options in "
+         "pip_install_options / uv_pip_install_options.",
+         "pip: [\"--index-url https://x/simple\", torch]\n",
+         "pip:\n  packages: [torch]\n  pip_install_options: [--index-url, https://x/simple]\n"),
+    Rule("RTE143", "git-requirement", W, "a git+ requirement",
+         "Flags `git+` URLs in requirements.",
+         "Every node needs git and network access to the repository, and the install is not "
+         "cached by version.",
+         "pip: [\"git+https://github.com/me/lib\"]\n", "pip: [\"mylib==1.4.2\"]\n"),
+    Rule("RTE144", "unpinned-heavy-package", W, "a large package without a pinned version",
+         "Flags torch, tensorflow, jax and similar without `==`.",
+         "Nodes that install at different times resolve different versions (and download GBs).",
+         "pip: [torch]\n", "pip: [\"torch==2.4.1\"]\n"),
+    Rule("RTE145", "requirements-file-noise", INFO, "comments or blank lines in requirements",
+         "Notes comment and blank lines in a requirements file Ray reads.",
+         "Ray reads the file as `text.strip().split('\\n')`: comments become 'packages' in the "
+         "runtime_env (and change its hash).",
+         "# requirements.txt\n# deps\nrequests\n", "# requirements.txt\nrequests\n"),
+    Rule("RTE146", "pip-version-operator", W, "pip_version/uv_version without an operator",
+         "Flags versions without `==`, `>=`, ... .",
+         "Ray installs `pip<pip_version>`: `23.3` becomes `pip23.3`, an invalid requirement.",
+         "pip:\n  packages: [x]\n  pip_version: \"23.3\"\n",
+         "pip:\n  packages: [x]\n  pip_version: \"==23.3\"\n"),
+    # -- size -----------------------------------------------------------------------------------
+    Rule("RTE150", "package-too-large", E, "a local package over the upload limit",
+         "Sums what Ray would package (its exclude rules) against the 100 MiB job-submit limit "
+         "and the 512 MiB package limit, naming the largest files and directories.",
+         "Ray finds out after zipping, with an HTTP 413/500 or a 'Package size exceeds' error.",
+         "working_dir: .   # with checkpoints/ (3 GiB)\n",
+         "working_dir: .\nexcludes: [checkpoints/, \"*.safetensors\"]\n", ray=True),
+    Rule("RTE151", "large-package", W, "a local package close to the limit, or large files",
+         "Warns from 50 MiB (job-submit) or 256 MiB, and for single files over 10 MiB.",
+         "Every job start uploads it again when anything changes; big files slow every node.",
+         "working_dir: .   # wandb/ 80 MiB\n", "working_dir: .\nexcludes: [wandb/]\n"),
+    # -- resolution --------------------------------------------------------------------------------
+    Rule("RTE160", "requirements-do-not-resolve", E, "`uv pip compile` cannot resolve them",
+         "With `--resolve`, runs `uv pip compile` on the pip/uv requirements.",
+         "Ray only installs on the node, after the job is submitted; an unsatisfiable set "
+         "fails there after minutes.",
+         "pip: [\"numpy==1.26\", \"pandas==3.0\"]\n", "pip: [\"numpy>=2\", \"pandas==3.0\"]\n"),
+    Rule("RTE161", "resolve-unavailable", W, "`--resolve` could not reach a package index",
+         "Reports that resolution was skipped (no network or no uv).",
+         "The requirements were not checked.",
+         "pip: [requests]\n", "pip: [requests]\n"),
+)

@@ -1,0 +1,156 @@
+"""Render a `ValidateReport`: text (source line + caret, grouped per file), GitHub workflow
+annotations, and SARIF 2.1.0. Plain ANSI codes instead of rich: validate must start fast."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.lint.engine import FileReport, ValidateReport
+    from rtenv_cli.render.output import Output
+
+_STYLE = {Severity.ERROR: "1;31", Severity.WARNING: "1;33", Severity.INFO: "1;36"}
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"\x1b[{style}m{text}\x1b[0m" if color else text
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _source_lines(report: FileReport, diag: Diagnostic, color: bool) -> list[str]:
+    if report.source is None or diag.line is None or diag.column is None:
+        return []
+    lines = report.source.split("\n")
+    if not 0 < diag.line <= len(lines):
+        return []
+    text = lines[diag.line - 1].replace("\t", " ")
+    width = 1
+    if diag.end_line == diag.line and diag.end_column and diag.end_column > diag.column:
+        width = diag.end_column - diag.column
+    number = str(diag.line)
+    pad = " " * len(number)
+    caret = " " * (diag.column - 1) + "^" * max(1, min(width, max(1, len(text) - diag.column + 1)))
+    return [f" {pad} |", f" {number} | {text}",
+            f" {pad} | {_paint(caret, _STYLE[diag.severity], color)}"]
+
+
+def _status(report: FileReport) -> str:
+    verdict = "valid" if report.valid else "invalid (Ray rejects it)"
+    counts = [_plural(report.count(s), s.value) for s in Severity if report.count(s)]
+    return f"{report.path}: {verdict}" + (f", {', '.join(counts)}" if counts else "")
+
+
+def render_text(out: Output, report: ValidateReport) -> None:
+    color = out.color
+    for index, file in enumerate(report.files):
+        if index:
+            out.line()
+        for diag in file.diagnostics:
+            where = f"{file.path}:{diag.line or 1}:{diag.column or 1}"
+            label = _paint(diag.severity.value, _STYLE[diag.severity], color)
+            out.line(f"{where}: {diag.code} {label}: {diag.message}")
+            for line in _source_lines(file, diag, color):
+                out.line(line)
+            if diag.hint:
+                out.line(f"  = hint: {diag.hint}")
+        for note in file.notes:
+            out.line(f"{file.path}: note: {note}")
+        out.line(_status(file))
+    errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
+    invalid = sum(1 for f in report.files if not f.valid)
+    api = "ray job submit" if report.api == "job-submit" else "ray.init"
+    out.line()
+    out.line(f"Checked {_plural(len(report.files), 'file')} for {api}: "
+             f"{invalid} invalid, {_plural(errors, 'error')}, {_plural(warnings, 'warning')}")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_prop(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(out: Output, report: ValidateReport) -> None:
+    """GitHub Actions workflow commands: `::error file=...,line=...::message`."""
+    from rtenv_cli.core.lint.registry import get_rule
+
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+    for file in report.files:
+        for diag in file.diagnostics:
+            props = [f"file={_escape_prop(file.path)}"]
+            if diag.line:
+                props.append(f"line={diag.line}")
+                if diag.column:
+                    props.append(f"col={diag.column}")
+                if diag.end_line:
+                    props.append(f"endLine={diag.end_line}")
+                if diag.end_column and diag.end_line == diag.line:
+                    props.append(f"endColumn={diag.end_column}")
+            props.append(f"title={_escape_prop(f'{diag.code} {get_rule(diag.code).name}')}")
+            message = diag.message + (f"\nhint: {diag.hint}" if diag.hint else "")
+            out.line(f"::{level[diag.severity]} {','.join(props)}::{_escape_data(message)}")
+
+
+def sarif(report: ValidateReport) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run; rules carry their docs, results their regions."""
+    from rtenv_cli import __version__
+    from rtenv_cli.core.lint.registry import all_rules
+
+    rules = all_rules()
+    index = {r.code: i for i, r in enumerate(rules)}
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+    results = []
+    for file in report.files:
+        for diag in file.diagnostics:
+            region: dict[str, int] = {}
+            if diag.line:
+                region = {"startLine": diag.line, "startColumn": diag.column or 1}
+                if diag.end_line:
+                    region["endLine"] = diag.end_line
+                    region["endColumn"] = diag.end_column or (diag.column or 1) + 1
+            location: dict[str, Any] = {"artifactLocation": {"uri": file.path}}
+            if region:
+                location["region"] = region
+            text = diag.message + (f" (hint: {diag.hint})" if diag.hint else "")
+            results.append({"ruleId": diag.code, "ruleIndex": index[diag.code],
+                            "level": level[diag.severity], "message": {"text": text},
+                            "locations": [{"physicalLocation": location}]})
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "rtenv", "version": __version__,
+                "rules": [{"id": r.code, "name": r.name,
+                           "shortDescription": {"text": r.summary},
+                           "fullDescription": {"text": r.what},
+                           "help": {"text": r.docs(), "markdown": r.docs()},
+                           "defaultConfiguration": {"level": level[r.severity]}}
+                          for r in rules]}},
+            "results": results,
+        }],
+    }
+
+
+def render_sarif(out: Output, report: ValidateReport) -> None:
+    out.line(json.dumps(sarif(report), indent=2, ensure_ascii=False))
+
+
+def render_rules_list(out: Output, rules: tuple[Any, ...]) -> None:
+    width = max(len(r.name) for r in rules)
+    for rule in rules:
+        flag = " (Ray)" if rule.ray else ""
+        out.line(f"{rule.code}  {rule.name:<{width}}  {rule.severity.value:<7}  "
+                 f"{rule.summary}{flag}")
+
+
+def render_rule(out: Output, rule: Any) -> None:
+    out.line(rule.docs().rstrip("\n"))
