@@ -92,3 +92,45 @@ def render_gc(out: Output, result: Any) -> None:
 
 def render_agent_info(out: Output, info: dict[str, Any]) -> None:
     out.line(f"rtenv agent {info.get('version')} at {info.get('root')}")
+
+
+def render_ray_nodes(out: Output, listing: Any) -> None:
+    data = listing.to_dict()
+    out.line(f"Ray cluster {data['address']}"
+             + (f" (state API reports {data['reported']} runtime envs)"
+                if data["reported"] is not None else ""))
+    for node in data["nodes"]:
+        out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}), {node['temp_dir']}")
+        agent = node.get("agent") or {}
+        if "error" in agent:
+            out.line(f"  runtime-env agent not reachable: {agent['error']}")
+        for s in node["sessions"]:
+            status = "live session" if s["live"] else "old session, never cleaned by Ray"
+            out.line(f"  {s['name']}  ({status})  {human_size(s['size_bytes'])}")
+            rows = [[e["kind"], _short(e["name"], 30), human_size(e["size_bytes"]),
+                     "-" if e["refs"] is None else str(e["refs"]), e["state"]]
+                    for e in s["entries"]]
+            if rows:
+                _table(out, ["    kind", "entry", "size", "refs", "state"],
+                       [["    " + r[0], *r[1:]] for r in rows])
+    t = data["totals"]
+    out.line(f"\nlive sessions: {human_size(t['live_bytes'])}; old sessions: "
+             f"{human_size(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
+             f"--address ...`)")
+
+
+def render_ray_clean(out: Output, plan: Any) -> None:
+    data = plan.to_dict()
+    if not data["removable"]:
+        out.line("No old Ray session caches to remove")
+    else:
+        verb = "Would remove" if data["dry_run"] else "Removed"
+        out.line(f"{verb} {len(data['removable'])} old session caches, "
+                 f"{human_size(data['freed_bytes'])}:")
+        rows = [[r["node_id"][:12], r["session"], human_size(r["size_bytes"]), r["path"]]
+                for r in data["removable"]]
+        _table(out, ["node", "session", "size", "path"], rows)
+    out.line(f"\nKept: {data['note']}.")
+    out.line("Current settings:")
+    for key, value in data["settings"].items():
+        out.line(f"  {key}={value}")

@@ -1,0 +1,190 @@
+"""`rtenv cache ls|gc|purge --address <ray>`: Ray nodes' runtime-env caches.
+
+Each alive node is measured by a Ray task pinned to it (`ray_scan.py`, sent as source to a job on
+the cluster, or run as a driver for a GCS address). It lists every `session_*` dir's
+`runtime_resources` and joins the live session's entries with what the node's runtime-env agent
+reports (reference counts). Only OLD sessions' caches are ever deleted: Ray 2.60's agent trusts its
+in-memory URI cache and would hand out a deleted directory of the live session; the live session
+is bounded by the `RAY_RUNTIME_ENV_<PLUGIN>_CACHE_SIZE_GB` settings, which are reported instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import OperationError, TransportError, UnsupportedError
+
+MARKER = "RTENV_SCAN "
+DEFAULT_CACHE_GB = 10
+LIVE_SESSION_NOTE = (
+    "the live session's caches are left to Ray: its agent trusts an in-memory cache and would "
+    "hand out a deleted directory; bound them with RAY_RUNTIME_ENV_<PLUGIN>_CACHE_SIZE_GB "
+    f"(default {DEFAULT_CACHE_GB} GB per plugin) on `ray start`")
+
+
+@dataclass(frozen=True)
+class RayNodesListing:
+    address: str
+    nodes: tuple[dict[str, Any], ...]
+    reported: int | None = None  # runtime envs the state API reports cluster-wide
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "nodes": list(self.nodes), "reported": self.reported,
+                "totals": _totals(self.nodes), "note": LIVE_SESSION_NOTE}
+
+
+@dataclass(frozen=True)
+class RayCleanPlan:
+    address: str
+    nodes: tuple[dict[str, Any], ...]
+    dry_run: bool
+    removable: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    removed: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r["size_bytes"] for r in self.removable)
+
+    def settings(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for node in self.nodes:
+            for key, value in (node.get("settings") or {}).items():
+                out.setdefault(key, value if value else f"{DEFAULT_CACHE_GB} (default)")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "dry_run": self.dry_run,
+                "removable": list(self.removable), "removed": list(self.removed),
+                "freed_bytes": self.freed_bytes, "settings": self.settings(),
+                "note": LIVE_SESSION_NOTE}
+
+
+def _totals(nodes: tuple[dict[str, Any], ...]) -> dict[str, int]:
+    live = old = 0
+    for node in nodes:
+        for s in node["sessions"]:
+            if s["live"]:
+                live += s["size_bytes"]
+            else:
+                old += s["size_bytes"]
+    return {"live_bytes": live, "old_sessions_bytes": old, "reclaimable_bytes": old}
+
+
+def _script() -> str:
+    return Path(__file__).with_name("ray_scan.py").read_text(encoding="utf-8")
+
+
+def _auth_headers() -> dict[str, str]:
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _via_job(address: str, args: list[str], timeout: float) -> str:
+    try:
+        from ray.job_submission import JobStatus, JobSubmissionClient
+    except ImportError as exc:
+        raise UnsupportedError("listing Ray nodes needs the `ray` package",
+                               hint="pip install 'ray[default]'") from exc
+    try:
+        client = JobSubmissionClient(address, headers=_auth_headers() or None)
+    except Exception as exc:
+        raise TransportError(f"cannot reach the Ray dashboard at {address}: {exc}",
+                             hint="check --address (http://<head>:8265)") from exc
+    # the job's shell is started by Ray's job supervisor, a Ray worker: the interpreter whose
+    # site-packages hold the `_raylet.so` it mapped has `ray`, whatever `python` on PATH is
+    find_python = (
+        "PY=; R=$(grep -m1 -o '/[^ ]*/site-packages/ray/_raylet.so' /proc/$PPID/maps "
+        "2>/dev/null); if [ -n \"$R\" ]; then V=${R%/lib/*}; "
+        "[ -x \"$V/bin/python\" ] && PY=\"$V/bin/python\"; fi; [ -z \"$PY\" ] && PY=python3; ")
+    entry = (find_python + '"$PY" -c ' + shlex.quote(_script()) + " "
+             + " ".join(map(shlex.quote, args)))
+    job_id = client.submit_job(entrypoint=entry, metadata={"rtenv": "cache-scan"})
+    deadline = time.monotonic() + timeout
+    while True:
+        status = client.get_job_status(job_id)
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            break
+        if time.monotonic() > deadline:
+            client.stop_job(job_id)
+            raise OperationError(f"the node scan job {job_id} did not finish in {timeout:g}s")
+        time.sleep(0.3)
+    logs = client.get_job_logs(job_id)
+    if status != JobStatus.SUCCEEDED:
+        raise OperationError(f"the node scan job {job_id} failed:\n{logs[-2000:]}")
+    return str(logs)
+
+
+def _via_driver(address: str, args: list[str], timeout: float) -> str:
+    env = dict(os.environ, RAY_ADDRESS=address)
+    proc = subprocess.run([sys.executable, "-c", _script(), *args], env=env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise OperationError(f"the node scan failed:\n{proc.stderr[-2000:]}",
+                             hint="is the Ray cluster reachable at this GCS address?")
+    return proc.stdout
+
+
+def _scan(address: str, mode: str, older_than_s: float | None,
+          timeout: float = 300) -> tuple[dict[str, Any], ...]:
+    args = [mode, "-" if older_than_s is None else str(older_than_s)]
+    is_http = address.startswith(("http://", "https://"))
+    out = (_via_job if is_http else _via_driver)(address, args, timeout)
+    for line in reversed(out.splitlines()):
+        if line.startswith(MARKER):
+            nodes = json.loads(line[len(MARKER):])["nodes"]
+            return tuple(_join(n) for n in nodes)
+    raise OperationError("the node scan printed no result", hint=out[-1000:])
+
+
+def _join(node: dict[str, Any]) -> dict[str, Any]:
+    """Attach the agent's reference counts to the live session's entries."""
+    refs: dict[tuple[str, str], int] = {}
+    for state in (node.get("agent") or {}).get("states") or []:
+        for uri in state["uris"]:
+            key = (uri["kind"], uri["dir"])
+            refs[key] = refs.get(key, 0) + int(state["ref_cnt"])
+    for session in node["sessions"]:
+        for entry in session["entries"]:
+            entry["refs"] = refs.get((entry["kind"], entry["name"]), 0) if session["live"] \
+                else None
+            entry["state"] = ("old session (orphaned)" if not session["live"] else
+                              "referenced" if entry["refs"] else "cached, unreferenced")
+    return node
+
+
+def _reported(address: str) -> int | None:
+    if not address.startswith(("http://", "https://")):
+        return None
+    import requests
+
+    try:
+        resp = requests.get(f"{address.rstrip('/')}/api/v0/runtime_envs",
+                            params={"detail": "1", "limit": "10000"}, timeout=30,
+                            headers=_auth_headers())
+        return int(resp.json()["data"]["result"]["total"])
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        return None
+
+
+def list_ray_nodes(address: str) -> RayNodesListing:
+    nodes = _scan(address, "scan", None)
+    return RayNodesListing(address, nodes, _reported(address))
+
+
+def clean_ray_nodes(address: str, *, dry_run: bool,
+                    older_than_s: float | None = None) -> RayCleanPlan:
+    nodes = _scan(address, "scan" if dry_run else "clean", older_than_s)
+    removable = tuple({"node_id": n["node_id"], "node_ip": n["node_ip"],
+                       "session": s["name"], "path": f"{s['path']}/runtime_resources",
+                       "size_bytes": s["size_bytes"]}
+                      for n in nodes for s in n["sessions"] if s["removable"])
+    removed = tuple(p for n in nodes for p in n.get("removed") or [])
+    return RayCleanPlan(address, nodes, dry_run, removable, removed)
