@@ -228,7 +228,7 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
         notes.extend(n for n in result.notes if n not in notes)
         valid = valid and not any(d.ray_error for d in found)
         key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in prefix) or "."
-        normalized[key.replace(".[", "[")] = result.normalized
+        normalized[key.replace(".[", "[")] = _strip_placeholders(result.normalized)
     for dup in doc.positions.duplicates:
         diags.append(Diagnostic(
             "RTE103", _sev("RTE103"), f"duplicate key {dup.path[-1]!r}: the value on line "
@@ -241,6 +241,20 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     final = normalized.get(".") if kind == "runtime_env" else normalized
     return FileReport(path, valid, tuple(diags), final if valid else None, tuple(notes), kind,
                       doc.text)
+
+
+def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Drop the stand-in URIs of local packages when rtenv's packaging module is missing."""
+    if value is None:
+        return None
+    from rtenv_cli.core.lint.pipeline import PLACEHOLDER_URI
+
+    out = dict(value)
+    if out.get("working_dir") == PLACEHOLDER_URI:
+        del out["working_dir"]
+    if isinstance(out.get("py_modules"), list):
+        out["py_modules"] = [m for m in out["py_modules"] if m != PLACEHOLDER_URI]
+    return out
 
 
 def _sev(code: str) -> Severity:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from rtenv_cli.core.spec import model
 from rtenv_cli.core.spec import normalize as n
-from rtenv_cli.core.spec.construct import construct
+from rtenv_cli.core.spec.construct import _truthy, construct
 
 Api = Literal["job-submit", "ray-init"]
 PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
@@ -309,6 +309,13 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
         exc.hint = exc.hint or ("the client accepted this (`_validate: false`), but the job "
                                 "fails when the server re-validates it")
     result.errors.extend(again.errors)
+    if api == "ray-init" and not again.errors:
+        # ray.init sends `serialize()`, a validated rebuild of the object it validated: with
+        # `_validate: false` that object holds the raw values, so one constructor pass only
+        if "_validate" in rt and not _truthy(rt["_validate"]):
+            raw = {k: v for k, v in rt.items() if k != "_validate"}
+            again = construct(raw, base_dir, env=env, prefix=prefix, to_dict=False)
+        result.normalized = json.loads(json.dumps(again.normalized, allow_nan=True))
     if isinstance(normalized.get("config"), dict):
         for exc in n.config_proto_errors(normalized["config"], (*prefix, "config")):
             exc.stage = "server" if api == "job-submit" else "runtime_env"

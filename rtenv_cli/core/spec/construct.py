@@ -61,7 +61,7 @@ def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def construct(  # noqa: PLR0912 - one branch per Ray stage, kept in Ray's order
     d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
-    env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (),
+    env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (), to_dict: bool = True,
 ) -> Constructed:
     """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`.
 
@@ -103,6 +103,8 @@ def construct(  # noqa: PLR0912 - one branch per Ray stage, kept in Ray's order
     if not allow_local_paths:
         _no_local_paths(rt, errors, prefix)
 
+    if not to_dict:  # e.g. RuntimeEnv.serialize(): one constructor pass, no deepcopy
+        return Constructed(copy.deepcopy(rt), errors)
     # to_dict(): deepcopy re-runs __setitem__, i.e. every field parser, on every key
     out: dict[str, Any] = {}
     for key, value in rt.items():
