@@ -41,9 +41,12 @@ def _source_lines(report: FileReport, diag: Diagnostic, color: bool) -> list[str
 
 
 def _status(report: FileReport) -> str:
-    verdict = "valid" if report.valid else "invalid (Ray rejects it)"
+    verdict = "invalid (Ray rejects it)"
+    if report.valid:
+        verdict = "valid" if not report.count(Severity.ERROR) else "valid for Ray, but"
     counts = [_plural(report.count(s), s.value) for s in Severity if report.count(s)]
-    return f"{report.path}: {verdict}" + (f", {', '.join(counts)}" if counts else "")
+    sep = " " if verdict.endswith("but") else ", "
+    return f"{report.path}: {verdict}" + (f"{sep}{', '.join(counts)}" if counts else "")
 
 
 def render_text(out: Output, report: ValidateReport) -> None:

@@ -126,12 +126,44 @@ class Context:
         return lines[span.line - 1][span.column - 1: span.end_column - 1]
 
 
+_STRING_SLOTS = (
+    ("env_vars", "*"), ("pip", "#"), ("pip", "packages", "#"), ("pip", "pip_version"),
+    ("pip", "pip_install_options", "#"), ("uv", "#"), ("uv", "packages", "#"),
+    ("uv", "uv_version"), ("uv", "uv_pip_install_options", "#"), ("image_uri",),
+    ("py_executable",), ("worker_process_setup_hook",), ("java_jars", "#"), ("working_dir",),
+    ("py_modules", "#"), ("excludes", "#"), ("config", "log_files", "#"), ("conda",),
+    ("container", "image"), ("container", "worker_path"), ("container", "run_options", "#"),
+)
+
+
+def expects_string(path: Sequence[Any]) -> bool:
+    """Is `path` (relative to the runtime_env) a place where Ray wants a string?"""
+    for slot in _STRING_SLOTS:
+        if len(slot) == len(path) and all(
+                s == p or (s == "*" and isinstance(p, str)) or (s == "#" and isinstance(p, int))
+                for s, p in zip(slot, path, strict=True)):
+            return True
+    return False
+
+
+_MESSAGE_HINTS = (
+    ("setup_timeout_seconds must be greater", "use a positive number of seconds, or -1 for no "
+     "timeout"),
+    ("must be of type int", "write a whole number of seconds, unquoted"),
+    ("eager_install must be a boolean", "write true or false, unquoted"),
+    ("can only have these fields", "see `rtenv rules RTE006` for the allowed keys"),
+)
+
+
 def coercion_hint(raw: str | None, value: Any) -> str | None:
     """Why YAML 1.1 made `raw` a non-string, and the quoted fix."""
     if raw is None or not raw or raw[0] in "\"'[{|>&*!":
         return None
     import datetime
 
+    if raw[:1].isdigit() and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and raw == str(value):
+        return f"write it as a string: \"{raw}\""
     kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
              (datetime.datetime, "a timestamp"), (datetime.date, "a date"),
              (type(None), "null"))
@@ -158,9 +190,13 @@ def _ray_diagnostics(ctx: Context, result: PipelineResult) -> list[Diagnostic]:
         rel = exc.json_path[len(ctx.prefix):]
         hint = exc.hint
         value = _lookup(ctx.data, rel)
-        coerced = coercion_hint(ctx.raw(rel), value) if value is not _MISSING else None
-        if coerced:
-            hint = coerced
+        if value is not _MISSING and expects_string(rel):
+            hint = coercion_hint(ctx.raw(rel), value) or hint
+        if hint is None:
+            hint = next((h for m, h in _MESSAGE_HINTS if m in exc.message), None)
+        if hint is None and ("is not a valid path" in exc.message or
+                             "is not a valid file" in exc.message):
+            hint = f"relative paths resolve against {ctx.base_dir} (the current directory)"
         prefer = "key" if code in ("RTE002", "RTE005") else "value"
         out.append(ctx.diag(code, exc.message, rel, hint=hint, prefer=prefer, ray_error=True))
     return out
@@ -319,8 +355,4 @@ def validate_paths(paths: Sequence[str | Path], options: ValidateOptions | None 
             reports.append(validate_bytes(stdin or b"", "-", options))
         else:
             reports.append(_finish(name, load_path(name), options))
-    if options.resolve:
-        from rtenv_cli.core.lint.resolve import resolve_reports
-
-        reports = resolve_reports(reports, options)
     return ValidateReport(tuple(reports), options.api, options.fail_on)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from rtenv_cli.core.lint.rules import env_vars, excludes, keys, paths, requirements, size
+from rtenv_cli.core.lint.rules import (
+    env_vars,
+    excludes,
+    keys,
+    paths,
+    requirements,
+    resolve,
+    size,
+)
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
-          *requirements.CHECKS, *size.CHECKS)
+          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS)

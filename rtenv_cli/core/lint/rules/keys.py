@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context, coercion_hint
+from rtenv_cli.core.lint.engine import Context, coercion_hint, expects_string
 from rtenv_cli.core.spec import model
 
 # keys users put at the top level that belong elsewhere
@@ -92,11 +92,13 @@ def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
         return
     reported = {e.json_path for e in ctx.pipeline.errors}  # Ray's error already says it
-    for field in ("env_vars", "pip", "uv", "image_uri", "py_executable", "conda",
+    for field in ("env_vars", "pip", "uv", "image_uri", "py_executable",
                   "worker_process_setup_hook", "java_jars", "container"):
         if field not in ctx.data:
             continue
         for path, value in _walk(ctx.data[field], (field,)):
+            if not expects_string(path):
+                continue
             if isinstance(value, (Mapping, list, str)):
                 if isinstance(value, str) and _looks_exponent(ctx.raw(path), value):
                     yield ctx.diag("RTE104", f"`{value}` is a string, not a number: YAML 1.1 "
@@ -106,7 +108,7 @@ def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
             if (*ctx.prefix, *path) in reported:
                 continue
             hint = coercion_hint(ctx.raw(path), value)
-            if hint and field != "conda":
+            if hint:
                 yield ctx.diag("RTE104", f"unquoted value becomes {type(value).__name__} "
                                f"{value!r}, not the text you wrote", path, prefer="value",
                                hint=hint)
