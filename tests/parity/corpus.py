@@ -55,6 +55,8 @@ CASES: list[tuple[str, str, str | bytes]] = [
     ("set_plugin", "yaml", "my_plugin: !!set {a, b}\n"),
     ("bom", "yaml", b"\xef\xbb\xbfenv_vars:\n  A: '1'\n"),
     ("latin1", "yaml", b"env_vars:\n  A: 'caf\xe9'\n"),
+    ("nul_byte", "yaml", b"env_vars: {A: '\x00'}\n"),
+    ("control_char", "json", b'{"env_vars": {"A": "\x07"}}'),
     ("surrogates_json", "json", '{"env_vars": {"ROCKET": "\\ud83d\\ude80"}}'),
     ("nan_plugin", "yaml", "my_plugin: .nan\n"),
     ("inf_plugin", "yaml", "my_plugin: {x: -.inf}\n"),

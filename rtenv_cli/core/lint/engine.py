@@ -233,7 +233,8 @@ def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text:
                 first = alt.errors[0]
                 msg = (f"{_api_name(other)} rejects this runtime_env ({first.kind}: "
                        f"{first.message})")
-            diags.append(ctx.diag("RTE009", msg, ()))
+            diags.append(ctx.diag("RTE009", msg, (),
+                                  hint=f"run `rtenv validate --api {other}` for the details"))
     for check in _rule_modules():
         diags.extend(check(ctx))
     return diags, result

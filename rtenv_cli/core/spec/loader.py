@@ -183,7 +183,12 @@ def load_text(text: str, name: str) -> LoadedDoc:
     positions = Positions()
     # Ray opens the file in text mode: universal newlines
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    loader = yaml.SafeLoader(text)
+    try:
+        # the Reader checks the characters in the constructor already (ReaderError)
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
+                         text)
     try:
         node = loader.get_single_node()
         if node is not None:

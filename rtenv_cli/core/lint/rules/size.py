@@ -46,12 +46,16 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
 
 
 def _fallback_scan(root: Path, kind: str, excludes: Sequence[str]) -> Scan:
+    import warnings
+
     import pathspec
 
     patterns = list(excludes)
     if kind == "working_dir":
         patterns += list(model.DEFAULT_EXCLUDES)
-    spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    with warnings.catch_warnings():  # Ray uses "gitwildmatch"; pathspec 1.x deprecates the name
+        warnings.simplefilter("ignore", DeprecationWarning)
+        spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
     files: list[tuple[str, int]] = []
     if root.is_file():
         return Scan(((root.name, root.stat().st_size),), root.stat().st_size, False, (), False)

@@ -1,0 +1,161 @@
+"""`rtenv validate`: exit codes, formats, inputs, golden output, and no tracebacks ever.
+
+Regenerate the golden files with `RTENV_UPDATE_GOLDEN=1 pytest tests/cli/test_validate.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rtenv_cli import __version__
+from tests.support.cli import run_cli, run_process
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "golden" / "validate"
+EXAMPLES = "examples/validate"
+GOLDEN_CASES = ["runtime_env.yaml", "clean_runtime_env.yaml", "invalid_runtime_env.json",
+                "serve_config.yaml"]
+FORMATS = {"text": "txt", "json": "json", "github": "github", "sarif": "sarif.json"}
+
+
+def _filter(text: str) -> str:
+    text = text.replace(__version__, "[VERSION]")
+    return re.sub(r"(?<![\w/])/(?:tmp|work|root|home)/[^\s'\")]*", "[TMP]", text)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_golden_output(case: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = run_cli(["validate", f"{EXAMPLES}/{case}", "--format", fmt])
+    actual = f"$ rtenv validate {EXAMPLES}/{case} --format {fmt}\nexit_code: {result.exit_code}\n" \
+             f"----- stdout -----\n{_filter(result.stdout)}"
+    golden = GOLDEN / f"{case.replace('.', '_')}.{FORMATS[fmt]}.golden"
+    if os.environ.get("RTENV_UPDATE_GOLDEN") == "1":
+        golden.write_text(actual)
+    assert golden.exists(), f"missing {golden}: run with RTENV_UPDATE_GOLDEN=1"
+    assert actual == golden.read_text()
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("env_vars: {A: '1'}\n")
+    warn = tmp_path / "warn.yaml"
+    warn.write_text("env_var: {A: '1'}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env_vars: {A: 1}\n")
+    assert run_cli(["validate", str(good)]).exit_code == 0
+    assert run_cli(["validate", str(warn)]).exit_code == 0
+    assert run_cli(["validate", str(warn), "--fail-on", "warning"]).exit_code == 1
+    assert run_cli(["validate", str(warn), "--strict"]).exit_code == 1
+    assert run_cli(["validate", str(bad)]).exit_code == 1
+    assert run_cli(["validate", str(good), str(bad)]).exit_code == 1
+    missing = run_cli(["validate", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2
+    assert "no such file" in missing.stderr
+    assert "hint:" in missing.stderr
+    assert run_cli(["validate"]).exit_code == 2
+    assert run_cli(["validate", str(good), "--api", "bogus"]).exit_code == 2
+    assert run_cli(["validate", str(good), "--format", "xml"]).exit_code == 2
+
+
+def test_json_shape(tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("pip: [requests]\nenv_vars:\n  N: 4\n")
+    result = run_cli(["validate", str(file), "-f", "json"])
+    assert result.exit_code == 1
+    data = result.json
+    [entry] = data["files"]
+    assert entry["path"] == str(file)
+    assert entry["valid"] is False
+    assert entry["normalized"] is None
+    [diag] = [d for d in entry["diagnostics"] if d["code"] == "RTE006"]
+    assert (diag["line"], diag["column"], diag["severity"]) == (3, 6, "error")
+    assert set(diag) >= {"code", "severity", "message", "line", "column"}
+
+
+def test_stdin_and_directories(tmp_path: Path) -> None:
+    result = run_cli(["validate", "-", "-f", "json"], input='{"env_vars": {"A": "1"}}')
+    assert result.exit_code == 0
+    assert result.json["files"][0]["normalized"] == {"env_vars": {"A": "1"}}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "runtime_env.yaml").write_text("env_vars: {A: 1}\n")
+    (tmp_path / "other.yaml").write_text("not: a runtime_env\n")
+    result = run_cli(["validate", str(tmp_path), "-f", "json"])
+    assert [f["path"] for f in result.json["files"]] == [str(tmp_path / "sub" / "runtime_env.yaml")]
+    result = run_cli(["validate", str(tmp_path), "--glob", "*.yaml", "-f", "json"])
+    assert len(result.json["files"]) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_cli(["validate", str(empty)]).exit_code == 2
+
+
+def test_api_difference_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    (tmp_path / "runtime_env.yaml").write_text("py_modules: [mod.py]\n")
+    submit = run_cli(["validate", "runtime_env.yaml"])
+    assert submit.exit_code == 1
+    assert "RTE009" in submit.stdout
+    assert "ray.init" in submit.stdout
+    init = run_cli(["validate", "runtime_env.yaml", "--api", "ray-init"])
+    assert init.exit_code == 0
+    assert "RTE009" in init.stdout
+
+
+def test_serve_config_positions_in_outer_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = run_cli(["validate", f"{EXAMPLES}/serve_config.yaml", "-f", "json"])
+    [entry] = result.json["files"]
+    assert entry["kind"] == "serve"
+    [diag] = entry["diagnostics"]
+    assert (diag["line"], diag["json_path"]) == (13, ["applications", 1, "runtime_env",
+                                                      "env_vars", "BATCH_SIZE"])
+
+
+def test_base_dir_overrides_cwd(tmp_path: Path) -> None:
+    (tmp_path / "reqs.txt").write_text("requests\n")
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("pip: reqs.txt\n")
+    assert run_cli(["validate", str(file)]).exit_code == 1  # CWD is elsewhere, like Ray
+    result = run_cli(["validate", str(file), "--base-dir", str(tmp_path), "-f", "json"])
+    assert result.exit_code == 0
+    assert result.json["files"][0]["normalized"]["pip"]["packages"] == ["requests"]
+
+
+def test_as_a_real_process(tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.json"
+    file.write_text('{\n\t"env_vars": {}\n}\n')
+    result = run_process(["validate", str(file)])
+    assert result.exit_code == 1
+    assert f"{file}:2:1: RTE001 error: ScannerError" in result.stdout
+    assert "Traceback" not in result.stderr
+    result = run_process(["validate", "-", "--format", "github"], input="pip: [a]\nconda: x\n")
+    assert result.exit_code == 1
+    assert result.stdout.startswith("::error file=-,line=2,col=1")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=3) |
+                 st.dictionaries(st.sampled_from(["pip", "uv", "conda", "env_vars", "config",
+                                                  "working_dir", "py_modules", "excludes",
+                                                  "image_uri", "container", "x", "A"]),
+                                 inner, max_size=4),
+                 max_leaves=10).map(lambda v: json.dumps(v).encode()),
+))
+def test_arbitrary_bytes_never_crash(data: bytes) -> None:
+    result = run_cli(["validate", "-", "--format", "json"], input=data.decode("latin-1"))
+    assert result.exit_code in (0, 1, 2)
+    assert "internal error" not in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout

@@ -1,0 +1,155 @@
+"""One case per rule: a runtime_env that triggers it, at the expected line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.lint.diagnostic import Severity
+from rtenv_cli.core.lint.engine import FileReport, ValidateOptions, validate_bytes
+from rtenv_cli.core.lint.registry import all_rules, get_rule
+
+
+def check(text: str, base: Path, **kw: object) -> FileReport:
+    options = ValidateOptions(base_dir=base, env={}, **kw)  # type: ignore[arg-type]
+    return validate_bytes(text.encode(), "t.yaml", options)
+
+
+CASES = [
+    ("RTE001", "env_vars: [1\n", 2, False),
+    ("RTE002", "- pip: [a]\n", 1, False),
+    ("RTE002", "1: a\n", 1, False),
+    ("RTE003", "working_dir: nope\n", 1, False),
+    ("RTE004", "worker_process_setup_hook: 42\n", 1, False),
+    ("RTE005", "pip: [a]\nconda: env\n", 2, False),
+    ("RTE005", "image_uri: x\npip: [a]\n", 2, False),
+    ("RTE006", "env_vars:\n  DEBUG: yes\n", 2, False),
+    ("RTE007", "my_plugin: 2024-06-01\n", 1, False),
+    ("RTE007", "my_plugin: .nan\n", 1, False),
+    ("RTE008", "config:\n  setup_timeout_seconds: true\n", 2, False),
+    ("RTE008", "worker_process_setup_hook: 0\n", 1, False),
+    ("RTE009", "py_modules: [mod.py]\n", 1, False),
+    ("RTE101", "env_var: {A: '1'}\n", 1, True),
+    ("RTE102", "config: {setup_timeout: 5}\n", 1, True),
+    ("RTE102", "conda: {dependecies: [x]}\n", 1, True),
+    ("RTE103", "env_vars:\n  A: '1'\n  A: '2'\n", 3, True),
+    ("RTE104", "env_vars: {N: 1e3}\n", 1, True),
+    ("RTE105", "nsight: default\n_nsight: x\n", 2, True),
+    ("RTE111", "pip: ~/reqs.txt\n", 1, False),
+    ("RTE112", "working_dir: ''\nexcludes: ['*']\n", 1, True),
+    ("RTE122", "excludes: ['*.log']\n", 1, True),
+    ("RTE130", "env_vars: {CUDA_VISIBLE_DEVICES: '0'}\n", 1, True),
+    ("RTE131", "env_vars: {OMP_NUM_THREADS: '8'}\n", 1, True),
+    ("RTE132", "env_vars: {PYTHONPATH: /opt/lib}\n", 1, True),
+    ("RTE133", "env_vars:\n  HF_TOKEN: hf_abcdefghijklmnopqrstu\n", 2, True),
+    ("RTE134", "env_vars:\n  A: $B/x\n  B: /opt\n", 2, True),
+    ("RTE135", "env_vars: {'A=B': x}\n", 1, True),
+    ("RTE140", "pip: ['ray==2.9.0']\n", 1, True),
+    ("RTE141", "pip: [a, 'a==1']\n", 1, True),
+    ("RTE142", "uv: ['--index-url x', a]\n", 1, True),
+    ("RTE143", "pip: ['git+https://example.com/x.git']\n", 1, True),
+    ("RTE144", "pip: [torch]\n", 1, True),
+    ("RTE145", "pip: reqs.txt\n", 1, True),
+    ("RTE146", "pip: {packages: [a], pip_version: '23.3'}\n", 1, True),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "line", "valid"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_fires(tmp_path: Path, code: str, text: str, line: int, valid: bool) -> None:
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    (tmp_path / "reqs.txt").write_text("# comment\nrequests\n")
+    report = check(text, tmp_path)
+    hits = [d for d in report.diagnostics if d.code == code]
+    assert hits, [(d.code, d.message) for d in report.diagnostics]
+    assert hits[0].line == line
+    assert report.valid is valid
+    assert hits[0].hint  # every finding says what to do
+
+
+def test_clean_file_has_no_findings(tmp_path: Path) -> None:
+    report = check("working_dir: s3://b/x.zip\nenv_vars: {A: '1'}\n"
+                   "pip: ['requests==2.32.3']\nconfig: {setup_timeout_seconds: 900}\n", tmp_path)
+    assert report.valid
+    assert report.diagnostics == ()
+    assert report.normalized == {
+        "working_dir": "s3://b/x.zip", "env_vars": {"A": "1"},
+        "pip": {"packages": ["requests==2.32.3"], "pip_check": False},
+        "config": {"setup_timeout_seconds": 900, "eager_install": True, "log_files": []},
+        "_ray_commit": "b7f4259e944bf6959f721b106adc366ddfa0c356"}
+
+
+def test_strict_makes_unknown_fields_errors(tmp_path: Path) -> None:
+    report = check("env_var: {A: '1'}\n", tmp_path, strict=True)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE101"]
+    assert diag.severity is Severity.ERROR
+    assert report.valid  # Ray still accepts it: the verdict does not change
+
+
+def test_all_errors_reported_at_once(tmp_path: Path) -> None:
+    report = check("pip: [a]\nconda: x\nenv_vars: {A: 1}\nconfig: {setup_timeout_seconds: 0}\n"
+                   "excludes: 5\n", tmp_path)
+    codes = [(d.code, d.line) for d in report.diagnostics if d.ray_error]
+    assert ("RTE005", 2) in codes
+    assert ("RTE006", 3) in codes
+    assert ("RTE006", 4) in codes
+    assert ("RTE006", 5) in codes
+
+
+def test_secret_values_are_redacted(tmp_path: Path) -> None:
+    report = check("env_vars:\n  API_KEY: supersecretvalue123\n", tmp_path)
+    text = " ".join(d.message + (d.hint or "") for d in report.diagnostics)
+    assert "supersecretvalue123" not in text
+    assert "sup****" in text
+
+
+def test_path_relative_to_file_not_cwd(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "a.py").write_text("x = 1\n")
+    runtime_env = project / "runtime_env.yaml"
+    runtime_env.write_text("working_dir: src\n")
+    from rtenv_cli.core.lint.engine import validate_paths
+
+    report = validate_paths([runtime_env], ValidateOptions(base_dir=tmp_path, env={}))
+    [file] = report.files
+    assert not file.valid  # Ray resolves against the CWD: src does not exist there
+    assert {d.code for d in file.diagnostics} >= {"RTE003", "RTE110"}
+    fixed = validate_paths([runtime_env], ValidateOptions(base_dir=project, env={}))
+    assert fixed.files[0].valid
+
+
+def test_excludes_everything_and_size(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.py").write_text("x = 1\n")
+    (tmp_path / "proj" / "big.bin").write_bytes(b"\0" * (11 * 1024 * 1024))
+    report = check("working_dir: proj\nexcludes: ['*']\n", tmp_path)
+    assert "RTE120" in {d.code for d in report.diagnostics}
+    report = check("working_dir: proj\n", tmp_path)
+    [big] = [d for d in report.diagnostics if d.code == "RTE151"]
+    assert "big.bin" in big.message
+
+
+def test_package_over_the_job_submit_limit(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    with (tmp_path / "proj" / "model.safetensors").open("wb") as f:
+        f.truncate(101 * 1024 * 1024)  # sparse: fast to create
+    report = check("working_dir: proj\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE150"]
+    assert "model.safetensors" in diag.message
+    assert diag.severity is Severity.ERROR
+    ray_init = check("working_dir: proj\n", tmp_path, api="ray-init")
+    assert "RTE150" not in {d.code for d in ray_init.diagnostics}
+
+
+def test_every_rule_is_documented() -> None:
+    codes = [r.code for r in all_rules()]
+    assert len(codes) == len(set(codes))
+    for rule in all_rules():
+        assert all((rule.what, rule.why, rule.example, rule.fixed)), rule.code
+        assert get_rule(rule.code) is rule
+        assert get_rule(rule.name) is rule
+        assert "## What it does" in rule.docs()
+    used = {c[0] for c in CASES} | {"RTE110", "RTE120", "RTE150", "RTE151"}
+    assert used | {"RTE121", "RTE160", "RTE161"} == set(codes)
