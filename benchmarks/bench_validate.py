@@ -1,0 +1,56 @@
+"""`rtenv validate FILE` and `rtenv --help` as processes, against Ray's fastest offline check of
+the same file: `import yaml; from ray.runtime_env import RuntimeEnv; RuntimeEnv(**safe_load(f))`.
+
+Both sides run with bytecode caching on (a fresh PYTHONPYCACHEPREFIX, filled by a warm-up run),
+as on a normal install: this machine's shell sets PYTHONDONTWRITEBYTECODE=1, which would make
+every run recompile every module and measure the compiler instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import Row, time_process
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_S = 0.3
+TARGET_RATIO = 3.0
+FILES = ("examples/validate/clean_runtime_env.yaml", "examples/validate/runtime_env.yaml")
+
+
+def _rtenv() -> list[str]:
+    script = Path(sys.executable).with_name("rtenv")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rtenv_cli"]
+
+
+def _ray_check(file: str) -> list[str]:
+    code = ("import yaml\nfrom ray.runtime_env import RuntimeEnv\n"
+            f"RuntimeEnv(**(yaml.safe_load(open({file!r})) or {{}}))")
+    return [sys.executable, "-c", code]
+
+
+def run(quick: bool) -> list[Row]:
+    repeat = 3 if quick else 15
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="rtenv-bench-pyc-") as pyc:
+        env = {"PYTHONPYCACHEPREFIX": pyc, "PYTHONDONTWRITEBYTECODE": "", "NO_COLOR": "1"}
+        for file in FILES:
+            ours = time_process([*_rtenv(), "validate", file], repeat=repeat, env=env,
+                                cwd=str(REPO), warmup=2)
+            ray = time_process(_ray_check(file), repeat=repeat, env=env, cwd=str(REPO), warmup=2)
+            ratio = ray["median"] / ours["median"]
+            rows.append(Row(
+                "validate", f"wall time: validate {Path(file).name}", "s", ours["median"],
+                ray["median"], f"< {TARGET_S} s and >= {TARGET_RATIO:g}x faster than Ray",
+                ours["median"] < TARGET_S and ratio >= TARGET_RATIO,
+                f"median of {repeat}; rtenv min {ours['min']:.3f} max {ours['max']:.3f}; "
+                f"ray min {ray['min']:.3f} max {ray['max']:.3f}; ray side = import "
+                "ray.runtime_env + RuntimeEnv(**yaml.safe_load(file))"))
+        helped = time_process([*_rtenv(), "--help"], repeat=repeat, env=env, cwd=str(REPO),
+                              warmup=2)
+        rows.append(Row("validate", "wall time: rtenv --help", "s", helped["median"], None,
+                        f"< {TARGET_S} s", helped["median"] < TARGET_S,
+                        f"median of {repeat}; min {helped['min']:.3f} max {helped['max']:.3f}"))
+    return rows
