@@ -85,7 +85,7 @@ class Environments:
         return self.store.root.parent / "uv-cache"
 
     # -- components -------------------------------------------------------------------------------
-    def _package_entry(self, kind: str, uri: str) -> tuple[str, bool]:
+    def _package_entry(self, kind: str, uri: str, *, ensure: bool = True) -> tuple[str, bool]:
         key = f"{kind}:{hashlib.sha256(uri.encode()).hexdigest()[:32]}"
         scheme = _archive_kind(uri)
         if scheme not in ("gcs", "file", "https"):
@@ -94,6 +94,8 @@ class Environments:
         if uri.endswith(".whl"):
             raise UnsupportedError(f"{kind} wheel {uri} is not supported by the rtenv agent",
                                    hint="list the wheel under `pip` instead")
+        if not ensure:
+            return key, False
         built = []
 
         def build(tree: Path) -> None:
@@ -118,9 +120,11 @@ class Environments:
         return key, bool(built)
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
-                    env_vars: Mapping[str, str]) -> tuple[str, bool]:
+                    env_vars: Mapping[str, str], *, ensure: bool = True) -> tuple[str, bool]:
         packages, options = _packages(kind, value, base_dir)
         key = builders.venv_key(kind, packages, options)
+        if not ensure:
+            return key, False
         built = []
 
         def build(tree: Path) -> None:
@@ -137,6 +141,23 @@ class Environments:
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> EnvHandle:
+        handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
+                                     base_dir=base_dir, build=True)
+        assert handle is not None  # noqa: S101 - build=True never returns None
+        return handle
+
+    def try_hit(self, runtime_env: Mapping[str, Any], *, holder: str, pid: int | None = None,
+                lease_s: float | None = None) -> EnvHandle | None:
+        """The environment if every entry is already built (no build, no wait), else None.
+
+        One short transaction: cheap enough for the server's event loop.
+        """
+        return self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
+                                   base_dir=None, build=False)
+
+    def _get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
+                       pid: int | None, lease_s: float | None, base_dir: Path | None,
+                       build: bool) -> EnvHandle | None:
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
             raise UnsupportedError(
@@ -148,17 +169,21 @@ class Environments:
         env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         if runtime_env.get("pip") and runtime_env.get("uv"):
             raise AgentError("`pip` and `uv` cannot both be set", hint="keep one of them")
-        for _attempt in range(5):  # a gc may remove a just-built entry before we hold it
+        # attempt 0 only looks keys up (a cache hit is one transaction); later ones build
+        for attempt in range(6):  # a gc may remove a just-built entry before we hold it
+            ensure = attempt > 0
+            if ensure and not build:
+                return None
             keys: list[str] = []
             built: list[str] = []
             wd = runtime_env.get("working_dir")
             if wd:
-                key, fresh = self._package_entry("working_dir", str(wd))
+                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure)
                 keys.append(key)
                 built += [key] if fresh else []
             mods = []
             for uri in runtime_env.get("py_modules") or []:
-                key, fresh = self._package_entry("py_modules", str(uri))
+                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure)
                 keys.append(key)
                 mods.append(key)
                 built += [key] if fresh else []
@@ -166,7 +191,7 @@ class Environments:
             for kind in ("pip", "uv"):
                 if runtime_env.get(kind):
                     venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir,
-                                                       env_vars)
+                                                       env_vars, ensure=ensure)
                     keys.append(venv_key)
                     built += [venv_key] if fresh else []
             spec = {"entries": keys, "env_vars": env_vars}

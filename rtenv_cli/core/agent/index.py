@@ -75,6 +75,9 @@ class Index:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
+        # one writer at a time in this process: SQLite's own busy handler backs off by sleeping
+        # (1, 2, 5, 10 ms...), which would turn contention between threads into latency spikes
+        self._write_lock = threading.Lock()
         self.conn().executescript(SCHEMA)
 
     def conn(self) -> sqlite3.Connection:
@@ -93,13 +96,14 @@ class Index:
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         db = self.conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._write_lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     # -- entries ----------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:

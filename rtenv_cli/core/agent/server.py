@@ -163,8 +163,11 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         lease = data.get("lease_s")
         if pid is None and lease is None:
             lease = 24 * 3600.0
-        handle = await run_in_threadpool(lambda: envs.get_or_create(
-            runtime_env, holder=holder, pid=pid, lease_s=lease))
+        # a cache hit is one short transaction: answer it on the event loop, no thread hop
+        handle = envs.try_hit(runtime_env, holder=holder, pid=pid, lease_s=lease)
+        if handle is None:
+            handle = await run_in_threadpool(lambda: envs.get_or_create(
+                runtime_env, holder=holder, pid=pid, lease_s=lease))
         if handle.built:
             await run_in_threadpool(budget.enforce, store)
         return JSONResponse(handle.to_dict())

@@ -1,0 +1,197 @@
+"""The rtenv agent vs Ray 2.60's pip and uv plugins, on the same machine in the same run.
+
+- env create for `six`: rtenv cold (empty store and empty uv cache) and warm (empty store, warm
+  uv cache), vs Ray's pip and uv plugins asked directly through the node's runtime-env agent
+  (`POST /get_or_create_runtime_env`, what the raylet sends), on a fresh head;
+- disk size of each environment;
+- cache-hit get-or-create latency p50/p99 over HTTP with 1, 2 and 8 concurrent clients, and in
+  process;
+- 100 concurrent identical creates against a real agent process: number of builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from benchmarks.common import Row
+
+B = "agent"
+
+
+def _du(path: Path) -> int:
+    out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0])
+
+
+def _rtenv_create(root: Path, packages: list[str], holder: str = "bench") -> tuple[float, Path]:
+    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.agent.store import Store
+
+    envs = Environments(Store(root / "store"))
+    start = time.perf_counter()
+    handle = envs.get_or_create({"pip": packages}, holder=holder)
+    return time.perf_counter() - start, Path(handle.venv or "")
+
+
+def _ray_create(plugin: str, packages: list[str]) -> tuple[float, int, str]:
+    """Seconds and bytes for one create through a fresh head's runtime-env agent."""
+    import requests
+    from ray.core.generated import runtime_env_agent_pb2
+    from ray.runtime_env import RuntimeEnv
+
+    from tests.support.ray_head import ray_head
+
+    with ray_head(num_cpus=1) as head:
+        code = "import ray, json; ray.init(); print(json.dumps(ray.nodes()[0]))"
+        proc = head.run_driver(code)
+        node = json.loads(proc.stdout.strip().splitlines()[-1])
+        url = f"http://{node['NodeManagerAddress']}:{node['RuntimeEnvAgentPort']}"
+        serialized = RuntimeEnv(**{plugin: packages}).serialize()
+        req = runtime_env_agent_pb2.GetOrCreateRuntimeEnvRequest(
+            serialized_runtime_env=serialized, job_id=b"01000000", source_process="bench")
+        start = time.perf_counter()
+        resp = requests.post(f"{url}/get_or_create_runtime_env",
+                             data=req.SerializeToString(), timeout=600)
+        seconds = time.perf_counter() - start
+        reply = runtime_env_agent_pb2.GetOrCreateRuntimeEnvReply.FromString(resp.content)
+        if reply.status != 0:
+            return seconds, 0, reply.error_message[-300:]
+        context = json.loads(reply.serialized_runtime_env_context)
+        venv = Path(context["py_executable"]).parent.parent
+        return seconds, _du(venv.parent), ""
+
+
+def _agent(root: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", "--port", str(port),
+                             "--root", str(root)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from tests.support.ports import wait_for_port
+
+    wait_for_port(port)
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=20)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements
+    import requests
+
+    from tests.support.ports import free_port
+
+    rows: list[Row] = []
+    work = Path(tempfile.mkdtemp(prefix="rtenv-bench-agent-"))
+    os.environ["RTENV_HOME"] = str(work / "home")
+    try:
+        # -- create: rtenv cold / warm ---------------------------------------------------------
+        cold_s, venv = _rtenv_create(work / "home", ["six==1.16.0"])
+        rtenv_bytes = _du(venv)
+        warm_root = work / "home2"
+        warm_root.mkdir()
+        shutil.copytree(work / "home" / "uv-cache", warm_root / "uv-cache", symlinks=True)
+        warm_s, _ = _rtenv_create(warm_root, ["six==1.16.0"])
+        ray_pip_s, ray_pip_bytes, pip_err = _ray_create("pip", ["six==1.16.0"])
+        ray_uv_s, ray_uv_bytes, uv_err = _ray_create("uv", ["six==1.16.0"])
+        rows += [
+            Row(B, "create six (cold) vs Ray pip plugin", "s", cold_s, ray_pip_s,
+                ">= 5x faster than Ray's pip plugin", ray_pip_s >= 5 * cold_s and not pip_err,
+                "rtenv: empty store + empty uv cache; Ray: fresh head, agent "
+                "/get_or_create_runtime_env" + (f"; Ray error: {pip_err}" if pip_err else "")),
+            Row(B, "create six (cold) vs Ray uv plugin", "s", cold_s, ray_uv_s, "faster",
+                ray_uv_s > cold_s and not uv_err, uv_err),
+            Row(B, "create six (warm uv cache) vs Ray pip plugin", "s", warm_s, ray_pip_s,
+                ">= 5x faster than Ray's pip plugin", ray_pip_s >= 5 * warm_s and not pip_err),
+            Row(B, "env size on disk vs Ray pip plugin", "MB", rtenv_bytes / 1e6,
+                ray_pip_bytes / 1e6, ">= 10x smaller", ray_pip_bytes >= 10 * rtenv_bytes,
+                "du -sb of the venv; Ray clones its base venv"),
+            Row(B, "env size on disk vs Ray uv plugin", "MB", rtenv_bytes / 1e6,
+                ray_uv_bytes / 1e6, ">= 10x smaller", ray_uv_bytes >= 10 * rtenv_bytes),
+        ]
+
+        # -- cache-hit latency -----------------------------------------------------------------
+        from rtenv_cli.core.agent.envs import Environments
+        from rtenv_cli.core.agent.store import Store
+
+        envs = Environments(Store(work / "home" / "store"))
+        lat = []
+        for i in range(200 if quick else 1000):
+            start = time.perf_counter()
+            h = envs.get_or_create({"pip": ["six==1.16.0"]}, holder=f"p{i}")
+            lat.append(time.perf_counter() - start)
+            envs.release(h.key, f"p{i}")
+        rows.append(Row(B, "cache-hit get-or-create, in process, p99", "ms",
+                        _pct(lat, 0.99) * 1e3, None, "< 10 ms", _pct(lat, 0.99) < 0.010,
+                        f"p50 {statistics.median(lat) * 1e3:.2f} ms, {len(lat)} calls"))
+
+        port = free_port()
+        agent = _agent(work / "home" / "store", port)
+        try:
+            url = f"http://127.0.0.1:{port}/api/envs"
+            body = {"runtime_env": {"pip": ["six==1.16.0"]}, "pid": os.getpid()}
+            requests.post(url, json={**body, "holder": "warmup"}, timeout=60).raise_for_status()
+            per_client = 50 if quick else 250
+
+            def client(n: int) -> list[float]:
+                session = requests.Session()
+                out = []
+                for i in range(per_client):
+                    start = time.perf_counter()
+                    resp = session.post(url, json={**body, "holder": f"c{n}-{i}"}, timeout=60)
+                    out.append(time.perf_counter() - start)
+                    assert resp.status_code == 200, resp.text
+                return out
+
+            for clients in (1, 2, 8):
+                with ThreadPoolExecutor(clients) as pool:
+                    hits = [x for part in pool.map(client, range(clients)) for x in part]
+                p50, p99 = statistics.median(hits), _pct(hits, 0.99)
+                rows.append(Row(B, f"cache-hit get-or-create over HTTP, {clients} concurrent "
+                                "client(s), p99", "ms", p99 * 1e3, None, "< 10 ms", p99 < 0.010,
+                                f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; clients "
+                                "(python requests) share the 2 cores with the agent"))
+        finally:
+            _stop(agent)
+
+        # -- 100 concurrent identical creates: one build --------------------------------------
+        port = free_port()
+        agent = _agent(work / "concurrent", port)
+        try:
+            url = f"http://127.0.0.1:{port}/api/envs"
+
+            def create(i: int) -> bool:
+                resp = requests.post(url, json={"runtime_env": {"uv": ["six==1.17.0"]},
+                                                "holder": f"h{i}"}, timeout=300)
+                resp.raise_for_status()
+                return bool(resp.json()["built"])
+
+            start = time.perf_counter()
+            with ThreadPoolExecutor(100) as pool:
+                built = list(pool.map(create, range(100)))
+            wall = time.perf_counter() - start
+            builds = sum(built)
+            rows.append(Row(B, "100 concurrent identical creates: builds", "builds",
+                            float(builds), 1.0, "exactly 1", builds == 1,
+                            f"wall {wall:.2f} s; Ray's agent also builds once (research: 10 "
+                            "concurrent tasks -> 1 install)"))
+        finally:
+            _stop(agent)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
