@@ -131,6 +131,18 @@ def test_excludes_everything_and_size(tmp_path: Path) -> None:
     assert "big.bin" in big.message
 
 
+def test_gitignore_dropping_python(tmp_path: Path) -> None:
+    (tmp_path / "proj" / "lib").mkdir(parents=True)
+    (tmp_path / "proj" / "main.py").write_text("import lib.m\n")
+    (tmp_path / "proj" / "lib" / "m.py").write_text("x = 1\n")
+    (tmp_path / "proj" / ".gitignore").write_text("lib/\n*.log\n")
+    report = check("working_dir: proj\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE121"]
+    assert "lib/m.py" in diag.message or "`lib`" in diag.message
+    ignored = check("working_dir: proj\n", tmp_path)
+    assert ignored.valid
+
+
 def test_package_over_the_job_submit_limit(tmp_path: Path) -> None:
     (tmp_path / "proj").mkdir()
     with (tmp_path / "proj" / "model.safetensors").open("wb") as f:
@@ -151,5 +163,5 @@ def test_every_rule_is_documented() -> None:
         assert get_rule(rule.code) is rule
         assert get_rule(rule.name) is rule
         assert "## What it does" in rule.docs()
-    used = {c[0] for c in CASES} | {"RTE110", "RTE120", "RTE150", "RTE151"}
-    assert used | {"RTE121", "RTE160", "RTE161"} == set(codes)
+    used = {c[0] for c in CASES} | {"RTE110", "RTE120", "RTE121", "RTE150", "RTE151"}
+    assert used | {"RTE160", "RTE161"} == set(codes)  # those two: tests/core/lint/test_resolve

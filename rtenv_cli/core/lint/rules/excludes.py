@@ -9,6 +9,8 @@ from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.lint.engine import Context
 from rtenv_cli.core.lint.rules.size import _scans
 
+SHOWN = 5  # offenders named in one message
+
 
 def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
@@ -19,6 +21,12 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
         yield ctx.diag("RTE122", "excludes has no effect: there is no local working_dir or "
                        "py_modules to package", ("excludes",),
                        hint="remove it, or point working_dir at a local directory")
+    if isinstance(excludes, str) and ctx.options.api == "ray-init" and scans:
+        chars = ", ".join(repr(c) for c in dict.fromkeys(excludes))
+        yield ctx.diag("RTE120", f"ray.init reads the string `{excludes}` as the patterns "
+                       f"{chars}: one per character" + (", and `*` excludes everything"
+                                                         if "*" in excludes else ""),
+                       ("excludes",), prefer="value", hint=f"write a list: [\"{excludes}\"]")
     if isinstance(excludes, list):
         for i, pattern in enumerate(excludes):
             if isinstance(pattern, str) and Path(pattern).is_absolute() and \
@@ -35,11 +43,14 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
                            "package", path, prefer="value",
                            hint="narrow `excludes` (and .gitignore/.rayignore) so that your code "
                            "stays in")
-        for rel in result.ignored_py:
-            yield ctx.diag("RTE121", f"`{rel}` holds .py files that .gitignore/.rayignore leave "
-                           "out of the package", path, prefer="value",
-                           hint=f"check with `rtenv check-ignore {source / rel}`; un-ignore it "
-                           "in a .rayignore (`!` rules) if the job imports it")
+        if result.ignored_py:
+            extra = len(result.ignored_py) - SHOWN
+            shown = ", ".join(f"`{r}`" for r in result.ignored_py[:SHOWN])
+            more = f" and {extra} more" if extra > 0 else ""
+            yield ctx.diag("RTE121", f".gitignore/.rayignore leave Python code out of the package: "
+                           f"{shown}{more}", path, prefer="value",
+                           hint=f"check with `rtenv check-ignore {source / result.ignored_py[0]}`; "
+                           "un-ignore it in a .rayignore (`!` rules) if the job imports it")
 
 
 CHECKS = (check_excludes,)

@@ -38,44 +38,92 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
     try:
         from rtenv_cli.core.packaging.walk import scan_package
     except ImportError:
-        return _fallback_scan(root, kind, excludes)
+        return _fallback_scan(root, kind, excludes, env)
     result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
     files = tuple((e.relpath, e.size) for e in result.entries if not e.is_dir)
     return Scan(files, result.total_bytes, bool(result.root_excluded),
                 tuple(result.ignored_py_dirs), True)
 
 
-def _fallback_scan(root: Path, kind: str, excludes: Sequence[str]) -> Scan:
+def _spec(lines: Sequence[str]) -> Any:
     import warnings
 
     import pathspec
 
+    with warnings.catch_warnings():  # Ray uses "gitwildmatch"; pathspec 1.x deprecates the name
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+
+
+def _holds_python(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix == ".py"
+    try:
+        return any(p.suffix == ".py" for _, p in zip(range(5000), path.rglob("*"), strict=False))
+    except OSError:
+        return False
+
+
+def _fallback_scan(root: Path, kind: str, excludes: Sequence[str],
+                   env: Mapping[str, str] | None = None) -> Scan:
+    """Ray's `_dir_travel` rules, approximated: root-relative excludes (+ the default excludes
+    for working_dir), then .gitignore/.rayignore of each directory for its subtree."""
+    env = env or {}
+    if root.is_file():
+        size = root.stat().st_size
+        return Scan(((root.name, size),), size, False, (), False)
     patterns = list(excludes)
     if kind == "working_dir":
         patterns += list(model.DEFAULT_EXCLUDES)
-    with warnings.catch_warnings():  # Ray uses "gitwildmatch"; pathspec 1.x deprecates the name
-        warnings.simplefilter("ignore", DeprecationWarning)
-        spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    use_gitignore = env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
     files: list[tuple[str, int]] = []
-    if root.is_file():
-        return Scan(((root.name, root.stat().st_size),), root.stat().st_size, False, (), False)
-    count = 0
-    for dirpath, dirs, names in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        dirs[:] = [d for d in dirs if not spec.match_file(os.path.normpath(
-            os.path.join(rel_dir, d)))]
-        for name in names:
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            if spec.match_file(rel):
-                continue
-            try:
-                files.append((rel, os.lstat(os.path.join(dirpath, name)).st_size))
-            except OSError:
-                continue
-            count += 1
-            if count > WALK_LIMIT:
+    ignored_py: list[str] = []
+    # (base directory, spec, from an ignore file?)
+    matchers: list[tuple[Path, Any, bool]] = [(root, _spec(patterns), False)]
+
+    def ignored_by(path: Path) -> tuple[bool, bool]:
+        for base, spec, from_file in matchers:
+            if spec.match_file(os.path.relpath(path, base)):
+                return True, from_file
+        return False, False
+
+    def travel(directory: Path, depth: int) -> None:
+        added = 0
+        for name in ((".gitignore",) if use_gitignore else ()) + (".rayignore",):
+            ignore_file = directory / name
+            if ignore_file.is_file():
+                try:
+                    lines = ignore_file.read_text(errors="replace").splitlines()
+                except OSError:
+                    continue
+                matchers.append((directory, _spec(lines), True))
+                added += 1
+        try:
+            children = sorted(directory.iterdir())
+        except OSError:
+            children = []
+        for child in children:
+            if len(files) > WALK_LIMIT:
                 break
-    return Scan(tuple(files), sum(s for _, s in files), False, (), False)
+            rel = os.path.relpath(child, root)
+            skip, from_file = ignored_by(child)
+            if skip:
+                if from_file and _holds_python(child):
+                    ignored_py.append(rel)
+                continue
+            if child.is_dir() and depth < 64:  # noqa: PLR2004 - Ray only stops at ELOOP
+                travel(child, depth + 1)
+            elif child.is_file():
+                try:
+                    files.append((rel, child.stat().st_size))
+                except OSError:
+                    continue
+        del matchers[len(matchers) - added:]
+
+    root_excluded = ignored_by(root)[0] if patterns else False
+    if not root_excluded:
+        travel(root, 0)
+    return Scan(tuple(files), sum(s for _, s in files), root_excluded, tuple(ignored_py), False)
 
 
 def offenders(files: Sequence[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
