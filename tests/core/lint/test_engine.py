@@ -1,0 +1,89 @@
+"""The engine's contract: validate_runtime_env / validate_paths, verdicts, exit codes, notes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.lint.engine import (
+    DEFAULT_GLOBS,
+    ValidateOptions,
+    expand_inputs,
+    validate_paths,
+    validate_runtime_env,
+)
+
+
+def test_validate_runtime_env_in_memory(tmp_path: Path) -> None:
+    report = validate_runtime_env({"uv": ["a"], "env_vars": {"A": "1"}}, base_dir=tmp_path)
+    assert report.valid
+    assert report.normalized == {"uv": {"packages": ["a"], "uv_check": False,
+                                        "uv_pip_install_options": ["--no-cache"]},
+                                 "env_vars": {"A": "1"}}
+    bad = validate_runtime_env({"pip": 5}, base_dir=tmp_path, source="inline")
+    assert not bad.valid
+    assert bad.path == "inline"
+    [diag] = [d for d in bad.diagnostics if d.ray_error]
+    assert diag.code == "RTE006"
+    assert diag.line is None  # no source, no positions
+
+
+def test_local_packages_are_omitted_with_a_note_until_hashed(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.py").write_text("x = 1\n")
+    report = validate_runtime_env({"working_dir": "proj", "env_vars": {"A": "1"}},
+                                  base_dir=tmp_path)
+    assert report.valid
+    try:
+        from rtenv_cli.core.packaging.hashing import package_uri  # noqa: F401
+    except ImportError:
+        assert "working_dir" not in report.normalized
+        assert any("not hashed" in note for note in report.notes)
+    else:
+        assert report.normalized["working_dir"].startswith("gcs://_ray_pkg_")
+
+
+def test_expand_inputs(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "runtime_env.yaml").write_text("{}")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "my-runtime-env.json").write_text("{}")
+    (tmp_path / "runtime_env.yml").write_text("{}")
+    (tmp_path / "values.yaml").write_text("{}")
+    found = expand_inputs([str(tmp_path)], DEFAULT_GLOBS)
+    assert found == [str(tmp_path / "a" / "my-runtime-env.json"), str(tmp_path / "runtime_env.yml")]
+    assert expand_inputs(["-"], DEFAULT_GLOBS) == ["-"]
+    with pytest.raises(UsageError):
+        expand_inputs([str(tmp_path / "missing.yaml")], DEFAULT_GLOBS)
+
+
+def test_report_exit_codes(tmp_path: Path) -> None:
+    warn = tmp_path / "runtime_env.yaml"
+    warn.write_text("env_var: {A: '1'}\n")
+    options = ValidateOptions(base_dir=tmp_path, env={})
+    assert validate_paths([warn], options).exit_code == 0
+    assert validate_paths([warn], ValidateOptions(base_dir=tmp_path, env={},
+                                                  fail_on="warning")).exit_code == 1
+    report = validate_paths([warn], options)
+    data = report.to_dict()
+    assert data["summary"] == {"files": 1, "invalid": 0, "errors": 0, "warnings": 1, "infos": 0}
+
+
+def test_parse_error_is_a_positioned_diagnostic(tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("env_vars:\n  A: '1'\n---\npip: []\n")
+    [report] = validate_paths([file], ValidateOptions(base_dir=tmp_path, env={})).files
+    [diag] = report.diagnostics
+    assert (diag.code, diag.line, diag.column) == ("RTE001", 3, 1)
+    assert "ComposerError" in diag.message
+    assert diag.hint
+
+
+def test_job_spec_normalized_by_location(tmp_path: Path) -> None:
+    file = tmp_path / "job.yaml"
+    file.write_text("entrypoint: python x.py\nruntime_env:\n  env_vars: {A: '1'}\n")
+    [report] = validate_paths([file], ValidateOptions(base_dir=tmp_path, env={})).files
+    assert report.kind == "job"
+    assert report.normalized == {"runtime_env": {"env_vars": {"A": "1"}}}
