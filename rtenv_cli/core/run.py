@@ -40,8 +40,10 @@ class RunRequest:
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
-def load_runtime_env(path: Path) -> tuple[dict[str, Any], Path]:
-    """The runtime_env in `path` (bare, or under a job spec's `runtime_env:`), validated."""
+def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None = None,
+                     ) -> tuple[dict[str, Any], Path]:
+    """The runtime_env in `path` (bare, or under a job spec's `runtime_env:`), validated;
+    validation warnings are appended to `warnings` as (message, hint)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file", hint="pass -r PATH to a runtime_env YAML/JSON")
     base_dir = path.resolve().parent
@@ -74,6 +76,10 @@ def load_runtime_env(path: Path) -> tuple[dict[str, Any], Path]:
         first = "; ".join(str(getattr(d, "message", d)) for d in report.diagnostics[:3])
         raise ConfigError(f"{path}: invalid runtime_env: {first}", path=str(path),
                           hint=f"rtenv validate {path}")
+    if warnings is not None:
+        for diag in report.diagnostics:
+            warnings.append((f"{path}: {getattr(diag, 'code', '')} {diag.message}".strip(),
+                             getattr(diag, "hint", None)))
     return data, base_dir
 
 
@@ -196,7 +202,10 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None]) -
     session = _Session(req)
     handle = _empty_handle()
     if req.runtime_env is not None:
-        runtime_env, base_dir = load_runtime_env(req.runtime_env)
+        found: list[tuple[str, str | None]] = []
+        runtime_env, base_dir = load_runtime_env(req.runtime_env, found)
+        for message, hint in found:
+            notify(message, hint)
         runtime_env = publish_local(runtime_env, base_dir, session.target)
         handle = session.create(runtime_env, base_dir)
     try:

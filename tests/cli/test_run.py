@@ -100,7 +100,7 @@ def test_without_cgroups_it_says_so_and_runs(tmp_path: Path) -> None:
 
 def test_unsupported_field_is_a_clear_error(tmp_path: Path) -> None:
     env = tmp_path / "env.yaml"
-    env.write_text("conda: environment.yml\n")
+    env.write_text("conda:\n  dependencies: [python=3.11]\n")
     res = run_process(["run", "-r", str(env), "--", "true"])
     assert res.exit_code == 1
     assert "not supported by the rtenv agent" in res.stderr

@@ -163,9 +163,8 @@ class Environments:
             raise UnsupportedError(
                 f"`{bad[0]}` is not supported by the rtenv agent",
                 hint="use pip or uv for dependencies, or run this job through Ray itself")
-        unknown = [k for k in runtime_env if k not in HANDLED + IGNORED]
-        if unknown:
-            raise UnsupportedError(f"`{unknown[0]}` is not supported by the rtenv agent")
+        # other unknown fields: Ray keeps them as plugin names and ignores them; so do we
+        # (`rtenv validate` and `rtenv run` warn about them)
         env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         if runtime_env.get("pip") and runtime_env.get("uv"):
             raise AgentError("`pip` and `uv` cannot both be set", hint="keep one of them")
