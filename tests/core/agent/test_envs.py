@@ -163,3 +163,43 @@ def test_gc_racing_creates_never_breaks_a_handle(tmp_path: Path) -> None:
     stop.set()
     gc_thread.join()
     assert errors == []
+
+
+def test_https_working_dir_strips_top_level_dir(tmp_path: Path) -> None:
+    import http.server
+    import threading as th
+
+    from tests.core.agent.helpers import crafted_zip
+
+    site = tmp_path / "site"
+    site.mkdir()
+    crafted_zip(site / "proj.zip", [("proj-main/app.py", b"print('remote')\n")])
+    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(site), **kw)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = th.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/proj.zip"
+        handle = Environments(Store(tmp_path / "store")).get_or_create({"working_dir": uri},
+                                                                       holder="h")
+        assert Path(handle.working_dir, "app.py").exists()  # type: ignore[arg-type]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_crafted_package_with_a_valid_name_is_refused_at_unpack(tmp_path: Path) -> None:
+    from rtenv_cli.core.agent.rayhash import _digests_for_zip
+    from rtenv_cli.core.errors import PackagingError
+    from tests.core.agent.helpers import crafted_zip
+
+    evil = crafted_zip(tmp_path / "evil.zip", [("ok.txt", b"x"), ("../escaped.txt", b"pwned")])
+    name = f"_ray_pkg_{_digests_for_zip(evil)['flat'].hex()}.zip"
+    store = Store(tmp_path / "store")
+    store.put_package(name, evil)  # its name matches its content: the store accepts it...
+    with pytest.raises(PackagingError, match="escapes"):  # ...but it is never unpacked
+        Environments(store).get_or_create({"working_dir": f"gcs://{name}"}, holder="h")
+    assert not (store.root / "entries" / "escaped.txt").exists()
+    assert not any(store.root.rglob("escaped.txt"))
+    assert list((store.root / "entries").iterdir()) == []
