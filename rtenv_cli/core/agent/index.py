@@ -78,6 +78,7 @@ class Index:
         # one writer at a time in this process: SQLite's own busy handler backs off by sleeping
         # (1, 2, 5, 10 ms...), which would turn contention between threads into latency spikes
         self._write_lock = threading.Lock()
+        self._autocheckpoint = True
         self.conn().executescript(SCHEMA)
 
     def conn(self) -> sqlite3.Connection:
@@ -89,9 +90,29 @@ class Index:
             # NORMAL is durable against process crashes in WAL mode; only power loss may drop
             # the last transaction, which recovery re-derives from the published directories
             db.execute("PRAGMA synchronous=NORMAL")
+            if not self._autocheckpoint:
+                db.execute("PRAGMA wal_autocheckpoint=0")
             db.row_factory = sqlite3.Row
             self._local.db = db
         return db
+
+    def checkpoint_in_background(self, interval_s: float = 2.0) -> None:
+        """For a long-running server: fold the WAL back from a daemon thread, off the request
+        path (an automatic checkpoint inside a commit fsyncs and shows up as p99 latency)."""
+        self._autocheckpoint = False
+        self.conn().execute("PRAGMA wal_autocheckpoint=0")
+
+        def loop() -> None:
+            import contextlib
+            import time as _time
+
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            while True:
+                _time.sleep(interval_s)
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+        threading.Thread(target=loop, name="rtenv-wal-checkpoint", daemon=True).start()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:

@@ -77,6 +77,7 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     from rtenv_cli.core.cache.ls import list_store
 
     store = store or Store(config.root)
+    store.index.checkpoint_in_background()
     envs = Environments(store)
     budget = cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s)
     token = (config.token or "").encode()
