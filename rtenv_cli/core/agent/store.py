@@ -262,11 +262,30 @@ class Store:
             if data["key"] not in known:
                 data.pop("refs", None)
                 self.index.put(Entry(**data))
+        for rel, kind in self._loose_files():
+            key = f"{kind}:{rel.rsplit('/', 1)[-1]}"
+            if key not in known:  # published by rename, killed before the index row
+                st = (self.root / rel).stat()
+                name = rel.rsplit("/", 1)[-1]
+                self.index.put(Entry(key=key, kind=kind,
+                                     uri=f"gcs://{name}" if kind == "package" else f"sha256:{name}",
+                                     label=name if kind == "package" else name[:12], path=rel,
+                                     size_bytes=st.st_size, created_at=st.st_mtime,
+                                     last_used_at=st.st_mtime))
         for entry in known.values():
             if not (self.root / entry.path).exists():
                 with self.index.tx() as db:
                     self.index.delete(db, entry.key)
         self.index.prune_refs()
+
+    def _loose_files(self) -> Iterator[tuple[str, str]]:
+        for item in os.scandir(self.root / "packages"):
+            if item.is_file():
+                yield f"packages/{item.name}", "package"
+        for shard in os.scandir(self.root / "blobs"):
+            if shard.is_dir():
+                for item in os.scandir(shard.path):
+                    yield f"blobs/{shard.name}/{item.name}", "blob"
 
 
 def _copy_in(src: Path | BinaryIO, dest: Path, hasher=None) -> int:  # type: ignore[no-untyped-def]

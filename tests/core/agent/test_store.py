@@ -156,3 +156,63 @@ def test_remove_refuses_busy_key(tmp_path: Path) -> None:
     assert store.remove("k") is True
     assert store.index.get("k") is None
     assert list((store.root / "entries").iterdir()) == []
+
+
+def test_recover_indexes_package_renamed_before_its_row(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a.py": "x = 1\n"})
+    uri, pkg = ray_package(src, tmp_path)
+    name = uri.removeprefix("gcs://")
+    store = Store(tmp_path / "store")
+    store.put_package(name, pkg)
+    with store.index.tx() as db:  # a SIGKILL between the rename and the index write
+        store.index.delete(db, f"package:{name}")
+    entry = Store(tmp_path / "store").index.get(f"package:{name}")
+    assert entry is not None
+    assert entry.kind == "package"
+    assert entry.size_bytes == pkg.stat().st_size
+
+
+_CHURN = """
+import hashlib, io, sys
+from pathlib import Path
+from rtenv_cli.core.agent.store import Store
+store = Store(Path(sys.argv[1]))
+i = int(sys.argv[2]) * 100000
+while True:
+    i += 1
+    data = str(i).encode() * 2000
+    store.put_blob(hashlib.sha256(data).hexdigest(), io.BytesIO(data))
+    store.get_or_build(f"e{i}", kind="uv", uri="u", label="l",
+                       build=lambda t: [(t / f"f{n}").write_bytes(data) for n in range(20)])
+    if i % 3 == 0:
+        store.remove(f"e{i - 1}")
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_keeps_the_store_consistent(tmp_path: Path) -> None:
+    import random
+
+    root = tmp_path / "store"
+    Store(root)
+    rng = random.Random(7)
+    for round_ in range(8):
+        proc = subprocess.Popen([sys.executable, "-c", _CHURN, str(root), str(round_)])
+        time.sleep(0.4 + rng.random() * 0.4)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        store = Store(root)  # recovery
+        assert list((root / "tmp").iterdir()) == []
+        assert list((root / "trash").iterdir()) == []
+        entries = store.index.all()
+        for entry in entries:
+            path = root / entry.path
+            assert path.exists(), entry
+            if entry.kind == "uv":
+                assert (path / "meta.json").exists()
+                assert len(list((path / "tree").iterdir())) == 20  # never a partial build
+            if entry.kind == "blob":
+                assert hashlib.sha256(path.read_bytes()).hexdigest() == entry.key[5:]
+        indexed = {e.path for e in entries}
+        assert {f"entries/{p.name}" for p in (root / "entries").iterdir()} <= indexed
+    assert sum(1 for e in Store(root).index.all() if e.kind == "uv") >= 8  # work was done
