@@ -195,7 +195,7 @@ def test_sigkill_at_random_points_keeps_the_store_consistent(tmp_path: Path) -> 
 
     root = tmp_path / "store"
     Store(root)
-    rng = random.Random(7)
+    rng = random.Random(7)  # noqa: S311 - kill timing, not crypto
     for round_ in range(8):
         proc = subprocess.Popen([sys.executable, "-c", _CHURN, str(root), str(round_)])
         time.sleep(0.4 + rng.random() * 0.4)
