@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from rtenv_cli.core.spec import model
 from rtenv_cli.core.spec import normalize as n
-from rtenv_cli.core.spec.construct import _truthy, construct
+from rtenv_cli.core.spec.construct import construct
 
 Api = Literal["job-submit", "ray-init"]
 PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
@@ -116,12 +116,13 @@ class _Packager:
             return False
         source = _resolve(wd, self.base_dir)
         if source.is_dir():
-            bad = [i for i, p in enumerate(user_list) if not isinstance(p, str)]
-            if bad:
-                self.fail(f"pattern:{bad[0] + 1} is not a string, RegexObject, or None.",
-                          ("excludes",), "TypeError", hint="write every exclude as a string")
+            problem = pathspec_problem(user_list)
+            if problem:
+                self.fail(problem, ("excludes",), "TypeError",
+                          hint="write excludes as a list of strings")
                 return False
-            rt["working_dir"] = self.uri_for(source, "working_dir", user_list, path)
+            rt["working_dir"] = self.uri_for(source, "working_dir", [p for p in user_list if p],
+                                             path)
             return True
         ext = n.package_extension(source.name, model.WORKING_DIR_EXTENSIONS)
         if not source.exists() or ext is None:
@@ -168,12 +169,16 @@ class _Packager:
             return mod
         source = _resolve(mod, self.base_dir)
         if source.is_dir() or Path(mod).suffix == ".py":
-            excludes = rt.get("excludes")
-            patterns: list[Any] = [] if excludes is None else _iter_or_fail(self, excludes)
-            if patterns is None:
-                return None
             if source.is_dir():
-                return self.uri_for(source, "py_module", patterns, path)
+                excludes = rt.get("excludes")
+                patterns = [] if excludes is None else excludes
+                problem = pathspec_problem(patterns)
+                if problem:
+                    self.fail(problem, ("excludes",), "TypeError",
+                              hint="write excludes as a list of strings")
+                    return None
+                return self.uri_for(source, "py_module", [p for p in patterns if p], path)
+            patterns = []
             absolute = source.absolute()
             if not source.is_file():
                 self.fail(f"File {absolute} must be an existing file", path)
@@ -200,17 +205,17 @@ class _Packager:
         return None
 
 
-def _iter_or_fail(packager: _Packager, excludes: Any) -> list[Any] | None:
-    try:
-        patterns = list(excludes)
-    except TypeError as exc:
-        packager.fail(str(exc), ("excludes",), "TypeError")
-        return None
-    if any(not isinstance(p, str) for p in patterns):
-        packager.fail("pattern:1 is not a string, RegexObject, or None.", ("excludes",),
-                      "TypeError")
-        return None
-    return patterns
+def pathspec_problem(lines: Any) -> str | None:
+    """What Ray's vendored pathspec (`PathSpec.from_lines`) raises for these patterns, if any:
+    strings and non-iterables are refused, falsy items skipped, other non-strings refused."""
+    from collections.abc import Iterable
+
+    if isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
+        return f"lines:{lines!r} is not an iterable."
+    for line in lines:
+        if line and not isinstance(line, str):
+            return f"pattern:{line!r} is not a string, RegexObject, or None."
+    return None
 
 
 def _non_finite(obj: Any, path: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
@@ -292,39 +297,78 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
         for key in ("working_dir", "py_modules"):
             if isinstance(rt.get(key), (str, list)):
                 rt.pop(key)
+    if api == "job-submit":
+        _job_submit_tail(rt, base_dir, env, prefix, result)
+    else:
+        _ray_init_tail(rt, base_dir, env, prefix, result)
+    # collected out of order (e.g. the driver's hook check); Ray's order decides which is first
+    result.errors.sort(key=lambda exc: _STAGE_ORDER.get(exc.stage, len(_STAGE_ORDER)))
+    if result.errors:
+        result.normalized = None
+    return result
+
+
+_STAGE_ORDER = {name: i for i, name in enumerate(
+    ("packaging", "setup_hook", "shape", "runtime_env", "json", "server", "driver"))}
+
+
+def _job_submit_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
+                     prefix: tuple[Any, ...], result: PipelineResult) -> None:
+    """RuntimeEnv(**rt) + to_dict(), the JSON body, then the job server's re-validation."""
     built = construct(rt, base_dir, env=env, prefix=prefix)
     for exc in built.errors:
         exc.stage = "runtime_env"
     result.errors.extend(built.errors)
-    normalized = built.normalized
-    _encode(normalized, api, result, prefix)
-    if result.errors:
-        return result
-    normalized = json.loads(json.dumps(normalized, allow_nan=api == "ray-init"))
+    _encode(built.normalized, "job-submit", result, prefix)
+    if any(exc.stage != "driver" for exc in result.errors):  # the client raised: not sent
+        return
+    normalized = json.loads(json.dumps(built.normalized, allow_nan=False))
     result.normalized = normalized
-    # what fails the job later: the server (job submit) or ray.init itself re-validates
     again = construct(normalized, base_dir, env=env, prefix=prefix)
     for exc in again.errors:
-        exc.stage = "server" if api == "job-submit" else "runtime_env"
+        exc.stage = "server"
         exc.hint = exc.hint or ("the client accepted this (`_validate: false`), but the job "
                                 "fails when the server re-validates it")
     result.errors.extend(again.errors)
-    if api == "ray-init" and not again.errors:
-        # ray.init sends `serialize()`, a validated rebuild of the object it validated: with
-        # `_validate: false` that object holds the raw values, so one constructor pass only
-        if "_validate" in rt and not _truthy(rt["_validate"]):
-            raw = {k: v for k, v in rt.items() if k != "_validate"}
-            again = construct(raw, base_dir, env=env, prefix=prefix, to_dict=False)
-        result.normalized = json.loads(json.dumps(again.normalized, allow_nan=True))
     if isinstance(normalized.get("config"), dict):
         for exc in n.config_proto_errors(normalized["config"], (*prefix, "config")):
-            exc.stage = "server" if api == "job-submit" else "runtime_env"
+            exc.stage = "server"
             exc.hint = ("ray job submit accepts this, then the job FAILS at supervisor start; "
                         "use an integer between 1 and 2147483647, or -1")
             result.errors.append(exc)
-    if result.errors:
-        result.normalized = None
-    return result
+
+
+def _ray_init_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
+                   prefix: tuple[Any, ...], result: PipelineResult) -> None:
+    """set_runtime_env(validate=True): RuntimeEnv(**rt) (no to_dict), then the job config's
+    protobuf: `serialize()` rebuilds a validated RuntimeEnv from it and json.dumps it."""
+    built = construct(rt, base_dir, env=env, prefix=prefix, to_dict=False)
+    for exc in built.errors:
+        exc.stage = "runtime_env"
+    result.errors.extend(built.errors)
+    if built.errors:
+        return
+    # get_runtime_env_info: the config (raw under `_validate: false`) and its protobuf first...
+    config = built.normalized.get("config")
+    if config is not None:
+        try:
+            checked = n.normalize_config(config, (*prefix, "config"))
+        except n.RuntimeEnvValueError as exc:
+            result.errors.append(exc)
+            return
+        for exc in n.config_proto_errors(checked, (*prefix, "config")):
+            exc.hint = "use an integer between 1 and 2147483647, or -1"
+            result.errors.append(exc)
+        if result.errors:
+            return
+    # ... then `serialize()`
+    serialized = construct(built.normalized, base_dir, env=env, prefix=prefix, to_dict=False)
+    for exc in serialized.errors:
+        exc.stage = "runtime_env"
+    result.errors.extend(serialized.errors)
+    _encode(serialized.normalized, "ray-init", result, prefix)
+    if not result.errors:
+        result.normalized = json.loads(json.dumps(serialized.normalized, allow_nan=True))
 
 
 def _setup_hook(rt: dict[str, Any], api: Api, result: PipelineResult,
