@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import Row
@@ -86,6 +86,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=20)
 
 
+def _hit_client(args: tuple[str, int, str, int]) -> list[float]:
+    import requests
+
+    url, pid, name, count = args
+    body = {"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid}
+    session = requests.Session()
+    out = []
+    for i in range(count):
+        start = time.perf_counter()
+        resp = session.post(url, json={**body, "holder": f"{name}-{i}"}, timeout=60)
+        out.append(time.perf_counter() - start)
+        assert resp.status_code == 200, resp.text
+    return out
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -147,25 +162,18 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
             body = {"runtime_env": {"pip": ["six==1.16.0"]}, "pid": os.getpid()}
             requests.post(url, json={**body, "holder": "warmup"}, timeout=60).raise_for_status()
             per_client = 50 if quick else 250
-
-            def client(n: int) -> list[float]:
-                session = requests.Session()
-                out = []
-                for i in range(per_client):
-                    start = time.perf_counter()
-                    resp = session.post(url, json={**body, "holder": f"c{n}-{i}"}, timeout=60)
-                    out.append(time.perf_counter() - start)
-                    assert resp.status_code == 200, resp.text
-                return out
-
             for clients in (1, 2, 8):
-                with ThreadPoolExecutor(clients) as pool:
-                    hits = [x for part in pool.map(client, range(clients)) for x in part]
+                # clients are separate processes, as `rtenv run`s or raylets would be
+                with ProcessPoolExecutor(clients) as pool:
+                    parts = pool.map(_hit_client, [(url, os.getpid(), f"c{clients}-{n}",
+                                                    per_client) for n in range(clients)])
+                    hits = [x for part in parts for x in part]
                 p50, p99 = statistics.median(hits), _pct(hits, 0.99)
                 rows.append(Row(B, f"cache-hit get-or-create over HTTP, {clients} concurrent "
-                                "client(s), p99", "ms", p99 * 1e3, None, "< 10 ms", p99 < 0.010,
-                                f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; clients "
-                                "(python requests) share the 2 cores with the agent"))
+                                "client process(es), p99", "ms", p99 * 1e3, None, "< 10 ms",
+                                p99 < 0.010,
+                                f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; client "
+                                "processes share the 2 cores with the agent"))
         finally:
             _stop(agent)
 
