@@ -8,13 +8,36 @@ _rtenv() {
     for ((i=1; i<COMP_CWORD; i++)); do
         case "${COMP_WORDS[i]}" in -*) ;; *)
             case "$path ${COMP_WORDS[i]}" in
+                " agent") path="$path agent" ;;
+                " cache") path="$path cache" ;;
+                " cache gc") path="$path gc" ;;
+                " cache ls") path="$path ls" ;;
+                " cache purge") path="$path purge" ;;
+                " rules") path="$path rules" ;;
+                " run") path="$path run" ;;
+                " validate") path="$path validate" ;;
             esac ;;
         esac
     done
     case "$prev" in
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --api) COMPREPLY=($(compgen -W 'job-submit ray-init' -- "$cur")); return ;;
+        --fail-on) COMPREPLY=($(compgen -W 'error warning' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json github sarif' -- "$cur")); return ;;
     esac
     case "$path" in
-        "") COMPREPLY=($(compgen -W '--version -V --help -h' -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W 'agent cache rules run validate --version -V --help -h' -- "$cur")) ;;
+        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --help -h' -- "$cur")) ;;
+        " cache") COMPREPLY=($(compgen -W 'gc ls purge --help -h' -- "$cur")) ;;
+        " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
+        " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
+        " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
+        " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
+        " run") COMPREPLY=($(compgen -W '--runtime-env -r --address --token --gpus --num-cpus --memory --cgroup-root --help -h' -- "$cur")) ;;
+        " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --help -h' -- "$cur")) ;;
     esac
     if [[ ${#COMPREPLY[@]} -eq 0 ]]; then COMPREPLY=($(compgen -f -- "$cur")); fi
 }
