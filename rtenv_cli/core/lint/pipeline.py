@@ -66,12 +66,20 @@ class _Packager:
         try:
             from rtenv_cli.core.packaging.hashing import package_uri
         except ImportError:
-            if not self._warned_missing:
-                self.result.notes.append(
-                    "local working_dir/py_modules are not hashed yet (rtenv's packaging module "
-                    "is not installed): their gcs:// URIs are omitted from `normalized`")
-                self._warned_missing = True
-            return PLACEHOLDER_URI
+            # rtenv's packaging feature is not installed: the same rules, walked here
+            from rtenv_cli.core.lint import packscan
+
+            if source.is_dir():
+                walked = packscan.cached_walk(source, kind, excludes, self.env)
+                if walked.truncated:
+                    if not self._warned_missing:
+                        self.result.notes.append(
+                            f"{source} has more than {packscan.WALK_LIMIT} paths: its gcs:// "
+                            "URI is not computed and is omitted from `normalized`")
+                        self._warned_missing = True
+                    return PLACEHOLDER_URI
+                return packscan.directory_uri(walked)
+            return packscan.file_uri(source)
         return package_uri(source, kind=kind, excludes=tuple(excludes), env=dict(self.env))
 
     def _uri_checked(self, value: str, field_name: str, path: tuple[Any, ...]) -> bool | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.lint import packscan
 from rtenv_cli.core.lint.engine import (
     DEFAULT_GLOBS,
     ValidateOptions,
@@ -30,19 +31,19 @@ def test_validate_runtime_env_in_memory(tmp_path: Path) -> None:
     assert diag.line is None  # no source, no positions
 
 
-def test_local_packages_are_omitted_with_a_note_until_hashed(tmp_path: Path) -> None:
+def test_local_packages_get_rays_uri(tmp_path: Path) -> None:
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "a.py").write_text("x = 1\n")
     report = validate_runtime_env({"working_dir": "proj", "env_vars": {"A": "1"}},
                                   base_dir=tmp_path)
     assert report.valid
-    try:
-        from rtenv_cli.core.packaging.hashing import package_uri  # noqa: F401
-    except ImportError:
-        assert "working_dir" not in report.normalized
-        assert any("not hashed" in note for note in report.notes)
-    else:
-        assert report.normalized["working_dir"].startswith("gcs://_ray_pkg_")
+    uri = report.normalized["working_dir"]
+    assert uri.startswith("gcs://_ray_pkg_")
+    assert len(uri) == len("gcs://_ray_pkg_.zip") + 16
+    (tmp_path / "proj" / "a.py").write_text("x = 2\n")
+    packscan._cache.clear()
+    again = validate_runtime_env({"working_dir": "proj"}, base_dir=tmp_path)
+    assert again.normalized["working_dir"] != uri  # content-addressed
 
 
 def test_expand_inputs(tmp_path: Path) -> None:

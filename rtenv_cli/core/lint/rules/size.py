@@ -23,7 +23,7 @@ class Scan:
     total_bytes: int
     root_excluded: bool
     ignored_py: tuple[str, ...]
-    exact: bool  # False: the packaging module is missing; .gitignore/.rayignore not applied
+    exact: bool
 
 
 def _user_excludes(data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -38,92 +38,18 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
     try:
         from rtenv_cli.core.packaging.walk import scan_package
     except ImportError:
-        return _fallback_scan(root, kind, excludes, env)
+        from rtenv_cli.core.lint import packscan
+
+        if root.is_file():
+            size = root.stat().st_size
+            return Scan(((root.name, size),), size, False, (), False)
+        walked = packscan.cached_walk(root, kind, excludes, env)
+        return Scan(walked.files, walked.total_bytes, walked.root_excluded, walked.ignored_py,
+                    True)
     result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
     files = tuple((e.relpath, e.size) for e in result.entries if not e.is_dir)
     return Scan(files, result.total_bytes, bool(result.root_excluded),
                 tuple(result.ignored_py_dirs), True)
-
-
-def _spec(lines: Sequence[str]) -> Any:
-    import warnings
-
-    import pathspec
-
-    with warnings.catch_warnings():  # Ray uses "gitwildmatch"; pathspec 1.x deprecates the name
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pathspec.PathSpec.from_lines("gitwildmatch", lines)
-
-
-def _holds_python(path: Path) -> bool:
-    if path.is_file():
-        return path.suffix == ".py"
-    try:
-        return any(p.suffix == ".py" for _, p in zip(range(5000), path.rglob("*"), strict=False))
-    except OSError:
-        return False
-
-
-def _fallback_scan(root: Path, kind: str, excludes: Sequence[str],
-                   env: Mapping[str, str] | None = None) -> Scan:
-    """Ray's `_dir_travel` rules, approximated: root-relative excludes (+ the default excludes
-    for working_dir), then .gitignore/.rayignore of each directory for its subtree."""
-    env = env or {}
-    if root.is_file():
-        size = root.stat().st_size
-        return Scan(((root.name, size),), size, False, (), False)
-    patterns = list(excludes)
-    if kind == "working_dir":
-        patterns += list(model.DEFAULT_EXCLUDES)
-    use_gitignore = env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-    files: list[tuple[str, int]] = []
-    ignored_py: list[str] = []
-    # (base directory, spec, from an ignore file?)
-    matchers: list[tuple[Path, Any, bool]] = [(root, _spec(patterns), False)]
-
-    def ignored_by(path: Path) -> tuple[bool, bool]:
-        for base, spec, from_file in matchers:
-            if spec.match_file(os.path.relpath(path, base)):
-                return True, from_file
-        return False, False
-
-    def travel(directory: Path, depth: int) -> None:
-        added = 0
-        for name in ((".gitignore",) if use_gitignore else ()) + (".rayignore",):
-            ignore_file = directory / name
-            if ignore_file.is_file():
-                try:
-                    lines = ignore_file.read_text(errors="replace").splitlines()
-                except OSError:
-                    continue
-                matchers.append((directory, _spec(lines), True))
-                added += 1
-        try:
-            children = sorted(directory.iterdir())
-        except OSError:
-            children = []
-        for child in children:
-            if len(files) > WALK_LIMIT:
-                break
-            rel = os.path.relpath(child, root)
-            skip, from_file = ignored_by(child)
-            if skip:
-                if from_file and _holds_python(child):
-                    ignored_py.append(rel)
-                continue
-            if child.is_dir() and depth < 64:  # noqa: PLR2004 - Ray only stops at ELOOP
-                travel(child, depth + 1)
-            elif child.is_file():
-                try:
-                    files.append((rel, child.stat().st_size))
-                except OSError:
-                    continue
-        del matchers[len(matchers) - added:]
-
-    root_excluded = ignored_by(root)[0] if patterns else False
-    if not root_excluded:
-        travel(root, 0)
-    return Scan(tuple(files), sum(s for _, s in files), root_excluded, tuple(ignored_py), False)
 
 
 def offenders(files: Sequence[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
