@@ -34,6 +34,18 @@ FIXTURES: dict[str, bytes] = {
     "bad.yaml": b"a: [1\n",
     "env.YML": b"name: x\n",
     "condadir/.keep": b"",
+    "proj3/app.py": b"import helpers\n",
+    "proj3/.git/config": b"[core]\n",
+    "proj3/__pycache__/app.cpython-311.pyc": b"\x00\x01",
+    "proj3/venv/bin/python": b"#!/bin/sh\n",
+    "proj3/sub/.rayignore": b"*.txt\n!keep.txt\n",
+    "proj3/sub/a.txt": b"a\n",
+    "proj3/sub/keep.txt": b"keep\n",
+    "proj3/sub/helpers.py": b"X = 1\n",
+    "proj3/drop/.gitignore": b"*\n",
+    "proj3/drop/gone.py": b"gone\n",
+    "proj3/empty_dir/.keep": b"",
+    "proj3/data/model.bin": b"\x00" * 4096,
 }
 
 # (name, extension, content); content is str (UTF-8) or bytes
@@ -112,6 +124,11 @@ CASES: list[tuple[str, str, str | bytes]] = [
     ("wd_bool", "yaml", "working_dir: true\n"),
     ("wd_file_tar_gz", "yaml", "working_dir: https://h/x.tar.gz\n"),
     ("wd_bz2", "yaml", "working_dir: https://h/x.tar.bz2\n"),
+    ("wd_proj3", "yaml", "working_dir: proj3\n"),
+    ("wd_proj3_excludes", "yaml", "working_dir: proj3\nexcludes: ['data/', '/app.py']\n"),
+    ("wd_proj3_abs_exclude", "yaml", "working_dir: proj3\nexcludes: ['{ROOT}/proj3/data']\n"),
+    ("pm_proj3", "yaml", "py_modules: [proj3]\n"),
+    ("pm_proj3_excludes", "yaml", "py_modules: [proj3, proj2/lib]\nexcludes: ['*.bin']\n"),
     # -- py_modules -------------------------------------------------------------------------------
     ("pm_dir", "yaml", "py_modules: [proj2/lib]\n"),
     ("pm_two_dirs", "yaml", "py_modules: [proj2/lib, proj]\n"),
