@@ -19,6 +19,9 @@ def run(
     runtime_env: Annotated[Path | None, typer.Option(
         "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec).",
         show_default=False)] = None,
+    base_dir: Annotated[Path | None, typer.Option(
+        "--base-dir", help="Resolve relative paths in the runtime_env against this directory. "
+        "Default: the current directory, as `ray job submit` does.", show_default=False)] = None,
     address: Annotated[str | None, typer.Option(
         "--address", envvar=AGENT_ENV, show_envvar=True,
         help="URL of this node's rtenv agent. Default: the embedded store (no server).")] = None,
@@ -57,7 +60,7 @@ def run(
     req = RunRequest(command=list(command), runtime_env=runtime_env, address=address,
                      token=token, gpus=gpus, num_cpus=num_cpus,
                      memory_bytes=parse_size(memory) if memory else None,
-                     cgroup_root=cgroup_root)
+                     cgroup_root=cgroup_root, base_dir=base_dir)
     code = run_command(req, notify=out.warning)
     raise typer.Exit(code)
 

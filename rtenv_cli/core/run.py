@@ -38,15 +38,20 @@ class RunRequest:
     memory_bytes: int | None = None
     cgroup_root: Path = Path("/sys/fs/cgroup")
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    base_dir: Path | None = None  # relative paths in the runtime_env; default: the CWD, like Ray
 
 
 def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None = None,
-                     ) -> tuple[dict[str, Any], Path]:
+                     base_dir: Path | None = None) -> tuple[dict[str, Any], Path]:
     """The runtime_env in `path` (bare, or under a job spec's `runtime_env:`), validated;
-    validation warnings are appended to `warnings` as (message, hint)."""
+    validation warnings are appended to `warnings` as (message, hint).
+
+    Relative paths resolve against `base_dir`, by default the current directory: that is what
+    `ray job submit --runtime-env FILE` does, so a file means the same to rtenv and to Ray.
+    """
     if not path.is_file():
         raise UsageError(f"{path}: no such file", hint="pass -r PATH to a runtime_env YAML/JSON")
-    base_dir = path.resolve().parent
+    base_dir = (base_dir or Path.cwd()).resolve()
     try:
         from rtenv_cli.core.spec.loader import load_path
 
@@ -94,7 +99,8 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
         source = (base_dir / value).resolve()
         if not source.exists():
             raise ConfigError(f"{kind} {value}: no such file or directory",
-                              hint="paths are relative to the runtime_env file")
+                              hint="relative paths resolve against the current directory, as "
+                              "in Ray; use --base-dir to change it")
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="rtenv-run-") as tmp:
@@ -119,7 +125,8 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
                 lines = req_file.read_text().splitlines()
             except OSError as exc:
                 raise ConfigError(f"{field_name}: cannot read {req_file}: {exc.strerror}",
-                                  hint="paths are relative to the runtime_env file") from exc
+                                  hint="relative paths resolve against the current directory "
+                                  "(--base-dir)") from exc
             out[field_name] = [ln.strip() for ln in lines
                                if ln.strip() and not ln.strip().startswith("#")]
     if isinstance(out.get("working_dir"), str):
@@ -203,7 +210,7 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None]) -
     handle = _empty_handle()
     if req.runtime_env is not None:
         found: list[tuple[str, str | None]] = []
-        runtime_env, base_dir = load_runtime_env(req.runtime_env, found)
+        runtime_env, base_dir = load_runtime_env(req.runtime_env, found, req.base_dir)
         for message, hint in found:
             notify(message, hint)
         runtime_env = publish_local(runtime_env, base_dir, session.target)

@@ -32,11 +32,12 @@ def test_run_and_cache_against_a_real_agent(tmp_path: Path) -> None:
         code = ("import os, six; print(open('data.txt').read(), six.__version__, "
                 "os.environ['K'])")
         res = run_process(["run", "--address", agent.url, "--token", "t0ken", "-r",
-                           str(env_file), "--", "python", "-c", code])
+                           str(env_file), "--base-dir", str(tmp_path), "--", "python", "-c", code])
         assert res.exit_code == 0, res.stderr
         assert res.stdout.strip() == "from the agent 1.16.0 v"
         assert str(agent.root) in run_process(
-            ["run", "--address", agent.url, "--token", "t0ken", "-r", str(env_file), "--",
+            ["run", "--address", agent.url, "--token", "t0ken", "-r", str(env_file),
+             "--base-dir", str(tmp_path), "--",
              "python", "-c", "import sys; print(sys.executable)"]).stdout
         listing = run_cli(["cache", "ls", "--agent", agent.url, "--token", "t0ken",
                            "--format", "json"]).json

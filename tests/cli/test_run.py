@@ -107,6 +107,17 @@ def test_unsupported_field_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_relative_paths_resolve_against_the_cwd_like_ray(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "m.txt").write_text("cwd-relative")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "env.yaml").write_text("working_dir: code\n")
+    res = run_process(["run", "-r", "conf/env.yaml", "--", "python", "-c",
+                       "print(open('m.txt').read())"], cwd=str(tmp_path))
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.strip() == "cwd-relative"
+
+
 def test_help_has_example() -> None:
     res = run_cli(["run", "--help"])
     assert res.exit_code == 0

@@ -46,7 +46,8 @@ def test_load_runtime_env_from_job_spec(tmp_path: Path) -> None:
     spec.write_text("entrypoint: python x.py\nruntime_env:\n  env_vars:\n    A: '1'\n")
     data, base = load_runtime_env(spec)
     assert data == {"env_vars": {"A": "1"}}
-    assert base == tmp_path.resolve()
+    assert base == Path.cwd().resolve()  # like `ray job submit`: relative to the CWD
+    assert load_runtime_env(spec, base_dir=tmp_path)[1] == tmp_path.resolve()
 
 
 def test_load_runtime_env_errors(tmp_path: Path) -> None:
@@ -77,7 +78,7 @@ def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
     code = run_command(RunRequest(
         command=["python", "-c", f"import os; open({str(out)!r}, 'w').write("
                  "open('data.txt').read() + os.environ['MODE'])"],
-        runtime_env=env_file), notify=lambda m, h: None)
+        runtime_env=env_file, base_dir=tmp_path), notify=lambda m, h: None)
     assert code == 0
     assert out.read_text() == "payloadtest"
     from rtenv_cli.core.agent.store import Store
