@@ -34,12 +34,15 @@ class Walked:
     ignored_py: tuple[str, ...]  # .py files/dirs dropped by .gitignore/.rayignore
     truncated: bool
 
+    def files_only(self) -> list[str]:
+        return [rel for rel, _ in self.files]
+
     @property
     def total_bytes(self) -> int:
         return sum(size for _, size in self.files)
 
 
-def _spec(lines: Sequence[Any]) -> Any:
+def spec(lines: Sequence[Any]) -> Any:
     import pathspec
 
     with warnings.catch_warnings():  # Ray's vendored pathspec calls it "gitwildmatch"
@@ -67,7 +70,7 @@ def walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
     if kind == "working_dir":
         patterns = default_excludes(env) + patterns
     use_gitignore = env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-    matchers: list[tuple[Path, Any, bool]] = [(root, _spec(patterns), False)]
+    matchers: list[tuple[Path, Any, bool]] = [(root, spec(patterns), False)]
     files: list[tuple[str, int]] = []
     dirs: list[str] = []
     ignored_py: list[str] = []
@@ -85,7 +88,7 @@ def walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
                 if ignore_file.is_file():
                     try:
                         with ignore_file.open() as f:
-                            matchers.append((path, _spec(f.readlines()), True))
+                            matchers.append((path, spec(f.readlines()), True))
                             added += 1
                     except (OSError, UnicodeDecodeError):
                         continue

@@ -165,3 +165,14 @@ def test_every_rule_is_documented() -> None:
         assert "## What it does" in rule.docs()
     used = {c[0] for c in CASES} | {"RTE110", "RTE120", "RTE121", "RTE150", "RTE151"}
     assert used | {"RTE160", "RTE161"} == set(codes)  # those two: tests/core/lint/test_resolve
+
+
+def test_excludes_matching_nothing(tmp_path: Path) -> None:
+    (tmp_path / "proj" / "data").mkdir(parents=True)
+    (tmp_path / "proj" / "a.py").write_text("x = 1\n")
+    (tmp_path / "proj" / "data" / "d.csv").write_text("1\n")
+    absolute = str(tmp_path / "proj" / "data")
+    report = check(f"working_dir: proj\nexcludes: ['data/', '*.log', '{absolute}']\n", tmp_path)
+    found = {d.json_path[-1]: d.message for d in report.diagnostics if d.code == "RTE122"}
+    assert set(found) == {1, 2}
+    assert "absolute" in found[2]

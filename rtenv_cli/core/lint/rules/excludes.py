@@ -27,14 +27,8 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
                        f"{chars}: one per character" + (", and `*` excludes everything"
                                                          if "*" in excludes else ""),
                        ("excludes",), prefer="value", hint=f"write a list: [\"{excludes}\"]")
-    if isinstance(excludes, list):
-        for i, pattern in enumerate(excludes):
-            if isinstance(pattern, str) and Path(pattern).is_absolute() and \
-                    Path(pattern).exists():
-                yield ctx.diag("RTE122", f"`{pattern}` never matches: excludes are relative "
-                               "to each package root, not absolute paths", ("excludes", i),
-                               prefer="value", hint="write it relative to the package root, "
-                               "with a leading `/` to anchor it")
+    if isinstance(excludes, list) and scans:
+        yield from _unmatched(ctx, excludes, scans)
     for path, source, _kind, result in scans:
         if not source.is_dir():
             continue
@@ -51,6 +45,36 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
                            f"{shown}{more}", path, prefer="value",
                            hint=f"check with `rtenv check-ignore {source / result.ignored_py[0]}`; "
                            "un-ignore it in a .rayignore (`!` rules) if the job imports it")
+
+
+def _unmatched(ctx: Context, excludes: list[object],
+               scans: list[tuple[tuple[object, ...], Path, str, object]]) -> Iterator[Diagnostic]:
+    """Patterns that match no path of any local package (they change nothing)."""
+    from rtenv_cli.core.lint import packscan
+
+    trees = []
+    for _path, source, kind, _scan in scans:
+        if not source.is_dir():
+            continue
+        walked = packscan.cached_walk(source, kind, (), ctx.env)
+        if walked.truncated:
+            return
+        trees.append([*walked.files_only(), *(f"{d}/" for d in walked.dirs if d != ".")])
+    if not trees:
+        return
+    for i, pattern in enumerate(excludes):
+        if not isinstance(pattern, str) or not pattern.strip() or pattern.startswith("#"):
+            continue
+        spec = packscan.spec([pattern])
+        if any(spec.match_file(rel) for paths in trees for rel in paths):
+            continue
+        if Path(pattern).is_absolute() and Path(pattern).exists():
+            why = "excludes are relative to each package root, not absolute paths"
+        else:
+            why = "no packaged path matches it (ignore files may already drop it)"
+        yield ctx.diag("RTE122", f"`{pattern}` excludes nothing: {why}", ("excludes", i),
+                       prefer="value", hint="write it relative to the package root (a leading "
+                       "`/` anchors it there)")
 
 
 CHECKS = (check_excludes,)
