@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from rtenv_cli.cli.options import VerboseOpt
 from rtenv_cli.render.output import Output
 
 AGENT_ENV = "RTENV_AGENT_URL"
@@ -36,6 +37,7 @@ def run(
     memory: Annotated[str | None, typer.Option(
         "--memory", help="Memory limit, e.g. 512MB or 2GiB (cgroup; the command is killed above "
         "it).")] = None,
+    verbose: VerboseOpt = False,
     cgroup_root: Annotated[Path, typer.Option(
         "--cgroup-root", help="cgroup filesystem mount.", hidden=True)] = Path("/sys/fs/cgroup"),
 ) -> None:
@@ -61,7 +63,12 @@ def run(
                      token=token, gpus=gpus, num_cpus=num_cpus,
                      memory_bytes=parse_size(memory) if memory else None,
                      cgroup_root=cgroup_root, base_dir=base_dir)
-    code = run_command(req, notify=out.warning)
+    def ready(handle: object, seconds: float) -> None:
+        from rtenv_cli.render.cache import render_run_ready
+
+        render_run_ready(out, handle, seconds)
+
+    code = run_command(req, notify=out.warning, on_ready=ready if verbose else None)
     raise typer.Exit(code)
 
 

@@ -202,8 +202,10 @@ def _empty_handle() -> Any:
     return EnvHandle(key="", holder="", working_dir=None, py_modules=(), venv=None)
 
 
-def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None]) -> int:
-    """Run the command; return its exit status. `notify(message, hint)` reports warnings."""
+def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
+                on_ready: Callable[[Any, float], None] | None = None) -> int:
+    """Run the command; return its exit status. `notify(message, hint)` reports warnings;
+    `on_ready(handle, seconds)` is told when the environment is ready."""
     if not req.command:
         raise UsageError("no command given", hint="rtenv run -r runtime_env.yaml -- python x.py")
     session = _Session(req)
@@ -213,8 +215,13 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None]) -
         runtime_env, base_dir = load_runtime_env(req.runtime_env, found, req.base_dir)
         for message, hint in found:
             notify(message, hint)
+        import time
+
+        start = time.perf_counter()
         runtime_env = publish_local(runtime_env, base_dir, session.target)
         handle = session.create(runtime_env, base_dir)
+        if on_ready is not None:
+            on_ready(handle, time.perf_counter() - start)
     try:
         env = child_environment(handle, req)
         group = _cgroup(req, notify)

@@ -134,3 +134,12 @@ def render_ray_clean(out: Output, plan: Any) -> None:
     out.line("Current settings:")
     for key, value in data["settings"].items():
         out.line(f"  {key}={value}")
+
+
+def render_run_ready(out: Output, handle: Any, seconds: float) -> None:
+    """`rtenv run -v`: one line on stderr about the environment."""
+    state = f"built {', '.join(handle.built)}" if handle.built else "cache hit"
+    out.message(f"rtenv: environment {handle.key[:12]} ready in {seconds:.2f} s ({state})")
+    for label, value in (("working_dir", handle.working_dir), ("venv", handle.venv)):
+        if value:
+            out.message(f"rtenv:   {label}: {value}")

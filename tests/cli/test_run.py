@@ -118,6 +118,17 @@ def test_relative_paths_resolve_against_the_cwd_like_ray(tmp_path: Path) -> None
     assert res.stdout.strip() == "cwd-relative"
 
 
+def test_verbose_reports_build_then_cache_hit(tmp_path: Path) -> None:
+    (tmp_path / "env.yaml").write_text("env_vars:\n  A: b\n")
+    args = ["run", "-v", "-r", "env.yaml", "--", "python", "-c", "pass"]
+    assert "ready in" in run_process(args, cwd=str(tmp_path)).stderr
+    (tmp_path / "env2.yaml").write_text("pip: [six==1.16.0]\n")
+    first = run_process([*args[:3], "env2.yaml", *args[4:]], cwd=str(tmp_path))
+    assert "(built pip:" in first.stderr
+    second = run_process([*args[:3], "env2.yaml", *args[4:]], cwd=str(tmp_path))
+    assert "(cache hit)" in second.stderr
+
+
 def test_help_has_example() -> None:
     res = run_cli(["run", "--help"])
     assert res.exit_code == 0
