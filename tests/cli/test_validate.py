@@ -159,3 +159,18 @@ def test_arbitrary_bytes_never_crash(data: bytes) -> None:
     assert result.exit_code in (0, 1, 2)
     assert "internal error" not in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_validate_keeps_heavy_modules_off_its_import_path(tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("env_vars: {A: '1'}\npip: [requests]\n")
+    code = ("import sys\nfrom rtenv_cli.cli.main import main\n"
+            f"main(['validate', {str(file)!r}])\n"
+            "print(sorted(m for m in ('pydantic', 'rich', 'ray', 'requests', 'importlib.metadata')"
+            " if m in sys.modules))")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    assert out == "[]"

@@ -54,7 +54,6 @@ class _Packager:
                  result: PipelineResult) -> None:
         self.base_dir, self.api, self.env, self.prefix, self.result = (base_dir, api, env, prefix,
                                                                       result)
-        self._warned_missing = False
 
     def fail(self, message: str, path: tuple[Any, ...], kind: str = "ValueError",
              hint: str | None = None) -> None:
@@ -71,12 +70,13 @@ class _Packager:
 
             if source.is_dir():
                 walked = packscan.cached_walk(source, kind, excludes, self.env)
-                if walked.truncated:
-                    if not self._warned_missing:
-                        self.result.notes.append(
-                            f"{source} has more than {packscan.WALK_LIMIT} paths: its gcs:// "
-                            "URI is not computed and is omitted from `normalized`")
-                        self._warned_missing = True
+                too_big = walked.total_bytes >= model.GCS_PACKAGE_LIMIT
+                if walked.truncated or too_big:
+                    # hashing would read every byte of a package Ray cannot upload anyway
+                    why = (f"has more than {packscan.WALK_LIMIT} paths" if walked.truncated
+                           else "is over Ray's 512 MiB package limit")
+                    self.result.notes.append(f"{source} {why}: its gcs:// URI is not computed "
+                                             "and is omitted from `normalized`")
                     return PLACEHOLDER_URI
                 return packscan.directory_uri(walked)
             return packscan.file_uri(source)
