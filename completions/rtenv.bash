@@ -36,7 +36,7 @@ _rtenv() {
         " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
         " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
-        " run") COMPREPLY=($(compgen -W '--runtime-env -r --address --token --gpus --num-cpus --memory --cgroup-root --help -h' -- "$cur")) ;;
+        " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --cgroup-root --help -h' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --help -h' -- "$cur")) ;;
     esac
     if [[ ${#COMPREPLY[@]} -eq 0 ]]; then COMPREPLY=($(compgen -f -- "$cur")); fi

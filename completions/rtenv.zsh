@@ -21,11 +21,14 @@ _rtenv_run() {
     _arguments \
         '--runtime-env[runtime_env YAML/JSON (a bare runtime_env or a job spec).]' \
         '-r[runtime_env YAML/JSON (a bare runtime_env or a job spec).]' \
+        '--base-dir[Resolve relative paths in the runtime_env against this directory. Default\: the current directory, as `ray job submit` does.]' \
         '--address[URL of this node'\''s rtenv agent. Default\: the embedded store (no server).]' \
         '--token[Bearer token for the agent.]' \
         '--gpus[GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).]' \
         '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).]' \
         '--memory[Memory limit, e.g. 512MB or 2GiB (cgroup; the command is killed above it).]' \
+        '--verbose[Say more.]' \
+        '-v[Say more.]' \
         '--cgroup-root[cgroup filesystem mount.]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
