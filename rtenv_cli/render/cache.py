@@ -60,6 +60,8 @@ def render_listing(out: Output, listing: Any) -> None:
                      str(sum(b["refs"] for b in blobs)), "-",
                      ago(max(b["last_used_at"] for b in blobs))])
     _table(out, ["kind", "label", "uri/key", "size", "refs", "created", "last used"], rows)
+    if data.get("building"):
+        out.line(f"\nbuilding now: {', '.join(data['building'])}")
     t = data["totals"]
     out.line(f"\n{t['count']} entries, {human_size(t['size_bytes'])}; "
              f"reclaimable (unreferenced): {human_size(t['reclaimable_bytes'])}")

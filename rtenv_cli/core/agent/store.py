@@ -208,6 +208,15 @@ class Store:
         self.index.put(entry)
         return entry
 
+    def building(self) -> list[str]:
+        """Names of builds in progress (temp dirs whose builder is alive): never gc'd."""
+        out = []
+        for work in (self.root / "tmp").iterdir():
+            parts = work.name.rsplit(".", 2)
+            if len(parts) == 3 and parts[1].isdigit() and pid_alive(int(parts[1]), None):  # noqa: PLR2004 - key.pid.rand
+                out.append(parts[0])
+        return out
+
     # -- removal ----------------------------------------------------------------------------------
     def remove(self, key: str) -> bool:
         """Delete an unreferenced entry that nobody is building. False if it is busy or held."""

@@ -34,6 +34,7 @@ class CacheListing:
                          "size_bytes": e.size_bytes, "refs": e.refs, "created_at": e.created_at,
                          "last_used_at": e.last_used_at} for e in self.entries],
             "totals": self.totals,
+            "building": list(self.busy),
         }
 
     @classmethod
@@ -42,11 +43,13 @@ class CacheListing:
                               label=e["label"], path="", size_bytes=e["size_bytes"],
                               created_at=e["created_at"], last_used_at=e["last_used_at"],
                               refs=e["refs"]) for e in data["entries"])
-        return cls(source=data.get("source", ""), entries=entries)
+        return cls(source=data.get("source", ""), entries=entries,
+                   busy=tuple(data.get("building") or ()))
 
 
 def list_store(store: Any, kinds: tuple[str, ...] = ()) -> CacheListing:
     """Everything in `store` (an agent Store), dead holders' references pruned first."""
     store.index.prune_refs()
     entries = tuple(e for e in store.index.all() if not kinds or e.kind in kinds)
-    return CacheListing(source=f"local store {store.root}", entries=entries)
+    return CacheListing(source=f"local store {store.root}", entries=entries,
+                        busy=tuple(store.building()))

@@ -120,6 +120,9 @@ def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "building"
         assert store.index.get("k") is None  # nothing visible mid-build
+        from rtenv_cli.core.cache.ls import list_store
+
+        assert list_store(store).to_dict()["building"] == ["k"]
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
