@@ -259,6 +259,11 @@ def _spawn(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
     except PermissionError:
         notify(f"permission denied: {command[0]}", None)
         return 126
+    except subprocess.SubprocessError as exc:  # joining the cgroup failed in the child
+        notify(f"cannot put the command in its cgroup ({exc}); running without resource "
+               "limits", None)
+        group.remove()
+        return _spawn(command, env, cwd, None, notify)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):

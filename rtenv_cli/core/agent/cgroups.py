@@ -138,8 +138,34 @@ class Cgroups:
                                     "runs without limits") from exc
         raise CgroupUnavailable(f"no cgroup filesystem at {self.root}")
 
+    @staticmethod
+    def sweep(parent: Path) -> int:
+        """Remove child cgroups left by rtenv processes that died without cleaning up (SIGKILL):
+        `rtenv-<pid>-*` whose pid is gone and which hold no process."""
+        removed = 0
+        if not parent.is_dir():
+            return 0
+        for child in parent.iterdir():
+            parts = child.name.split("-")
+            if len(parts) < 3 or parts[0] != "rtenv" or not parts[1].isdigit():  # noqa: PLR2004 - rtenv-pid-rand
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+                continue  # its owner still runs
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            with contextlib.suppress(OSError):
+                if (child / "cgroup.procs").read_text().split():
+                    continue
+                Cgroup(0, [child]).remove()
+                removed += 1
+        return removed
+
     def _create_v2(self, limits: Limits, name: str) -> Cgroup:
         parent = self.root / (self.v2_path or "/").lstrip("/")
+        self.sweep(parent)
         available = set((self.root / "cgroup.controllers").read_text().split())
         wanted = {"cpu"} if limits.cpus is not None else set()
         wanted |= {"memory"} if limits.memory_bytes is not None else set()
@@ -179,6 +205,7 @@ class Cgroups:
                     raise CgroupUnavailable(f"cgroup v1 controller {controller} is not mounted "
                                             f"at {base}")
                 own = self.v1_paths.get(controller, "/")
+                self.sweep(base / own.lstrip("/"))
                 path = base / own.lstrip("/") / name
                 path.mkdir()
                 group.dirs.append(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,23 @@ def test_unwritable_is_reported(tmp_path: Path) -> None:
             cg.create(Limits(memory_bytes=1 << 20))
     finally:
         (root / "memory").chmod(0o700)
+
+
+def test_stale_cgroups_of_dead_owners_are_swept(tmp_path: Path) -> None:
+    root = _fake_v2(tmp_path)
+    parent = root / "user.slice/me"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = parent / f"rtenv-{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "cgroup.procs").write_text("")
+    busy = parent / f"rtenv-{dead.pid}-def"
+    busy.mkdir()
+    (busy / "cgroup.procs").write_text("12345\n")  # still holds a process: kept
+    mine = parent / f"rtenv-{os.getpid()}-ghi"
+    mine.mkdir()
+    (mine / "cgroup.procs").write_text("")
+    Cgroups(root, proc_cgroup="0::/user.slice/me\n").create(Limits(cpus=1), name="new")
+    assert not stale.exists()
+    assert busy.exists()
+    assert mine.exists()
