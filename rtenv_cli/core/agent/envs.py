@@ -73,6 +73,15 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
     return [str(p) for p in value["packages"]], options
 
 
+def _memo_key(kind: str, value: Any) -> str | None:
+    """A memo key for literal requirement lists; None when files are involved (they change)."""
+    items = value if isinstance(value, list) else (value or {}).get("packages") \
+        if isinstance(value, dict) else None
+    if not isinstance(items, list) or any(str(i).lstrip().startswith("-") for i in items):
+        return None
+    return kind + json.dumps(value, sort_keys=True, default=str)
+
+
 def _archive_kind(uri: str) -> str:
     return "https" if uri.startswith(("http://", "https://")) else uri.split("://", 1)[0]
 
@@ -80,6 +89,8 @@ def _archive_kind(uri: str) -> str:
 class Environments:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
+        self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
 
     def uv_cache(self) -> Path:
         return self.store.root.parent / "uv-cache"
@@ -121,8 +132,16 @@ class Environments:
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
                     env_vars: Mapping[str, str], *, ensure: bool = True) -> tuple[str, bool]:
-        packages, options = _packages(kind, value, base_dir)
-        key = builders.venv_key(kind, packages, options)
+        memo_key = _memo_key(kind, value)
+        memo = self._venv_memo.get(memo_key) if memo_key else None
+        if memo is None:
+            memo = (*_packages(kind, value, base_dir),)
+            memo = (memo[0], memo[1], builders.venv_key(kind, memo[0], memo[1]))
+            if memo_key:
+                if len(self._venv_memo) > 4096:  # noqa: PLR2004 - a bound, not a tuning knob
+                    self._venv_memo.clear()
+                self._venv_memo[memo_key] = memo
+        packages, options, key = memo
         if not ensure:
             return key, False
         built = []

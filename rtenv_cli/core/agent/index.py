@@ -49,8 +49,12 @@ class Entry:
 
 def pid_start_time(pid: int) -> str | None:
     """The kernel's start time of `pid` (so a recycled pid is not mistaken for the holder)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+    try:  # raw os calls: this runs on every reference a holder takes (the cache-hit path)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            stat = os.read(fd, 4096).decode("ascii", "replace")
+        finally:
+            os.close(fd)
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
