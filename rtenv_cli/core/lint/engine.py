@@ -192,17 +192,29 @@ def _ray_diagnostics(ctx: Context, result: PipelineResult) -> list[Diagnostic]:
         value = _lookup(ctx.data, rel)
         if value is not _MISSING and expects_string(rel):
             hint = coercion_hint(ctx.raw(rel), value) or hint
+        if hint is None and "can only have these fields" in exc.message and rel:
+            hint = _subkey_hint(rel)
         if hint is None:
             hint = next((h for m, h in _MESSAGE_HINTS if m in exc.message), None)
         if hint is None and ("is not a valid path" in exc.message or
                              "is not a valid file" in exc.message):
             hint = f"relative paths resolve against {ctx.base_dir} (the current directory)"
-        prefer = "key" if code in ("RTE002", "RTE005") else "value"
+        prefer = "key" if code in ("RTE002", "RTE005") or "can only have these fields" in \
+            exc.message else "value"
         out.append(ctx.diag(code, exc.message, rel, hint=hint, prefer=prefer, ray_error=True))
     return out
 
 
 _MISSING = object()
+
+
+def _subkey_hint(path: Sequence[Any]) -> str:
+    from rtenv_cli.core.lint.rules.keys import suggest
+    from rtenv_cli.core.spec import model
+
+    known = model.PIP_KEYS if path[0] == "pip" else model.UV_KEYS
+    guess = suggest(str(path[-1]), known)
+    return (f"did you mean `{guess}`?" if guess else "allowed keys: " + ", ".join(known))
 
 
 def _lookup(data: Any, path: Sequence[Any]) -> Any:

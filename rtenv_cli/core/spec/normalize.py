@@ -191,6 +191,10 @@ def read_requirements(p: str, base_dir: Path, path: JsonPath) -> list[str]:
         raise _err(str(exc), path, type(exc).__name__) from None
 
 
+def _first_unknown(value: dict[Any, Any], known: tuple[str, ...]) -> Any:
+    return next(k for k in value if k not in known)
+
+
 def _check_options(value: dict[str, Any], key: str, field: str, path: JsonPath) -> None:
     options = value[key]
     if not isinstance(options, list):
@@ -211,7 +215,8 @@ def _pip_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] |
     elif isinstance(value, dict):
         if set(value) - set(model.PIP_KEYS):
             raise _err("runtime_env['pip'] can only have these fields: packages, pip_check, "
-                       f"pip_install_options and pip_version, but got: {list(value)}", path)
+                       f"pip_install_options and pip_version, but got: {list(value)}",
+                       (*path, _first_unknown(value, model.PIP_KEYS)))
         if "pip_check" in value and not isinstance(value["pip_check"], bool):
             raise _err("runtime_env['pip']['pip_check'] must be of type bool, got "
                        f"{type(value['pip_check'])}", (*path, "pip_check"), "TypeError")
@@ -252,7 +257,8 @@ def _uv_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | 
     elif isinstance(value, dict):
         if set(value) - set(model.UV_KEYS):
             raise _err("runtime_env['uv'] can only have these fields: packages, uv_check, "
-                       f"uv_version and uv_pip_install_options, but got: {list(value)}", path)
+                       f"uv_version and uv_pip_install_options, but got: {list(value)}",
+                       (*path, _first_unknown(value, model.UV_KEYS)))
         if "packages" not in value:
             raise _err(f"runtime_env['uv'] must include field 'packages', but got {value}", path)
         if "uv_check" in value and not isinstance(value["uv_check"], bool):
