@@ -87,3 +87,18 @@ def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
     entries = list_store(Store()).entries
     assert {e.kind for e in entries} == {"package", "working_dir"}
     assert all(e.refs == 0 for e in entries)  # released when the command ended
+
+
+def test_py_modules_and_requirements_file(tmp_path: Path) -> None:
+    (tmp_path / "mymod").mkdir()
+    (tmp_path / "mymod" / "__init__.py").write_text("VALUE = 'from py_modules'\n")
+    (tmp_path / "requirements.txt").write_text("# pinned\nsix==1.16.0\n")
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("py_modules: [mymod]\npip: requirements.txt\n")
+    out = tmp_path / "out.txt"
+    code = run_command(RunRequest(
+        command=["python", "-c", "import mymod, six; open(" + repr(str(out)) +
+                 ", 'w').write(mymod.VALUE + ' ' + six.__version__)"],
+        runtime_env=env_file, base_dir=tmp_path), notify=lambda m, h: None)
+    assert code == 0
+    assert out.read_text() == "from py_modules 1.16.0"
