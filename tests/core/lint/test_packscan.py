@@ -1,0 +1,41 @@
+"""packscan: Ray's packaging walk and URI without the packaging feature (Ray is the reference)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rtenv_cli.core.lint import packscan
+
+
+def _tree(root: Path) -> None:
+    for rel, text in {"a.py": "x", "sub/b.py": "y", "sub/.rayignore": "*.txt\n",
+                      "sub/c.txt": "z", ".git/config": "g", "venv/bin/python": "p",
+                      "drop/.gitignore": "*\n", "drop/d.py": "d"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_walk_applies_rays_rules(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    walked = packscan.walk(tmp_path, "working_dir", (), {})
+    assert sorted(rel for rel, _ in walked.files) == ["a.py", "sub/.rayignore", "sub/b.py"]
+    assert walked.ignored_py == ("drop",)
+    as_module = packscan.walk(tmp_path, "py_module", (), {})  # no default excludes
+    assert ".git/config" in as_module.files_only()
+    no_git = packscan.walk(tmp_path, "working_dir", (), {"RAY_RUNTIME_ENV_IGNORE_GITIGNORE": "1"})
+    assert "drop/d.py" in no_git.files_only()
+    override = packscan.walk(tmp_path, "working_dir", (),
+                             {"RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES": ""})
+    assert "venv/bin/python" in override.files_only()
+    everything = packscan.walk(tmp_path, "working_dir", ["*"], {})
+    assert everything.root_excluded
+    assert packscan.directory_uri(everything) == "gcs://_ray_pkg_3030303030303030.zip"
+
+
+def test_uris_match_ray(tmp_path: Path) -> None:
+    from ray._private.runtime_env.packaging import get_uri_for_directory, get_uri_for_file
+
+    _tree(tmp_path)
+    ours = packscan.package_uri(tmp_path, kind="py_module", excludes=["*.py"])
+    assert ours == get_uri_for_directory(str(tmp_path), include_gitignore=True, excludes=["*.py"])
+    assert packscan.file_uri(tmp_path / "a.py") == get_uri_for_file(str(tmp_path / "a.py"))
