@@ -89,7 +89,7 @@ def test_envs_cache_hit_release_and_gc(agent: AgentProc) -> None:
     assert first.built
     start = time.perf_counter()
     second = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-2")
-    assert time.perf_counter() - start < 2  # a hit is a few ms; the bound only rules out a rebuild on a busy box
+    assert time.perf_counter() - start < 2  # rules out a rebuild
     assert second.built == ()
     assert second.venv == first.venv
     listing = client.cache()
