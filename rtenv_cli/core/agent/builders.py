@@ -19,6 +19,7 @@ from rtenv_cli.core.errors import AgentError, PackagingError
 # Ray's default uv options disable the cache; a shared cache is the point of the agent
 _DROPPED_OPTIONS = {"--no-cache", "-n"}
 BUILD_TIMEOUT_S = 900
+CHECK_MARK = "rtenv:check"  # in a venv's options: `pip_check`/`uv_check` was requested
 
 
 def uv_bin() -> str:
@@ -113,10 +114,13 @@ def build_venv(tree: Path, packages: Sequence[str], options: Sequence[str], *,
     if packages:
         requirements = tree / "requirements.txt"
         requirements.write_text("".join(f"{p}\n" for p in packages))
-        opts = [o for o in options if o not in _DROPPED_OPTIONS]
+        opts = [o for o in options if o not in _DROPPED_OPTIONS and o != CHECK_MARK]
         _run([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
               "-r", str(requirements), *opts], env,
              "uv pip install")
+        if CHECK_MARK in options:  # Ray's pip_check/uv_check: refuse broken dependencies
+            _run([uv, "pip", "check", "--python", str(venv / "bin" / "python")], env,
+                 "uv pip check")
 
 
 def venv_python(tree: Path) -> Path:

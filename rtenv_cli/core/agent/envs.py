@@ -70,6 +70,8 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
         raise AgentError(f"`{kind}` must be a list of requirements or a dict with `packages`")
     opts_key = "pip_install_options" if kind == "pip" else "uv_pip_install_options"
     options = [str(o) for o in value.get(opts_key) or []]
+    if value.get("pip_check" if kind == "pip" else "uv_check"):
+        options.append(builders.CHECK_MARK)  # part of the key; the builder runs `uv pip check`
     return [str(p) for p in value["packages"]], options
 
 

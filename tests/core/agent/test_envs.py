@@ -203,3 +203,13 @@ def test_crafted_package_with_a_valid_name_is_refused_at_unpack(tmp_path: Path) 
     assert not (store.root / "entries" / "escaped.txt").exists()
     assert not any(store.root.rglob("escaped.txt"))
     assert list((store.root / "entries").iterdir()) == []
+
+
+def test_uv_check_runs_uv_pip_check(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    broken = {"uv": {"packages": ["requests==2.32.3"], "uv_pip_install_options": ["--no-deps"],
+                     "uv_check": True}}
+    with pytest.raises(AgentError, match="uv pip check failed"):
+        Environments(store).get_or_create(broken, holder="h")
+    unchecked = {"uv": {**broken["uv"], "uv_check": False}}
+    assert Environments(store).get_or_create(unchecked, holder="h").venv
