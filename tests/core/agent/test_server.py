@@ -94,6 +94,8 @@ def test_envs_cache_hit_release_and_gc(agent: AgentProc) -> None:
     assert second.venv == first.venv
     listing = client.cache()
     assert [e["refs"] for e in listing["entries"]] == [2]
+    envs = requests.get(f"{agent.url}/api/envs", timeout=10).json()["envs"]
+    assert [(e["key"], e["holders"]) for e in envs] == [(first.key, 2)]
     client.release(first.key, "job-1")
     client.release(second.key, "job-2")
     assert [e["refs"] for e in client.cache()["entries"]] == [0]
