@@ -51,9 +51,12 @@ class _Http:
         try:
             resp = self.session().request(method, self.url + path, timeout=self.timeout, **kw)
         except requests.RequestException as exc:
-            raise TransportError(f"cannot reach the rtenv agent at {self.url}: {exc}",
-                                 hint="start it with `rtenv agent`, or drop --address to use "
-                                 "the embedded store") from exc
+            text = str(exc)
+            reason = ("connection refused" if "refused" in text else
+                      "timed out" if isinstance(exc, requests.Timeout) else type(exc).__name__)
+            raise TransportError(f"cannot reach the rtenv agent at {self.url} ({reason})",
+                                 hint="start it with `rtenv agent`, or leave out the agent URL "
+                                 "to use the embedded store") from exc
         if resp.status_code in ok:
             return resp
         if resp.status_code in (401, 403):
