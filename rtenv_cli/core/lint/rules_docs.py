@@ -210,6 +210,24 @@ RULES: tuple[Rule, ...] = (
          "Warns from 50 MiB (job-submit) or 256 MiB, and for single files over 10 MiB.",
          "Every job start uploads it again when anything changes; big files slow every node.",
          "working_dir: .   # wandb/ 80 MiB\n", "working_dir: .\nexcludes: [wandb/]\n"),
+    # -- fields Ray passes through ------------------------------------------------------------
+    Rule("RTE170", "unchecked-field-value", W, "a value Ray accepts at submit, the node rejects",
+         "Checks the fields Ray never validates on the client: image_uri, py_executable, "
+         "java_jars, container, nsight, conda dicts and file names, reserved env vars.",
+         "The job is submitted, scheduled, then fails in runtime_env setup on the node, after "
+         "up to three timeouts.",
+         "nsight: on\nconda: environment.YML\n",
+         "nsight: default\nconda: environment.yml\n"),
+    Rule("RTE171", "node-only-uri", W, "a URI that is only checked on the node",
+         "Flags working_dir/py_modules with Ray's internal pip://, uv://, conda:// schemes and "
+         "local:// directories that must exist on every node.",
+         "Nothing checks them at submit; the job fails when a worker starts.",
+         "working_dir: local:///opt/app\n", "working_dir: s3://bucket/app.zip\n"),
+    Rule("RTE172", "silent-precedence", W, "one field silently overrides another",
+         "Flags py_executable beside pip/uv/conda, and nsight/rocprof_sys beside py_executable.",
+         "Ray's node plugins run in a fixed order and the later one wins without a word: the "
+         "packages you listed are not used.",
+         "pip: [torch]\npy_executable: /usr/bin/python3\n", "pip: [torch]\n"),
     # -- resolution --------------------------------------------------------------------------------
     Rule("RTE160", "requirements-do-not-resolve", E, "`uv pip compile` cannot resolve them",
          "With `--resolve`, runs `uv pip compile` on the pip/uv requirements.",

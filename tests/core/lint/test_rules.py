@@ -52,6 +52,12 @@ CASES = [
     ("RTE144", "pip: [torch]\n", 1, True),
     ("RTE145", "pip: reqs.txt\n", 1, True),
     ("RTE146", "pip: {packages: [a], pip_version: '23.3'}\n", 1, True),
+    ("RTE170", "nsight: on_cpu\n", 1, True),
+    ("RTE170", "env_vars: {A: '1'}\nconda: env.YML\n", 2, True),
+    ("RTE170", "container: my-image\n", 1, True),
+    ("RTE170", "conda: empty.yaml\n", 1, True),
+    ("RTE171", "working_dir: pip://x\n", 1, True),
+    ("RTE172", "pip: [a]\npy_executable: python3\n", 2, True),
 ]
 
 
@@ -60,6 +66,7 @@ CASES = [
 def test_rule_fires(tmp_path: Path, code: str, text: str, line: int, valid: bool) -> None:
     (tmp_path / "mod.py").write_text("x = 1\n")
     (tmp_path / "reqs.txt").write_text("# comment\nrequests\n")
+    (tmp_path / "empty.yaml").write_text("")
     report = check(text, tmp_path)
     hits = [d for d in report.diagnostics if d.code == code]
     assert hits, [(d.code, d.message) for d in report.diagnostics]

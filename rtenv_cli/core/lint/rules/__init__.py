@@ -5,6 +5,7 @@ from __future__ import annotations
 from rtenv_cli.core.lint.rules import (
     env_vars,
     excludes,
+    fields,
     keys,
     paths,
     requirements,
@@ -13,4 +14,4 @@ from rtenv_cli.core.lint.rules import (
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
-          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS)
+          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS)

@@ -100,6 +100,13 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
             text = req.text.strip()
             if not text or text.startswith("#"):
                 continue
+            if text.startswith(("-r ", "--requirement", "-c ", "--constraint")):
+                yield ctx.diag("RTE142", f"`{text}` names a file that must exist on every node: "
+                               f"pip reads it there, not on this machine{_where(req)}",
+                               req.path, prefer="value",
+                               hint="inline its requirements, or pass the file itself as "
+                               f"`{field}: path/to/requirements.txt`")
+                continue
             if text.startswith("-"):
                 opt = "pip_install_options" if field == "pip" else "uv_pip_install_options"
                 yield ctx.diag("RTE142", f"`{text}` is a pip option, not a package{_where(req)}",
