@@ -102,3 +102,17 @@ def test_py_modules_and_requirements_file(tmp_path: Path) -> None:
         runtime_env=env_file, base_dir=tmp_path), notify=lambda m, h: None)
     assert code == 0
     assert out.read_text() == "from py_modules 1.16.0"
+
+
+def test_local_zip_working_dir_goes_up_as_is(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "code.zip", "w") as zf:
+        zf.writestr("inside.txt", "zipped")
+    (tmp_path / "env.yaml").write_text("working_dir: code.zip\n")
+    out = tmp_path / "out.txt"
+    code = run_command(RunRequest(
+        command=["python", "-c", f"open({str(out)!r}, 'w').write(open('inside.txt').read())"],
+        runtime_env=tmp_path / "env.yaml", base_dir=tmp_path), notify=lambda m, h: None)
+    assert code == 0
+    assert out.read_text() == "zipped"

@@ -120,9 +120,19 @@ def zip_tree(source: Path, dest_dir: Path, *, py_module: bool = False) -> tuple[
     A stand-in used by `rtenv run` only when the packaging feature (ignore rules, Ray's default
     excludes) is not installed: it applies no ignore rules.
     """
+    import shutil
     import tempfile
     import zipfile
 
+    for ext in (".zip", ".tar.gz", ".tgz", ".tar.xz"):
+        if source.is_file() and source.name.endswith(ext):  # a local archive goes up as is
+            h = hashlib.sha1()  # noqa: S324 - Ray names archives by SHA-1
+            with source.open("rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+            name = f"_ray_pkg_{h.hexdigest()}{'.tar.gz' if ext == '.tgz' else ext}"
+            shutil.copyfile(source, dest_dir / name)
+            return f"gcs://{name}", dest_dir / name
     fd, tmp_name = tempfile.mkstemp(suffix=".zip", dir=dest_dir)
     tmp = Path(tmp_name)
     with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
