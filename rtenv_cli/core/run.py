@@ -142,7 +142,7 @@ def expand(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, st
     except ImportError:  # the explain feature lands separately: Ray's `update_envs`, re-stated
         applied: dict[str, str] = {}
         scope = dict(base)
-        for key, value in env_vars.items():
+        for key, value in sorted(env_vars.items()):  # a protobuf map: sorted keys
             # posixpath.expandvars against `scope` instead of os.environ
             expanded = _VAR.sub(lambda m: scope.get(m.group(1) or m.group(2), m.group(0)), value)
             applied[key] = scope[key] = _LEFTOVER.sub("", expanded)
