@@ -1,0 +1,83 @@
+"""An allocation request (`--num-gpus`, `--gpus`, `--resource ...`) turned into raylet slot ids."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rtenv_cli.core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """One accelerator resource of an allocation.
+
+    `slots` are the raylet's slot indices (Ray's own ids; on a node started with a preset
+    visible list they index into it). `assumed` is True when rtenv picked them first-fit.
+    """
+
+    resource: str
+    amount: float
+    slots: tuple[int, ...]
+    assumed: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {"resource": self.resource, "amount": self.amount, "slots": list(self.slots),
+                "assumed": self.assumed}
+
+
+def first_fit(amount: float) -> tuple[int, ...]:
+    """Slots an idle node hands out: lowest free first; a fraction takes one whole slot."""
+    if amount <= 0:
+        return ()
+    if amount < 1:
+        return (0,)
+    return tuple(range(math.ceil(amount)))
+
+
+def parse_ids(text: str, what: str) -> tuple[int, ...]:
+    body = text.strip().strip("[]")
+    if not body:
+        return ()
+    try:
+        ids = tuple(int(p) for p in body.split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"{what}: ids must be integers, got {text!r}",
+                         hint="give Ray's slot ids, e.g. 0,1") from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise UsageError(f"{what}: ids must be distinct and >= 0, got {text!r}")
+    return ids
+
+
+def parse_amount(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: not a number: {text!r}") from None
+    if value < 0 or math.isnan(value) or math.isinf(value):
+        raise UsageError(f"{what}: must be >= 0, got {text!r}")
+    return value
+
+
+def request_from_ids(resource: str, ids: tuple[int, ...]) -> ResourceRequest:
+    return ResourceRequest(resource, float(len(ids)), ids, assumed=False)
+
+
+def request_from_amount(resource: str, amount: float) -> ResourceRequest:
+    return ResourceRequest(resource, amount, first_fit(amount), assumed=amount > 0)
+
+
+def parse_resource_arg(text: str) -> ResourceRequest:
+    """`NAME=AMOUNT` (e.g. `TPU=4`, `NPU=0.5`) or `NAME=IDS` (`neuron_cores=0,1`, `HPU=[3]`).
+
+    A bare number is an amount; a comma or brackets make it an id list.
+    """
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not value.strip():
+        raise UsageError(f"--resource {text!r}: expected NAME=AMOUNT or NAME=IDS",
+                         hint="e.g. --resource neuron_cores=2 or --resource TPU=[0,1]")
+    value = value.strip()
+    if "," in value or value.startswith("["):
+        return request_from_ids(name, parse_ids(value, f"--resource {name}"))
+    return request_from_amount(name, parse_amount(value, f"--resource {name}"))

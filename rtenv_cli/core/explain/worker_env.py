@@ -1,0 +1,368 @@
+"""Predict the environment of a Ray 2.60.0 worker for an allocation, with provenance.
+
+The order Ray builds it in (see shared research, re-checked against Ray's source):
+1. the worker inherits the raylet's (node's) environment;
+2. runtime_env `env_vars` (job and task merged per key, task wins) are applied one key at a
+   time in sorted order with `${VAR}` expansion (`expand.py`), after working_dir/py_modules have
+   prepended their directories to PYTHONPATH (each plugin also appends the node PYTHONPATH);
+3. at task start the worker writes each accelerator family's visible-ids variable (unless the
+   family got no ids, or its NOSET switch is on) and OMP_NUM_THREADS if it is still unset.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from rtenv_cli.core.explain import accelerators as acc
+from rtenv_cli.core.explain.allocation import ResourceRequest
+from rtenv_cli.core.explain.expand import explain_expansion
+
+SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+SRC_NODE = "node env"
+SRC_JOB = "job runtime_env"
+SRC_TASK = "task runtime_env"
+SRC_PLUGIN = "working_dir/py_modules (PYTHONPATH)"
+SRC_ACCEL = "ray: accelerator visibility"
+SRC_OMP = "ray: OMP_NUM_THREADS from num_cpus"
+SESSION = "<session_dir>"
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    kind: str = "task"                                  # task | actor
+    num_cpus: float | None = None                       # None: Ray's default for the kind
+    resources: tuple[ResourceRequest, ...] = ()         # GPU and the other accelerator families
+    gpu_vendor: str = "nvidia"
+    accelerator_type: str | None = None
+    job_runtime_env: Mapping[str, object] | None = None
+    task_runtime_env: Mapping[str, object] | None = None
+    node_env: Mapping[str, str] = field(default_factory=dict)
+    node_env_known: bool = False                        # False: the node env was not given
+    node_cwd: str | None = None
+    tpu_chips_on_node: int = 0                          # autodetected chips (0 for fake TPUs)
+
+
+@dataclass(frozen=True)
+class EnvPreview:
+    env: dict[str, str | None]
+    sources: dict[str, str]
+    notes: dict[str, list[str]]
+    cwd: str
+    pythonpath: list[str]
+    devices: list[dict[str, object]]
+    warnings: list[str]
+    errors: list[str]
+    runtime_env: dict[str, object]
+    kind: str = "task"
+
+    def redacted(self) -> EnvPreview:
+        env = {k: (REDACTED if v is not None and SECRET_RE.search(k) else v)
+               for k, v in self.env.items()}
+        rte = dict(self.runtime_env)
+        if isinstance(rte.get("env_vars"), dict):
+            rte["env_vars"] = {k: (REDACTED if SECRET_RE.search(k) else v)
+                               for k, v in rte["env_vars"].items()}
+        return replace(self, env=env, runtime_env=rte)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "env": dict(sorted(self.env.items())),
+                "sources": dict(sorted(self.sources.items())),
+                "notes": {k: v for k, v in sorted(self.notes.items()) if v},
+                "cwd": self.cwd, "pythonpath": self.pythonpath, "devices": self.devices,
+                "warnings": self.warnings, "errors": self.errors,
+                "runtime_env": self.runtime_env}
+
+
+def merge_runtime_envs(job: Mapping[str, object] | None, task: Mapping[str, object] | None
+                       ) -> tuple[dict[str, object], dict[str, str]]:
+    """Job <- task: env_vars merged per key (task wins), every other field replaced whole.
+
+    Returns the merged runtime_env and, per env_vars key, which level it came from.
+    """
+    merged: dict[str, object] = dict(job or {})
+    origin: dict[str, str] = {str(k): SRC_JOB for k in _env_vars(job)}
+    for key, value in (task or {}).items():
+        if key == "env_vars":
+            merged["env_vars"] = {**_env_vars(job), **_env_vars(task)}
+            origin.update({str(k): SRC_TASK for k in _env_vars(task)})
+        else:
+            merged[key] = value
+    return merged, origin
+
+
+def _env_vars(rte: Mapping[str, object] | None) -> dict[str, str]:
+    ev = (rte or {}).get("env_vars") or {}
+    return {str(k): str(v) for k, v in ev.items()} if isinstance(ev, Mapping) else {}
+
+
+def _is_uri(value: object) -> bool:
+    return isinstance(value, str) and "://" in value
+
+
+def _pkg_dir(uri: object, kind: str) -> str:
+    text = str(uri)
+    if text.startswith("local://"):
+        return text[len("local://"):]
+    name = text.rsplit("/", 1)[-1] if "://" in text else f"_ray_pkg_<hash of {text}>"
+    for ext in (".zip", ".tar.gz", ".tar.xz"):
+        name = name.removesuffix(ext)
+    return f"{SESSION}/runtime_resources/{kind}_files/{name}"
+
+
+def _validate(req: ExplainRequest, errors: list[str]) -> None:
+    for fieldname in ("working_dir", "py_modules"):
+        value = (req.task_runtime_env or {}).get(fieldname)
+        values = value if isinstance(value, list) else [value] if value else []
+        for v in values:
+            if not _is_uri(v):
+                errors.append(f"task-level {fieldname} {v!r} is not a valid URI: Ray only accepts "
+                              "local directories at the job level (upload it and use the URI)")
+    if req.num_cpus is not None and round(req.num_cpus, 4) != req.num_cpus:
+        errors.append(f"num_cpus {req.num_cpus}: Ray accepts at most 4 decimal places")
+    for r in req.resources:
+        fam = acc.family_for(r.resource, req.gpu_vendor)
+        if fam is not None:
+            msg = acc.validate_quantity(fam, r.amount)
+            if msg:
+                errors.append(f"{r.resource}={r.amount:g}: {msg}")
+
+
+def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912 - one pass in Ray's order reads best
+    """The environment a worker gets for `req`, as Ray 2.60.0 builds it."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    _validate(req, errors)
+    merged, origin = merge_runtime_envs(req.job_runtime_env, req.task_runtime_env)
+    node = {str(k): str(v) for k, v in req.node_env.items()}
+    env: dict[str, str | None] = dict(node)
+    sources = dict.fromkeys(node, SRC_NODE)
+    notes: dict[str, list[str]] = {}
+
+    # 2. env_vars (+ the PYTHONPATH the working_dir and py_modules plugins write into them)
+    ctx = _env_vars(merged)
+    for key in ctx:
+        if key in origin and key in _env_vars(req.job_runtime_env) and origin[key] == SRC_TASK \
+                and _env_vars(req.job_runtime_env)[key] != ctx[key]:
+            notes.setdefault(key, []).append("task value overrides the job value")
+    user_pp = ctx.get("PYTHONPATH")
+    plugin_dirs: list[str] = []
+    wd = merged.get("working_dir")
+    pms = merged.get("py_modules") or []
+    pms = pms if isinstance(pms, list) else [pms]
+    for dirs in ([_pkg_dir(wd, "working_dir")] if wd else [],
+                 [_pkg_dir(m, "py_modules") for m in pms]):
+        if not dirs:
+            continue
+        plugin_dirs = dirs + plugin_dirs
+        path = ":".join(dirs)
+        if "PYTHONPATH" in ctx:
+            path += ":" + ctx["PYTHONPATH"]
+        if "PYTHONPATH" in node:
+            path += ":" + node["PYTHONPATH"]
+        ctx["PYTHONPATH"] = path
+    for step in explain_expansion(ctx, node):
+        env[step.key] = step.final
+        sources[step.key] = SRC_PLUGIN if step.key == "PYTHONPATH" and plugin_dirs \
+            else origin.get(step.key, SRC_TASK)
+        if step.changed:
+            notes.setdefault(step.key, []).append(
+                f"expanded from {step.raw!r} (applied #{step.order + 1} in sorted key order)")
+        notes.setdefault(step.key, []).extend(step.notes)
+    if plugin_dirs and "PYTHONPATH" in node and len(plugin_dirs) > 0 and wd and pms:
+        warnings.append("the node PYTHONPATH appears twice in PYTHONPATH: working_dir and "
+                        "py_modules each append it (Ray's set_pythonpath_in_context)")
+    if user_pp is not None and not plugin_dirs and "PYTHONPATH" in node:
+        notes.setdefault("PYTHONPATH", []).append(
+            "env_vars PYTHONPATH replaces the node PYTHONPATH (use ${PYTHONPATH} to keep it)")
+
+    worker_start = {k: v for k, v in env.items() if v is not None}
+    devices = _accelerators(req, worker_start, env, sources, notes, warnings, errors)
+    _omp(req, env, sources, notes, warnings)
+    for fam in acc.families(req.gpu_vendor):
+        if fam.env_var and fam.env_var not in env:
+            env[fam.env_var] = None  # JSON `null`: Ray leaves it unset for this allocation
+            sources[fam.env_var] = "unset"
+    _conflicts(env, ctx, warnings)
+    if not req.node_env_known:
+        warnings.append("node env not given (--node-env/--node-env-file/--node-env-from-"
+                        "current): inherited variables and preset visible lists are unknown")
+    if req.accelerator_type:
+        notes.setdefault("(scheduling)", []).append(
+            f"accelerator_type {req.accelerator_type} only adds the resource "
+            f"accelerator_type:{req.accelerator_type}=0.001; it sets no variable")
+    if wd:
+        cwd = _pkg_dir(wd, "working_dir")
+    else:
+        cwd = req.node_cwd or "<raylet cwd: the directory `ray start` ran in>"
+    pp = env.get("PYTHONPATH")
+    return EnvPreview(env=env, sources=sources, notes=notes, cwd=cwd,
+                      pythonpath=pp.split(":") if pp else [], devices=devices,
+                      warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind)
+
+
+def _accelerators(  # noqa: PLR0912, PLR0915, PLR0917 - mirrors Ray's per-family loop in one place
+        req: ExplainRequest, start: dict[str, str], env: dict[str, str | None],
+                  sources: dict[str, str], notes: dict[str, list[str]], warnings: list[str],
+                  errors: list[str]) -> list[dict[str, object]]:
+    by_res = {r.resource: r for r in req.resources}
+    override_zero = acc.env_bool(start, acc.OVERRIDE_ON_ZERO)
+    devices: list[dict[str, object]] = []
+    for fam in acc.families(req.gpu_vendor):
+        r = by_res.get(fam.resource)
+        slots = r.slots if r else ()
+        info: dict[str, object] = {"resource": fam.resource, "family": fam.label,
+                                   "env_var": fam.env_var, "slots": list(slots),
+                                   "assumed": bool(r and r.assumed)}
+        if fam.key == "amd" and "ROCR_VISIBLE_DEVICES" in start \
+                and "HIP_VISIBLE_DEVICES" not in start:
+            errors.append("ROCR_VISIBLE_DEVICES is set without HIP_VISIBLE_DEVICES: Ray 2.60 "
+                          "raises 'Please use HIP_VISIBLE_DEVICES instead of "
+                          "ROCR_VISIBLE_DEVICES' in the worker")
+        if fam.env_var is None:
+            if slots:
+                info["action"] = "none: this family has no visible-devices variable"
+                devices.append(info)
+            continue
+        var = fam.env_var
+        original = acc.parse_visible(fam, start.get(var))
+        if original is not None and slots and not all(i < len(original) for i in slots):
+            ids = list(dict.fromkeys(original))
+            warnings.append(f"{fam.resource}: slots {list(slots)} do not all fit the preset "
+                            f"{var}={start.get(var)!r}: Ray gives the WHOLE list ({len(ids)} "
+                            "device(s)) instead")
+            info["collapsed"] = True
+        elif original is not None:
+            ids = [original[i] for i in slots]
+        else:
+            ids = [str(i) for i in slots]
+        info["ids"] = ids
+        info["order_guaranteed"] = original is None or len(ids) <= 1
+        if original is not None:
+            info["preset"] = start.get(var)
+        if r is not None and 0 < r.amount < 1:
+            info["shared"] = ("a fractional request holds one whole id; other fractional "
+                              "tasks may get the same id")
+        if not ids and not override_zero:
+            info["action"] = "untouched: no ids assigned" + (
+                f", inherits {var}={start[var]!r}" if var in start else "")
+            if var in start and start[var] and fam.resource == "GPU" and not slots:
+                warnings.append(f"this {req.kind} requested no GPU but inherits {var}="
+                                f"{start[var]!r}: it sees ALL of those GPUs "
+                                f"(set {acc.OVERRIDE_ON_ZERO}=1 in env_vars to blank it)")
+            if var in start and slots:
+                notes.setdefault(var, []).append("preset list is empty: no ids to assign")
+            devices.append(info) if slots or var in start else None
+            continue
+        if acc.noset_active(fam, start):
+            info["action"] = f"untouched: {fam.noset} is set"
+            notes.setdefault(var, []).append(f"not written by Ray: {fam.noset} is on")
+            devices.append(info)
+            continue
+        if fam.key == "tpu":
+            _write_tpu(req, ids, start, env, sources, notes, info)
+        else:
+            value = ",".join(fam.prefix + i for i in ids)
+            env[var] = value
+            sources[var] = f"{SRC_ACCEL} ({fam.resource})"
+            info["action"] = f"{var}={value}"
+            if var in _user_keys(req) and ids:
+                warnings.append(f"env_vars sets {var}: with {fam.resource} assigned, Ray treats "
+                                f"it as the device list and writes {var}={value!r} at task start")
+        if not info["order_guaranteed"]:
+            notes.setdefault(var, []).append(
+                "order not guaranteed: Ray builds the list from a set (compare as a set)")
+        if override_zero and not ids:
+            notes.setdefault(var, []).append(f"blanked: {acc.OVERRIDE_ON_ZERO} is on")
+        if req.kind == "task":
+            notes.setdefault(var, []).append(
+                "written at task start, restored after the task (reused worker)")
+        devices.append(info)
+    return devices
+
+
+def _user_keys(req: ExplainRequest) -> set[str]:
+    return set(_env_vars(req.job_runtime_env)) | set(_env_vars(req.task_runtime_env))
+
+
+def _write_tpu(  # noqa: PLR0917 - same state as _accelerators
+        req: ExplainRequest, ids: list[str], start: dict[str, str],
+               env: dict[str, str | None], sources: dict[str, str],
+               notes: dict[str, list[str]], info: dict[str, object]) -> None:
+    src = f"{SRC_ACCEL} (TPU)"
+    try:
+        per_chip = int(start.get(acc.TPU_RESOURCE_PER_CHIP, "1") or 1)
+        chips = sorted({int(i) // per_chip for i in ids})
+    except ValueError:
+        info["action"] = "error: non-integer TPU ids"
+        return
+    cur = dict(start)
+    bounds = acc.TPU_CHIPS_PER_HOST_BOUNDS
+    host = acc.TPU_HOST_BOUNDS
+    stale = len(chips) not in (1, 2) and cur.get(bounds) in (acc.TPU_BOUNDS_1_CHIP,
+                                                              acc.TPU_BOUNDS_2_CHIP)
+
+    def put(k: str, v: str | None) -> None:
+        env[k] = v
+        sources[k] = src
+
+    if len(ids) == req.tpu_chips_on_node:
+        put("TPU_VISIBLE_CHIPS", None)
+        notes.setdefault("TPU_VISIBLE_CHIPS", []).append(
+            "unset: the allocation is every chip the node autodetected (whole host)")
+        if stale:
+            put(bounds, None)
+            put(host, None)
+        info["action"] = "TPU_VISIBLE_CHIPS unset (whole host)"
+        return
+    value = ",".join(str(c) for c in chips)
+    put("TPU_VISIBLE_CHIPS", value)
+    if len(chips) in (1, 2):
+        expected = acc.TPU_BOUNDS_1_CHIP if len(chips) == 1 else acc.TPU_BOUNDS_2_CHIP
+        if cur.get(bounds) != expected:
+            put(bounds, expected)
+            if cur.get(host) != acc.TPU_SINGLE_HOST_BOUNDS:
+                put(host, acc.TPU_SINGLE_HOST_BOUNDS)
+        elif host not in cur:
+            put(host, acc.TPU_SINGLE_HOST_BOUNDS)
+    elif stale:
+        put(bounds, None)
+        put(host, None)
+    info["action"] = f"TPU_VISIBLE_CHIPS={value}"
+
+
+def _omp(req: ExplainRequest, env: dict[str, str | None], sources: dict[str, str],
+         notes: dict[str, list[str]], warnings: list[str]) -> None:
+    key = "OMP_NUM_THREADS"
+    if env.get(key) is not None:
+        notes.setdefault(key, []).append("already set before the task starts: Ray leaves it")
+        return
+    default = 1.0 if req.kind == "task" else 0.0  # an actor holds 0 CPU unless num_cpus is set
+    cpus = default if req.num_cpus is None else req.num_cpus
+    value = max(math.floor(cpus), 1) if cpus > 0 else 1
+    env[key] = str(value)
+    sources[key] = SRC_OMP
+    why = f"max(floor({cpus:g}), 1)" if cpus > 0 else "no CPU held -> 1"
+    notes.setdefault(key, []).append(
+        why + ("; set once at actor creation" if req.kind == "actor"
+               else "; recomputed per task, removed after it"))
+    if 0 < cpus < 1 or (cpus > 1 and not float(cpus).is_integer()):
+        warnings.append(f"num_cpus={cpus:g} gives OMP_NUM_THREADS={value} (Ray floors the CPU "
+                        "share, minimum 1)")
+
+
+def _conflicts(env: dict[str, str | None], ctx: dict[str, str], warnings: list[str]) -> None:
+    cvd, hip = env.get("CUDA_VISIBLE_DEVICES"), env.get("HIP_VISIBLE_DEVICES")
+    if cvd is not None and hip is not None and cvd != hip:
+        warnings.append(f"CUDA_VISIBLE_DEVICES={cvd!r} and HIP_VISIBLE_DEVICES={hip!r} disagree: "
+                        "ROCm honours both, so the device set is their intersection")
+    if env.get("ROCR_VISIBLE_DEVICES") is not None and hip is None:
+        warnings.append("ROCR_VISIBLE_DEVICES without HIP_VISIBLE_DEVICES: Ray 2.60 manages only "
+                        "HIP_VISIBLE_DEVICES and refuses ROCR alone on AMD nodes")
+    if "OMP_NUM_THREADS" in ctx:
+        warnings.append(f"env_vars OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')} wins over "
+                        "Ray's num_cpus rule")
