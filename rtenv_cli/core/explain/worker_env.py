@@ -132,7 +132,7 @@ def _validate(req: ExplainRequest, errors: list[str]) -> None:
                 errors.append(f"{r.resource}={r.amount:g}: {msg}")
 
 
-def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912 - one pass in Ray's order reads best
+def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one pass in Ray's order reads best
     """The environment a worker gets for `req`, as Ray 2.60.0 builds it."""
     errors: list[str] = []
     warnings: list[str] = []

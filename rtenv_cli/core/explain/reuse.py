@@ -1,0 +1,75 @@
+"""Worker reuse: can a worker started for one allocation serve another?
+
+Ray 2.60 pools workers per (job, runtime_env hash); accelerator variables and OMP_NUM_THREADS are
+written at task start and restored after a normal task, so a pooled worker serves any allocation.
+Ray PR #63327 (seed 000) moves those writes to worker start; its reuse key then also needs the
+allocated instances and the resource shape. We report both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from rtenv_cli.core.explain.worker_env import EnvPreview
+
+RAY_SET = ("OMP_NUM_THREADS",)
+
+
+def runtime_env_hash(preview: EnvPreview) -> str:
+    canon = json.dumps(preview.runtime_env, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def reuse_key(preview: EnvPreview) -> dict[str, object]:
+    instances = {str(d["resource"]): list(d.get("slots", [])) for d in preview.devices
+                 if d.get("slots")}
+    return {"runtime_env_hash": runtime_env_hash(preview), "allocated_instances": instances}
+
+
+def _task_env(preview: EnvPreview) -> dict[str, str | None]:
+    """The variables Ray writes per allocation (accelerator visibility and OMP)."""
+    keys = {k for k, s in preview.sources.items() if s.startswith("ray:") or s == "unset"}
+    return {k: preview.env.get(k) for k in sorted(keys | set(RAY_SET))}
+
+
+@dataclass(frozen=True)
+class ReuseVerdict:
+    key_a: dict[str, object]
+    key_b: dict[str, object]
+    ray_2_60: bool
+    pr_63327: bool
+    same_effective_env: bool
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"key_a": self.key_a, "key_b": self.key_b, "ray_2_60_reusable": self.ray_2_60,
+                "pr_63327_reusable": self.pr_63327, "same_effective_env": self.same_effective_env,
+                "reasons": list(self.reasons)}
+
+
+def compare(a: EnvPreview, b: EnvPreview) -> ReuseVerdict:
+    ka, kb = reuse_key(a), reuse_key(b)
+    reasons: list[str] = []
+    same_hash = ka["runtime_env_hash"] == kb["runtime_env_hash"]
+    if not same_hash:
+        reasons.append("runtime_env differs (different hash): never the same worker pool")
+    actor = "actor" in (a.kind, b.kind)
+    if actor:
+        reasons.append("an actor keeps its worker: it is never reused for another allocation")
+    ea, eb = _task_env(a), _task_env(b)
+    diff = [k for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
+    same_inst = ka["allocated_instances"] == kb["allocated_instances"]
+    if not same_inst:
+        reasons.append(f"allocated instances differ: {ka['allocated_instances']} vs "
+                       f"{kb['allocated_instances']} (PR #63327 fixes the env at worker start)")
+    if diff:
+        reasons.append("Ray-written variables differ: " + ", ".join(
+            f"{k} {ea.get(k)!r} vs {eb.get(k)!r}" for k in diff))
+    else:
+        reasons.append("Ray-written variables are identical (e.g. 0.5 and 1 CPU both give "
+                       "OMP_NUM_THREADS=1)")
+    ray_260 = same_hash and not actor
+    pr = ray_260 and same_inst and not diff
+    return ReuseVerdict(ka, kb, ray_260, pr, not diff, tuple(reasons))
