@@ -296,7 +296,7 @@ def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Drop the stand-in URIs of local packages when rtenv's packaging module is missing."""
     if value is None:
         return None
-    from rtenv_cli.core.lint.pipeline import PLACEHOLDER_URI
+    from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
 
     out = dict(value)
     if out.get("working_dir") == PLACEHOLDER_URI:
