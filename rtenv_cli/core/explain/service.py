@@ -1,0 +1,147 @@
+"""Glue for `rtenv explain`: options -> ExplainRequest -> preview + GPU map + reuse verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rtenv_cli.core.errors import ConfigError, UsageError
+from rtenv_cli.core.explain.allocation import (
+    ResourceRequest,
+    parse_amount,
+    parse_ids,
+    parse_resource_arg,
+    request_from_amount,
+    request_from_ids,
+)
+from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, predict
+
+
+def load_runtime_env(path: Path) -> dict[str, object]:
+    from rtenv_cli.core.spec.loader import load_path
+
+    doc = load_path(path)
+    if doc.error is not None:
+        raise ConfigError(f"{path}: cannot parse: {doc.error}", path=str(path),
+                          hint="fix the YAML/JSON syntax (rtenv validate shows where)")
+    data = doc.data
+    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
+        data = data["runtime_env"]  # a job spec holding a runtime_env
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a runtime_env must be a mapping", path=str(path),
+                          hint="write keys like env_vars:, working_dir:")
+    return data
+
+
+def node_env_from(pairs: Sequence[str], env_file: Path | None,
+                  current: Mapping[str, str] | None) -> dict[str, str] | None:
+    if not pairs and env_file is None and current is None:
+        return None
+    env: dict[str, str] = dict(current or {})
+    if env_file is not None:
+        try:
+            lines = env_file.read_text().splitlines()
+        except OSError as exc:
+            raise UsageError(f"--node-env-file {env_file}: {exc.strerror}") from None
+        for raw in lines:
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                k, _, v = line.removeprefix("export ").partition("=")
+                env[k.strip()] = v.strip().strip("'\"")
+    for pair in pairs:
+        k, sep, v = pair.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--node-env {pair!r}: expected K=V", hint="e.g. --node-env "
+                             "CUDA_VISIBLE_DEVICES=3,5,6,7")
+        env[k] = v
+    return env
+
+
+def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | None = None,
+                  kind: str = "task", num_cpus: float | None = None, gpus: str | None = None,
+                  num_gpus: float | None = None, resources: Sequence[str] = (),
+                  gpu_vendor: str = "nvidia", accelerator_type: str | None = None,
+                  node_env: Mapping[str, str] | None = None) -> ExplainRequest:
+    if gpus is not None and num_gpus is not None:
+        raise UsageError("give --gpus or --num-gpus, not both")
+    reqs: list[ResourceRequest] = []
+    if gpus is not None:
+        reqs.append(request_from_ids("GPU", parse_ids(gpus, "--gpus")))
+    elif num_gpus is not None:
+        if num_gpus < 0:
+            raise UsageError("--num-gpus must be >= 0")
+        reqs.append(request_from_amount("GPU", num_gpus))
+    reqs += [parse_resource_arg(r) for r in resources]
+    task = load_runtime_env(runtime_env) if runtime_env else None
+    job = load_runtime_env(job_runtime_env) if job_runtime_env else None
+    if job is None and task is not None:
+        job, task = task, None  # a single file is the job-level runtime_env
+    return ExplainRequest(kind=kind, num_cpus=num_cpus, resources=tuple(reqs),
+                          gpu_vendor=gpu_vendor, accelerator_type=accelerator_type,
+                          job_runtime_env=job, task_runtime_env=task,
+                          node_env=dict(node_env or {}), node_env_known=node_env is not None)
+
+
+def parse_compare(spec: str, base: ExplainRequest) -> ExplainRequest:
+    """`num_cpus=1 gpus=0,1 num_gpus=0.5 TPU=4 kind=actor` -> a second request."""
+    num_cpus, kind = base.num_cpus, base.kind
+    reqs: dict[str, ResourceRequest] = {}
+    for tok in spec.replace(";", " ").split():
+        k, _, v = tok.partition("=")
+        if k in ("num_cpus", "cpus"):
+            num_cpus = parse_amount(v, "--compare num_cpus")
+        elif k == "kind":
+            kind = v
+        elif k == "gpus":
+            reqs["GPU"] = request_from_ids("GPU", parse_ids(v, "--compare gpus"))
+        elif k == "num_gpus":
+            reqs["GPU"] = request_from_amount("GPU", parse_amount(v, "--compare num_gpus"))
+        else:
+            r = parse_resource_arg(tok)
+            reqs[r.resource] = r
+    from dataclasses import replace
+    return replace(base, num_cpus=num_cpus, kind=kind, resources=tuple(reqs.values()))
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    preview: EnvPreview
+    gpu_map: dict[str, object] | None
+    reuse_key: dict[str, object]
+    compare: dict[str, object] | None
+
+    def to_dict(self) -> dict[str, object]:
+        d = self.preview.to_dict()
+        d["devices"] = {"allocations": d["devices"], "gpu_map": self.gpu_map}
+        d["reuse_key"] = self.reuse_key
+        if self.compare is not None:
+            d["compare"] = self.compare
+        return d
+
+
+def explain(req: ExplainRequest, *, compare: str | None = None, gpu_map: bool = True,
+            show_secrets: bool = False, pynvml: object = None) -> ExplainResult:
+    from rtenv_cli.core.explain.reuse import compare as compare_fn
+    from rtenv_cli.core.explain.reuse import reuse_key
+
+    preview = predict(req)
+    gmap = None
+    if gpu_map and req.gpu_vendor == "nvidia":
+        from rtenv_cli.core.explain import nvml
+
+        report = nvml.read_gpus(pynvml)
+        gmap = {"nvml": report.to_dict(), "rows": []}
+        if report.available:
+            cvd = preview.env.get("CUDA_VISIBLE_DEVICES")
+            ids = cvd.split(",") if cvd else [str(g.nvml_index) for g in report.gpus]
+            rows, warns = nvml.gpu_map(report, ids, preview.env.get("CUDA_DEVICE_ORDER"))
+            gmap["rows"] = rows
+            preview.warnings.extend(warns)
+    verdict = compare_fn(preview, predict(parse_compare(compare, req))).to_dict() \
+        if compare else None
+    if not show_secrets:
+        preview = preview.redacted()
+    return ExplainResult(preview, gmap, reuse_key(preview), verdict)

@@ -1,0 +1,96 @@
+"""Text, dotenv and shell rendering for `rtenv explain` (rich imported inside functions)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rtenv_cli.render.output import Output
+
+
+def render_dotenv(out: Output, preview: Any, *, export: bool) -> None:
+    for key, value in sorted(preview.env.items()):
+        if value is None:
+            out.line(f"unset {key}" if export else f"# {key} is unset")
+        elif export:
+            out.line(f"export {key}={shlex.quote(value)}")
+        else:
+            out.line(f"{key}={shlex.quote(value)}")
+
+
+def render_text(out: Output, result: Any) -> None:
+    from rich.table import Table
+
+    p = result.preview
+    con = out.console()
+    for err in p.errors:
+        con.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
+    table = Table(title=f"Worker environment ({p.kind})", show_lines=False)
+    table.add_column("variable", style="bold")
+    table.add_column("value")
+    table.add_column("source")
+    table.add_column("notes")
+    interesting = {str(d.get("env_var")) for d in p.devices}
+    for key, value in sorted(p.env.items()):
+        if value is None and key not in interesting:
+            continue
+        table.add_row(key, "<unset>" if value is None else value, p.sources.get(key, ""),
+                      "; ".join(p.notes.get(key, [])))
+    con.print(table)
+    con.print(f"cwd: {p.cwd}", highlight=False)
+    con.print("PYTHONPATH order: " + (" -> ".join(p.pythonpath) or "<unset>"), highlight=False)
+    if p.devices:
+        dev = Table(title="Accelerators")
+        for col in ("resource", "slots", "ids", "action"):
+            dev.add_column(col)
+        for d in p.devices:
+            slots = ",".join(map(str, d.get("slots", []))) + (" (assumed)" if d.get("assumed")
+                                                              else "")
+            ids = ",".join(map(str, d.get("ids", [])))
+            if d.get("order_guaranteed") is False:
+                ids += " (any order)"
+            dev.add_row(str(d["resource"]), slots, ids, str(d.get("action", "")))
+        con.print(dev)
+    _render_gpu_map(con, result.gpu_map)
+    con.print(f"reuse key: {result.reuse_key}", highlight=False)
+    if result.compare:
+        c = result.compare
+        con.print(f"--compare: Ray 2.60 reuses the worker: {c['ray_2_60_reusable']}; "
+                  f"with PR #63327's key: {c['pr_63327_reusable']}", highlight=False)
+        for r in c["reasons"]:
+            con.print(f"  - {r}", highlight=False)
+    for w in p.warnings:
+        out.warning(w)
+
+
+def _render_gpu_map(con: Any, gmap: dict[str, Any] | None) -> None:
+    from rich.table import Table
+
+    if gmap is None:
+        return
+    nv = gmap["nvml"]
+    if not nv["available"]:
+        con.print(f"GPU map: {nv['reason']}; known: only the ids above", highlight=False)
+        return
+    t = Table(title=f"GPU map (driver {nv['driver']})")
+    for col in ("ray id", "CUDA", "NVML", "UUID", "PCI", "name", "memory", "MIG"):
+        t.add_column(col)
+    for r in gmap["rows"]:
+        mem = r.get("memory_total")
+        mig = r.get("mig_enabled")
+        t.add_row(str(r["ray_logical_id"]), str(r.get("cuda_index", "")),
+                  str(r.get("nvml_index", "?")), str(r.get("uuid", r["visible_id"])),
+                  str(r.get("pci_bus_id", "")), str(r.get("name", "")),
+                  f"{mem / 2**30:.0f} GiB" if mem else "",
+                  "n/a" if mig is None else f"on ({len(r.get('mig', []))})" if mig else "off")
+    con.print(t)
+
+
+def render_verify(out: Output, report: Any) -> None:
+    if report.ok:
+        out.line(f"verified: the worker's environment matches the prediction "
+                 f"({report.compared} variables compared)")
+        return
+    out.line("DIFFERENCES (variable: predicted -> actual):")
+    for k, (want, got) in sorted(report.diff.items()):
+        out.line(f"  {k}: {want!r} -> {got!r}")
