@@ -1,0 +1,1 @@
+"""`rtenv push --watch`: filters, events, debounce, incremental snapshots, zip reuse, delta push."""

@@ -1,0 +1,67 @@
+"""Coalesce file-system events: wait for a quiet period, but never longer than a cap.
+
+Events are hints (see session.py): the batch only names paths to re-check. A steady stream of
+events (a build writing files, `git checkout`) must still produce a push, so the quiet period is
+capped: after `max_wait_s` from the first event the batch is released even if events continue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Debouncer:
+    quiet_s: float = 0.2
+    max_wait_s: float = 2.0
+    _paths: set[str] = field(default_factory=set)
+    _first: float | None = None
+    _last: float = 0.0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _closed: bool = False
+
+    def add(self, *paths: str) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._paths.update(paths)
+            if self._first is None:
+                self._first = now
+            self._last = now
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def pending(self) -> bool:
+        with self._cond:
+            return bool(self._paths)
+
+    def wait_batch(self, timeout: float | None = None) -> set[str] | None:
+        """Block until a batch is ready (returned) or `timeout` passes / closed (None)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                if self._first is not None:
+                    ready_at = min(self._last + self.quiet_s, self._first + self.max_wait_s)
+                    if now >= ready_at:
+                        batch, self._paths, self._first = self._paths, set(), None
+                        return batch
+                    wait = ready_at - now
+                else:
+                    wait = None
+                if deadline is not None:
+                    if now >= deadline:
+                        return None
+                    wait = deadline - now if wait is None else min(wait, deadline - now)
+                self._cond.wait(wait)

@@ -1,0 +1,408 @@
+"""The watch loop: push once, then re-push complete immutable packages on every confirmed change.
+
+Flow per batch: watcher events (hints) -> Debouncer (quiet period, capped) -> Snapshot.update
+(stat/digest confirm, URI by XOR) -> push each changed source (delta to an agent or the embedded
+store; cached-entry zip to Ray) -> one PushEvent. A reconcile scan runs every `reconcile_s` to
+catch missed events; Ray URIs pushed in this session are re-pinned (GET) every `pin_s` (< 600 s,
+Ray's temporary-reference lifetime) so they do not expire while watching.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import ConfigError, RtenvError
+from rtenv_cli.core.watch import delta as delta_mod
+from rtenv_cli.core.watch.debounce import Debouncer
+from rtenv_cli.core.watch.events import Watcher, WatchNotice
+from rtenv_cli.core.watch.filters import is_dependency_file, is_ephemeral
+from rtenv_cli.core.watch.snapshot import Change, Snapshot
+from rtenv_cli.core.watch.zipcache import BuiltZip, ContentChanged, build_zip, discard
+
+MAX_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class PushEvent:
+    uri: str
+    added: tuple[str, ...]
+    modified: tuple[str, ...]
+    removed: tuple[str, ...]
+    bytes_sent: int
+    elapsed_ms: float
+    trigger: str  # initial | change | reconcile | env
+    uris: Mapping[str, str] = field(default_factory=dict)  # field label -> URI
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    triggered_by: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri, "added": len(self.added), "modified": len(self.modified),
+                "removed": len(self.removed), "bytes_sent": self.bytes_sent,
+                "elapsed_ms": round(self.elapsed_ms, 1), "trigger": self.trigger}
+
+
+@dataclass
+class Source:
+    label: str  # "working_dir" or "py_modules[0]"
+    snap: Snapshot
+    last_zip: BuiltZip | None = None
+    known_blobs: set[str] = field(default_factory=set)
+    pushed: str | None = None
+
+
+def load_runtime_env(path: Path) -> tuple[dict[str, Any], Any]:
+    """(runtime_env, FileReport); ConfigError when the file cannot be used at all."""
+    from rtenv_cli.core.lint.engine import ValidateOptions, validate_paths
+    from rtenv_cli.core.spec.loader import load_path
+
+    doc = load_path(path)
+    if doc.error is not None or not isinstance(doc.data, dict):
+        raise ConfigError(f"{path}: not a runtime_env mapping", path=str(path),
+                          hint="run `rtenv validate` on it")
+    data = doc.data.get("runtime_env", doc.data)
+    report = validate_paths([path], ValidateOptions(base_dir=path.parent)).files[0]
+    return dict(data), report
+
+
+class WatchSession:
+    def __init__(self, path: Path | str, target: Any, *, quiet_s: float = 0.2,
+                 max_wait_s: float = 2.0, reconcile_s: float = 60.0, pin_s: float = 300.0,
+                 polling: bool | None = None, poll_interval_s: float = 1.0,
+                 on_push: Callable[[PushEvent], None] | None = None,
+                 on_notice: Callable[[str, str, str | None], None] | None = None,
+                 on_change_cmd: str | None = None, work_dir: Path | None = None,
+                 observer_factory: Callable[[], Any] | None = None) -> None:
+        self.path = Path(path).absolute()
+        self.target = target
+        self.debouncer = Debouncer(quiet_s, max_wait_s)
+        self.reconcile_s, self.pin_s = reconcile_s, pin_s
+        self.polling, self.poll_interval_s = polling, poll_interval_s
+        self.observer_factory = observer_factory
+        self.on_push = on_push or (lambda _e: None)
+        self.on_notice = on_notice or (lambda _k, _m, _h: None)
+        self.on_change_cmd = on_change_cmd
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
+        self.env_file: Path | None = None if self.path.is_dir() else self.path
+        self.runtime_env: dict[str, Any] = {}
+        self.published: dict[str, Any] = {}
+        self.sources: list[Source] = []
+        self.pinned: list[str] = []
+        self.watcher: Watcher | None = None
+        self.stop_event = threading.Event()
+        self.events: list[PushEvent] = []
+        self._load()
+
+    # -- configuration -------------------------------------------------------------------------
+    def _load(self) -> None:
+        if self.env_file is None:
+            if not self.path.exists():
+                raise ConfigError(f"{self.path} does not exist", path=str(self.path),
+                                  hint="pass a directory or a runtime_env file")
+            self.runtime_env = {"working_dir": str(self.path)}
+            self.sources = [Source("working_dir", Snapshot(self.path, "working_dir"))]
+            return
+        env, report = load_runtime_env(self.env_file)
+        if not report.valid:
+            first = next((d for d in report.diagnostics if d.severity.value == "error"), None)
+            raise ConfigError(f"{self.env_file}: {first.message if first else 'invalid'}",
+                              path=str(self.env_file), hint="run `rtenv validate` on it")
+        self.runtime_env = env
+        self.sources = self._sources_for(env)
+
+    def _sources_for(self, env: Mapping[str, Any]) -> list[Source]:
+        base = self.env_file.parent if self.env_file else self.path
+        excludes = env.get("excludes") or ()
+        if isinstance(excludes, str):
+            excludes = [x for x in excludes.split(",") if x]
+        old = {(s.label, str(s.snap.root)): s for s in self.sources}
+        out: list[Source] = []
+        wanted: list[tuple[str, Path, str, tuple[str, ...]]] = []
+        wd = env.get("working_dir")
+        if isinstance(wd, str) and "://" not in wd:
+            wanted.append(("working_dir", (base / wd).absolute(), "working_dir", tuple(excludes)))
+        for i, mod in enumerate(env.get("py_modules") or ()):
+            if isinstance(mod, str) and "://" not in mod and (base / mod).is_dir():
+                wanted.append((f"py_modules[{i}]", (base / mod).absolute(), "py_module",
+                               tuple(excludes)))
+        for label, root, kind, exc in wanted:
+            prev = old.get((label, str(root)))
+            if prev is not None and tuple(prev.snap.excludes) == exc:
+                out.append(prev)
+            else:
+                out.append(Source(label, Snapshot(root, kind, exc)))
+        return out
+
+    def _published_env(self) -> dict[str, Any]:
+        env = copy.deepcopy(self.runtime_env)
+        for src in self.sources:
+            uri = self.target.published_uri(src.snap.uri)
+            if src.label == "working_dir":
+                env["working_dir"] = uri
+            else:
+                index = int(src.label[len("py_modules["):-1])
+                env["py_modules"][index] = uri
+        env.pop("excludes", None)  # applied by packaging; Ray ignores it for gcs:// URIs
+        return env
+
+    # -- pushing -------------------------------------------------------------------------------
+    def _push_source(self, src: Source) -> int:
+        snap = src.snap
+        uri = snap.uri
+        if delta_mod.supports_delta(self.target):
+            return self._push_delta(src)
+        if self.target.exists(uri):
+            return 0
+        built = build_zip(snap, self.work_dir, src.last_zip)
+        try:
+            self.target.upload(uri, built.path)
+        except BaseException:
+            discard(built, src.last_zip)
+            raise
+        discard(src.last_zip, built)
+        src.last_zip = built
+        return built.zip_bytes
+
+    def _push_delta(self, src: Source) -> int:
+        snap = src.snap
+        if src.known_blobs:
+            # Blobs committed earlier in this session are on the target: PUT only new ones and
+            # commit (one manifest on the wire, not two). A gc in between makes the commit fail
+            # with missing blobs; the full protocol below then recovers.
+            sent = 0
+            new = {e.sha256: e for e in snap.files() if e.sha256 not in src.known_blobs}
+            try:
+                for sha, entry in new.items():
+                    self.target.put_blob(sha, snap.root / entry.relpath)
+                    sent += entry.size
+                manifest = snap.manifest()
+                self.target.commit_manifest(manifest)
+                src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
+                return sent + len(json.dumps(manifest))
+            except RtenvError:
+                src.known_blobs = set()
+                if any(_changed_on_disk(snap, e) for e in new.values()):
+                    raise ContentChanged(next(e.relpath for e in new.values()
+                                              if _changed_on_disk(snap, e))) from None
+        result = delta_mod.push_delta(snap, self.target)
+        src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
+        return result.bytes_sent
+
+    def _push_all(self, change: Change, trigger: str, triggered_by: tuple[str, ...],
+                  start: float) -> PushEvent | None:
+        sent = 0
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                for src in self.sources:
+                    if src.pushed != src.snap.uri or trigger == "initial":
+                        sent += self._push_source(src)
+                        src.pushed = src.snap.uri
+                break
+            except ContentChanged as exc:
+                if attempt == MAX_RETRIES:
+                    raise
+                for src in self.sources:
+                    change = change.merge(src.snap.update([str(src.snap.root / exc.relpath)]))
+        published = self._published_env()
+        for src in self.sources:
+            if src.snap.uri not in self.pinned:
+                self.pinned = [*self.pinned[-19:], src.snap.uri]
+        main = self.sources[0].snap.uri if self.sources else ""
+        event = PushEvent(main, change.added, change.modified, change.removed, sent,
+                          (time.perf_counter() - start) * 1000, trigger,
+                          {s.label: s.snap.uri for s in self.sources}, published, triggered_by)
+        self.published = published
+        self.events.append(event)
+        self.on_push(event)
+        self._run_on_change(event)
+        return event
+
+    def _run_on_change(self, event: PushEvent) -> None:
+        if not self.on_change_cmd:
+            return
+        import subprocess
+
+        env = dict(os.environ, RTENV_RUNTIME_ENV=json.dumps(event.runtime_env),
+                   RTENV_URI=event.uri)
+        rc = subprocess.call(self.on_change_cmd, shell=True, env=env)  # noqa: S602 - the user's command
+        if rc:
+            self.on_notice("warning", f"--on-change command exited with {rc}", None)
+
+    # -- events --------------------------------------------------------------------------------
+    def initial_push(self) -> PushEvent | None:
+        start = time.perf_counter()
+        change = Change()
+        for src in self.sources:
+            change = change.merge(src.snap.full_scan())
+        if not self.sources:
+            raise ConfigError("nothing to watch: no local working_dir or py_modules",
+                              hint="set working_dir to a local directory")
+        return self._push_all(change, "initial", (), start)
+
+    def _on_path(self, path: str) -> None:
+        for src in self.sources:
+            rel = src.snap.relpath(path)
+            if rel is not None:
+                if rel != "." and is_ephemeral(rel):
+                    return
+                if rel != "." and src.snap.rules.is_ignored(rel):
+                    return
+                self.debouncer.add(path)
+                return
+        if self.env_file is not None and (path == str(self.env_file)
+                                          or is_dependency_file(path)):
+            self.debouncer.add(path)
+
+    def _env_changed(self, paths: set[str]) -> bool:
+        """Re-load the runtime_env; False when it is invalid (reported, not pushed)."""
+        if self.env_file is None:
+            return True
+        try:
+            env, report = load_runtime_env(self.env_file)
+        except (ConfigError, OSError) as exc:
+            self.on_notice("error", f"{self.env_file}: {exc}; not pushed, still watching",
+                           "fix the file; the next save is picked up")
+            return False
+        if not report.valid:
+            for d in report.diagnostics:
+                if d.severity.value == "error":
+                    where = f":{d.line}" if d.line else ""
+                    self.on_notice("error", f"{self.env_file}{where}: {d.code} {d.message}",
+                                   d.hint)
+            self.on_notice("error", "runtime_env is invalid; not pushed, still watching",
+                           "fix the file; the next save is picked up")
+            return False
+        old = self._published_env()
+        self.runtime_env = env
+        self.sources = self._sources_for(env)
+        self._restart_watcher()
+        for src in self.sources:
+            if not src.snap.entries:
+                src.snap.full_scan()
+        new = self._published_env()
+        diff = runtime_env_diff(old, new)
+        if diff:
+            self.on_notice("env", "runtime_env changed:\n" + diff,
+                           "workers will rebuild the environment on the next job")
+        names = sorted(os.path.basename(p) for p in paths if is_dependency_file(p))
+        if names:
+            self.on_notice("env", f"dependency file changed: {', '.join(names)}",
+                           "workers will rebuild the environment (pip/uv/conda) on the next job")
+        return True
+
+    def handle_batch(self, paths: set[str], trigger: str = "change") -> PushEvent | None:
+        start = time.perf_counter()
+        env_paths = {p for p in paths if p == str(self.env_file) or is_dependency_file(p)}
+        if env_paths and self.env_file is not None:
+            if not self._env_changed(env_paths):
+                return None
+            trigger = "env"
+        elif env_paths:
+            names = sorted(os.path.basename(p) for p in env_paths)
+            self.on_notice("env", f"dependency file changed: {', '.join(names)}",
+                           "workers will rebuild the environment if the runtime_env uses it")
+        change = Change()
+        for src in self.sources:
+            change = change.merge(src.snap.update(paths) if trigger != "reconcile"
+                                  else src.snap.full_scan())
+        if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
+            return None
+        rels = tuple(sorted({r for s in self.sources for p in paths
+                             if (r := s.snap.relpath(p)) is not None}))
+        return self._push_all(change, trigger, rels, start)
+
+    def _restart_watcher(self) -> None:
+        if self.watcher is None:
+            return
+        self.watcher.stop()
+        self._start_watcher()
+
+    def _start_watcher(self) -> None:
+        roots = [s.snap.root for s in self.sources]
+        if self.env_file is not None and all(self.env_file.parent != r and r not in
+                                             self.env_file.parents for r in roots):
+            roots.append(self.env_file)  # watched through its directory
+        self.watcher = Watcher(roots, self._on_path, polling=self.polling,
+                               poll_interval_s=self.poll_interval_s,
+                               observer_factory=self.observer_factory,
+                               on_notice=self._notice)
+        self.watcher.start()
+
+    def _notice(self, notice: WatchNotice) -> None:
+        self.on_notice("warning", notice.message, notice.hint)
+
+    def _pin(self) -> None:
+        if getattr(self.target, "pins", False) or "Ray" in getattr(self.target, "label", ""):
+            for uri in self.pinned:
+                self.target.exists(uri)
+
+    def start(self) -> None:
+        self._start_watcher()
+
+    def run(self, *, max_pushes: int | None = None) -> None:
+        """Block, pushing on changes, until `stop()` (or KeyboardInterrupt in the caller)."""
+        if self.watcher is None:
+            self._start_watcher()
+        next_reconcile = time.monotonic() + self.reconcile_s
+        next_pin = time.monotonic() + self.pin_s
+        pushes = 0
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                timeout = max(0.0, min(next_reconcile, next_pin) - now)
+                batch = self.debouncer.wait_batch(timeout=min(timeout, 1.0))
+                if self.stop_event.is_set() or self.debouncer.closed:
+                    break
+                try:
+                    if batch and self.handle_batch(batch) is not None:
+                        pushes += 1
+                    now = time.monotonic()
+                    if now >= next_reconcile:
+                        next_reconcile = now + self.reconcile_s
+                        if self.handle_batch(set(), trigger="reconcile") is not None:
+                            pushes += 1
+                    if now >= next_pin:
+                        next_pin = now + self.pin_s
+                        self._pin()
+                except RtenvError as exc:
+                    self.on_notice("error", f"{exc}; still watching", exc.hint)
+                if max_pushes is not None and pushes >= max_pushes:
+                    break
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.debouncer.close()
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        for src in self.sources:
+            discard(src.last_zip)
+
+
+def _changed_on_disk(snap: Snapshot, entry: Any) -> bool:
+    try:
+        st = (snap.root / entry.relpath).stat()
+    except OSError:
+        return True
+    return not entry.same_stat(st)
+
+
+def runtime_env_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    import difflib
+
+    a = json.dumps(old, indent=2, sort_keys=True).splitlines()
+    b = json.dumps(new, indent=2, sort_keys=True).splitlines()
+    return "\n".join(line for line in difflib.unified_diff(a, b, "before", "after", lineterm="",
+                                                           n=1))

@@ -1,0 +1,275 @@
+"""Per-entry state of one package source and Ray's URI kept up to date in O(changed entries).
+
+Ray names a directory package after the XOR of `sha1(relpath [+ content])` over every path its
+walk keeps (root "." included), folded into 8 bytes from b"00000000" (research/packaging.md §2.1).
+XOR is its own inverse, so replacing one entry is `acc ^= old ^ new`: an edit costs one stat and
+one read of the edited file, never a re-walk and re-hash of the tree.
+
+An entry whose (size, mtime_ns, ino, mode) is unchanged is trusted ("confirm by stat"), except
+when its mtime is within RACY_NS of the moment it was hashed: a write in the same timestamp tick
+would be invisible to stat (git's "racy clean" problem), so such entries are re-read when an event
+names them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_mod
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.watch.filters import IgnoreRules, is_ignore_file
+
+EMPTY_ACC = b"0" * 8  # Ray's initial accumulator: eight ASCII zeros
+RACY_NS = 2_000_000_000
+_CHUNK = 1 << 20
+
+
+def fold(acc: bytes, digest: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(acc, digest, strict=False))
+
+
+def uri_for_acc(acc: bytes) -> str:
+    return f"gcs://_ray_pkg_{acc.hex()}.zip"
+
+
+@dataclass(frozen=True)
+class EntryState:
+    relpath: str
+    is_dir: bool
+    size: int
+    mtime_ns: int
+    ino: int
+    mode: int
+    digest: bytes  # Ray's sha1(relpath [+ content])
+    sha256: str | None  # content digest for the delta protocol (files only)
+    hashed_at_ns: int = 0
+
+    def same_stat(self, st: os.stat_result) -> bool:
+        return (self.size, self.mtime_ns, self.ino, self.mode) == (
+            st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode)
+
+    @property
+    def racy(self) -> bool:
+        return self.mtime_ns >= self.hashed_at_ns - RACY_NS
+
+
+@dataclass(frozen=True)
+class Change:
+    added: tuple[str, ...] = ()
+    modified: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    ignore_rules_changed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.modified or self.removed)
+
+    def merge(self, other: Change) -> Change:
+        return Change(self.added + other.added, self.modified + other.modified,
+                      self.removed + other.removed,
+                      self.ignore_rules_changed or other.ignore_rules_changed)
+
+    def files(self) -> tuple[str, ...]:
+        return self.added + self.modified + self.removed
+
+
+def hash_entry(path: Path, rel: str, st: os.stat_result, is_dir: bool) -> EntryState:
+    sha1 = hashlib.sha1(rel.encode())  # noqa: S324 - Ray's package naming scheme
+    sha256 = None
+    size = st.st_size
+    if not is_dir:
+        h256 = hashlib.sha256()
+        size = 0
+        try:
+            with path.open("rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    sha1.update(chunk)
+                    h256.update(chunk)
+                    size += len(chunk)
+        except OSError:
+            pass  # Ray hashes an unreadable file by its name only
+        sha256 = h256.hexdigest()
+    return EntryState(rel, is_dir, size if not is_dir else 0, st.st_mtime_ns, st.st_ino,
+                      st.st_mode, sha1.digest(), sha256, time.time_ns())
+
+
+@dataclass
+class Snapshot:
+    """One working_dir or py_module directory as Ray would package it."""
+
+    root: Path
+    kind: str = "working_dir"
+    excludes: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    entries: dict[str, EntryState] = field(default_factory=dict)
+    acc: bytes = EMPTY_ACC
+    rules: IgnoreRules = field(init=False)
+    hashed_bytes: int = 0  # bytes read by the last update (to show it is incremental)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).absolute()
+        self.rules = IgnoreRules(self.root, kind=self.kind, excludes=self.excludes, env=self.env)
+
+    @property
+    def uri(self) -> str:
+        return uri_for_acc(self.acc)
+
+    @property
+    def name(self) -> str | None:
+        return self.root.name if self.kind == "py_module" else None
+
+    def files(self) -> list[EntryState]:
+        return [e for e in self.entries.values() if not e.is_dir]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries.values() if not e.is_dir)
+
+    # -- walking -----------------------------------------------------------------------------
+    def _walk(self, start_rel: str) -> dict[str, tuple[Path, os.stat_result, bool]]:
+        """Ray's `_dir_travel` from `start_rel` (its ancestors' ignore files applied)."""
+        found: dict[str, tuple[Path, os.stat_result, bool]] = {}
+        if self.rules.is_ignored(start_rel):
+            return found
+        active: list[tuple[Path, Any]] = [(self.root, self.rules.top)]
+        parts = [p for p in start_rel.split("/") if p and p != "."]
+        current = self.root
+        for i in range(len(parts) + 1):
+            if i:
+                current = current / parts[i - 1]
+            if i < len(parts) and current.is_dir():
+                active.extend((current, s) for s in self.rules._dir_specs(current))
+
+        def travel(path: Path, rel: str) -> None:
+            added = 0
+            try:
+                st = path.stat()
+            except OSError:
+                return  # broken symlink, vanished: Ray skips what is neither file nor dir
+            is_dir = stat_mod.S_ISDIR(st.st_mode)
+            if is_dir:
+                specs = self.rules._dir_specs(path)
+                active.extend((path, s) for s in specs)
+                added = len(specs)
+            try:
+                if any(spec.match_file(os.path.relpath(path, base)) for base, spec in active):
+                    return
+                if is_dir:
+                    found[rel] = (path, st, True)
+                    try:
+                        names = os.listdir(path)
+                    except OSError:
+                        names = []
+                    for name in names:
+                        travel(path / name, name if rel == "." else f"{rel}/{name}")
+                elif stat_mod.S_ISREG(st.st_mode):
+                    found[rel] = (path, st, False)
+            finally:
+                if added:
+                    del active[len(active) - added:]
+
+        travel(self.root / start_rel if start_rel != "." else self.root, start_rel)
+        return found
+
+    def _apply(self, scope: str, found: Mapping[str, tuple[Path, os.stat_result, bool]],
+               named: set[str]) -> Change:
+        prefix = "" if scope == "." else scope + "/"
+        old_keys = [k for k in self.entries if scope in (k, ".") or k.startswith(prefix)]
+        added, modified, removed = [], [], []
+        for key in old_keys:
+            if key not in found:
+                old = self.entries.pop(key)
+                self.acc = fold(self.acc, old.digest)
+                if not old.is_dir:
+                    removed.append(key)
+        for rel, (path, st, is_dir) in found.items():
+            old = self.entries.get(rel)
+            if old is not None and old.is_dir == is_dir and (
+                    is_dir or (old.same_stat(st) and not (rel in named and old.racy))):
+                continue
+            new = hash_entry(path, rel, st, is_dir)
+            if not is_dir:
+                self.hashed_bytes += new.size
+            if old is not None:
+                self.acc = fold(self.acc, old.digest)
+                if old.digest != new.digest and not is_dir:
+                    modified.append(rel)
+            elif not is_dir:
+                added.append(rel)
+            self.acc = fold(self.acc, new.digest)
+            self.entries[rel] = new
+        return Change(tuple(sorted(added)), tuple(sorted(modified)), tuple(sorted(removed)))
+
+    def full_scan(self) -> Change:
+        """Walk everything; rehash only entries whose stat changed (also the reconcile scan)."""
+        self.hashed_bytes = 0
+        return self._apply(".", self._walk("."), set())
+
+    def update(self, paths: Iterable[str]) -> Change:
+        """Re-check the given absolute or root-relative paths (hints from the watcher)."""
+        self.hashed_bytes = 0
+        rels: set[str] = set()
+        for p in paths:
+            rel = self.relpath(p)
+            if rel is not None:
+                rels.add(rel)
+        if any(is_ignore_file(r) for r in rels):
+            return Change(ignore_rules_changed=True).merge(self.full_scan())
+        change = Change()
+        # Outermost scopes first; a scope already re-walked covers its descendants.
+        done: list[str] = []
+        for rel in sorted(rels, key=lambda r: (r.count("/"), r)):
+            if any(rel == d or rel.startswith(d + "/") for d in done):
+                continue
+            scope = self._existing_scope(rel)
+            change = change.merge(self._apply(scope, self._walk(scope), rels))
+            done.append(scope)
+        return change
+
+    def _existing_scope(self, rel: str) -> str:
+        """`rel` if its parent is already a packaged directory, else the nearest such ancestor."""
+        parts = rel.split("/")
+        for i in range(len(parts) - 1, 0, -1):
+            parent = "/".join(parts[:i])
+            if parent in self.entries and self.entries[parent].is_dir:
+                return "/".join(parts[: i + 1])
+        return parts[0] if "." in self.entries else "."
+
+    def relpath(self, path: str) -> str | None:
+        p = os.path.abspath(path) if os.path.isabs(path) else str(self.root / path)
+        root = str(self.root)
+        if p == root:
+            return "."
+        if not p.startswith(root + os.sep):
+            return None
+        return p[len(root) + 1:].replace(os.sep, "/")
+
+    # -- package layout ------------------------------------------------------------------------
+    def leaf_dirs(self) -> list[str]:
+        """Directories with no packaged entry below them (they need their own zip entry)."""
+        parents = set()
+        for rel in self.entries:
+            if "/" in rel:
+                parts = rel.split("/")
+                parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
+            if rel != ".":
+                parents.add(".")
+        return sorted(r for r, e in self.entries.items()
+                      if e.is_dir and r not in parents and r != ".") + (
+            ["."] if "." in self.entries and "." not in parents else [])
+
+    def manifest(self) -> dict[str, Any]:
+        entries: list[dict[str, Any]] = []
+        for e in sorted(self.files(), key=lambda e: e.relpath):
+            entries.append({"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777,
+                            "size": e.size, "sha256": e.sha256})
+        for rel in self.leaf_dirs():
+            if rel != ".":
+                entries.append({"path": rel, "is_dir": True,
+                                "mode": self.entries[rel].mode & 0o7777, "size": 0,
+                                "sha256": None})
+        return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}

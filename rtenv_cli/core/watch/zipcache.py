@@ -1,0 +1,149 @@
+"""Rebuild a package zip reusing the already-compressed members of unchanged files.
+
+Ray's dashboard only takes whole zips, so each re-push to Ray re-sends everything; what can be
+saved is the client-side work. A member whose (relpath, digest) is unchanged since the previous
+build is copied as raw compressed bytes from the previous zip: its local header is re-written at
+the new offset and its data copied without inflating or deflating. The stdlib `zipfile` has no
+public API for that, so this uses its documented-by-source internals (`ZipInfo.FileHeader`,
+`ZipFile.fp/filelist/NameToInfo/start_dir`), which have been stable since Python 3.6; the central
+directory is still written by `ZipFile.close()`. Changed files are compressed fresh, and the
+content read is hashed on the way: if it no longer matches the snapshot digest (the file changed
+after it was hashed) ContentChanged is raised and nothing is published.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.watch.snapshot import Snapshot
+
+_LOCAL_HEADER = 30
+_ZIP64_LIMIT = 0xFFFFFFFF
+_DATA_DESCRIPTOR_FLAG = 0x08
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_CHUNK = 1 << 20
+
+
+class ContentChanged(PackagingError):
+    """A file changed between hashing and packaging: re-snapshot, never publish."""
+
+    def __init__(self, relpath: str) -> None:
+        super().__init__(f"{relpath} changed while it was being packaged",
+                         hint="rtenv re-snapshots and pushes again", path=relpath)
+        self.relpath = relpath
+
+
+@dataclass(frozen=True)
+class BuiltZip:
+    uri: str
+    path: Path
+    zip_bytes: int
+    reused: int  # members copied raw from the previous zip
+    compressed: int  # members compressed fresh
+    # relpath -> digest of what is in this zip (the next build's reuse key)
+    digests: dict[str, bytes]
+
+
+def _copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
+    src_fp.seek(info.header_offset)
+    header = src_fp.read(_LOCAL_HEADER)
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    src_fp.seek(info.header_offset + _LOCAL_HEADER + name_len + extra_len)
+    zi = copy.copy(info)
+    zi.filename = name
+    zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
+    zi.header_offset = dst.fp.tell()
+    zi.extra = b""
+    dst.fp.write(zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or
+                               zi.compress_size > _ZIP64_LIMIT))
+    remaining = info.compress_size
+    while remaining:
+        chunk = src_fp.read(min(_CHUNK, remaining))
+        if not chunk:
+            raise PackagingError(f"previous package is truncated at {name}")
+        dst.fp.write(chunk)
+        remaining -= len(chunk)
+    dst.filelist.append(zi)
+    dst.NameToInfo[zi.filename] = zi
+    dst.start_dir = dst.fp.tell()
+    dst._didModify = True
+
+
+def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
+              *, compresslevel: int = 1) -> BuiltZip:
+    """Write `snap` as Ray's zip layout under `dest_dir/_ray_pkg_<h>.zip`."""
+    import zipfile
+
+    uri = snap.uri
+    prefix = f"{snap.name}/" if snap.kind == "py_module" else ""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".building-", suffix=".zip", dir=dest_dir)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    reused = compressed = 0
+    digests: dict[str, bytes] = {}
+    src_zip = None
+    try:
+        if previous is not None and previous.path.exists():
+            src_zip = zipfile.ZipFile(previous.path)
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED,
+                             compresslevel=compresslevel, strict_timestamps=False) as zf:
+            for entry in sorted(snap.files(), key=lambda e: e.relpath):
+                name = prefix + entry.relpath
+                digests[entry.relpath] = entry.digest
+                if (src_zip is not None and previous is not None
+                        and previous.digests.get(entry.relpath) == entry.digest
+                        and name in src_zip.NameToInfo):
+                    _copy_raw(zf, src_zip.fp, src_zip.NameToInfo[name], name)
+                    reused += 1
+                    continue
+                info = zipfile.ZipInfo(name, _ZIP_EPOCH)
+                info.external_attr = (entry.mode & 0xFFFF) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                sha1 = hashlib.sha1(entry.relpath.encode())  # noqa: S324 - Ray's scheme
+                try:
+                    with (snap.root / entry.relpath).open("rb") as src, \
+                            zf.open(info, "w", force_zip64=entry.size > 1 << 30) as out:
+                        while chunk := src.read(_CHUNK):
+                            sha1.update(chunk)
+                            out.write(chunk)
+                except OSError as exc:
+                    raise ContentChanged(entry.relpath) from exc
+                if sha1.digest() != entry.digest:
+                    raise ContentChanged(entry.relpath)
+                compressed += 1
+            for rel in snap.leaf_dirs():
+                name = prefix + ("" if rel == "." else rel + "/")
+                if not name:
+                    name = "./"  # Ray's empty working_dir zip holds a single "./" entry
+                info = zipfile.ZipInfo(name, _ZIP_EPOCH)
+                info.external_attr = ((snap.entries[rel].mode & 0xFFFF) << 16) | 0x10
+                zf.writestr(info, b"")
+        final = dest_dir / uri.removeprefix("gcs://")
+        tmp.replace(final)
+        return BuiltZip(uri, final, final.stat().st_size, reused, compressed, digests)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if src_zip is not None:
+            src_zip.close()
+
+
+def discard(built: BuiltZip | None, keep: BuiltZip | None = None) -> None:
+    if built is not None and (keep is None or built.path != keep.path):
+        built.path.unlink(missing_ok=True)
+
+
+def copy_to(built: BuiltZip, dest: Path) -> Path:
+    shutil.copyfile(built.path, dest)
+    return dest
