@@ -65,6 +65,8 @@ class Watcher:
             def on_any_event(self, event: Any) -> None:
                 if event.event_type in ("opened", "closed_no_write"):
                     return  # reads do not change content
+                if event.is_directory and event.event_type == "modified":
+                    return  # a child changed: that child has its own event
                 on_path(os.fsdecode(event.src_path))
                 dest = getattr(event, "dest_path", "")
                 if dest:

@@ -99,6 +99,8 @@ class WatchSession:
         self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
         self.events: list[PushEvent] = []
+        self._deferred: set[str] = set()
+        self._deferred_lock = threading.Lock()
         self._load()
 
     # -- configuration -------------------------------------------------------------------------
@@ -252,6 +254,11 @@ class WatchSession:
             rel = src.snap.relpath(path)
             if rel is not None:
                 if rel != "." and is_ephemeral(rel):
+                    # Never a trigger, but Ray packages what its ignore rules keep: re-check
+                    # these paths with the next real change so that the URI matches a fresh
+                    # packaging of the tree at that moment.
+                    with self._deferred_lock:
+                        self._deferred.add(path)
                     return
                 if rel != "." and src.snap.rules.is_ignored(rel):
                     return
@@ -309,9 +316,11 @@ class WatchSession:
             names = sorted(os.path.basename(p) for p in env_paths)
             self.on_notice("env", f"dependency file changed: {', '.join(names)}",
                            "workers will rebuild the environment if the runtime_env uses it")
+        with self._deferred_lock:
+            deferred, self._deferred = self._deferred, set()
         change = Change()
         for src in self.sources:
-            change = change.merge(src.snap.update(paths) if trigger != "reconcile"
+            change = change.merge(src.snap.update(paths | deferred) if trigger != "reconcile"
                                   else src.snap.full_scan())
         if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
             return None
