@@ -107,9 +107,10 @@ def compared_keys(preview: EnvPreview) -> list[str]:
     return sorted(keys)
 
 
-def diff(preview: EnvPreview, actual: Mapping[str, str]) -> dict[str, tuple[object, object]]:
+def diff(preview: EnvPreview, actual: Mapping[str, str], keys: Sequence[str] | None = None
+         ) -> dict[str, tuple[object, object]]:
     out: dict[str, tuple[object, object]] = {}
-    for k in compared_keys(preview):
+    for k in compared_keys(preview) if keys is None else keys:
         want = _norm(k, preview.env.get(k), preview)
         got = _norm(k, actual.get(k), preview)
         if want != got:
