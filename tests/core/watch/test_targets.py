@@ -1,0 +1,86 @@
+"""Watch pushes to a real `rtenv agent` (delta protocol) and to a real Ray head (whole zips)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtenv_cli.core.watch.targets import RayPackages, resolve
+from tests.core.agent.conftest import agent_process
+from tests.core.watch.helpers import Running
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    root.mkdir()
+    for i in range(30):
+        (root / f"mod{i}.py").write_bytes(os.urandom(3000))
+    (root / "main.py").write_text("VALUE = 'v1'\n")
+    return root
+
+
+def test_delta_to_a_real_agent_sends_only_the_changed_file(tree: Path, tmp_path: Path) -> None:
+    with agent_process(tmp_path / "agent-store") as agent:
+        target = resolve(None, agent.url)
+        assert type(target).__name__ == "AgentTarget"
+        with Running(tree, target) as run:
+            assert run.events[0].bytes_sent >= 30 * 3000
+            (tree / "main.py").write_text("VALUE = 'v2'\n")
+            ev = run.next_event(1)
+            assert ev.modified == ("main.py",)
+            assert target.exists(ev.uri)
+            # one small blob and one manifest, not the package
+            assert ev.bytes_sent < 10_000
+
+
+@pytest.mark.ray
+def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: Any) -> None:
+    target = resolve(None, ray_cluster.dashboard_url)
+    assert "Ray" in target.label
+    calls: list[str] = []
+    original = target.exists
+
+    def counting_exists(uri: str) -> bool:
+        calls.append(uri)
+        return bool(original(uri))
+
+    target.exists = counting_exists  # type: ignore[method-assign]
+    with Running(tree, target, pin_s=0.2) as run:
+        (tree / "main.py").write_text("VALUE = 'v2'\n")
+        ev = run.next_event(1)
+        assert ev.bytes_sent > 0
+        last = run.session.sources[0].last_zip
+        assert last is not None
+        assert last.reused == 30  # only main.py was compressed again
+        assert (last.reused, last.compressed) == (30, 1)
+        first_uri = run.events[0].uri
+        # both URIs stay pinned while watching (re-GET well inside Ray's 10-minute window)
+        from tests.core.watch.helpers import wait_for
+
+        wait_for(lambda: calls.count(first_uri) >= 3, timeout=10)
+    code = (
+        "import ray\n"
+        f"ray.init(runtime_env={{'working_dir': {ev.uri!r}}})\n"
+        "@ray.remote\n"
+        "def f():\n"
+        "    import main\n"
+        "    return main.VALUE\n"
+        "print('VALUE=' + ray.get(f.remote()))\n"
+    )
+    proc = ray_cluster.run_driver(code)
+    assert "VALUE=v2" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_ray_target_refuses_over_the_http_limit(tmp_path: Path) -> None:
+    big = tmp_path / "big.zip"
+    with big.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024 + 1)
+    target = RayPackages("http://127.0.0.1:9")  # never contacted: refused before the PUT
+    from rtenv_cli.core.errors import PackageTooLargeError
+
+    with pytest.raises(PackageTooLargeError):
+        target.upload("gcs://_ray_pkg_0000000000000000.zip", big)

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.agent.rayhash import verify_package
+from rtenv_cli.core.watch.snapshot import Snapshot
+from rtenv_cli.core.watch.zipcache import ContentChanged, build_zip
+
+
+def test_rebuild_reuses_compressed_members(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "d" / "empty").mkdir(parents=True)
+    for i in range(20):
+        (src / "d" / f"f{i}.txt").write_bytes(os.urandom(100) * 50)
+    snap = Snapshot(src)
+    snap.full_scan()
+    first = build_zip(snap, tmp_path / "out")
+    assert first.compressed == 20
+    verify_package(first.path.name, first.path)  # the agent's verifier: content matches name
+    (src / "d" / "f3.txt").write_text("new content\n")
+    snap.update([str(src / "d" / "f3.txt")])
+    second = build_zip(snap, tmp_path / "out", first)
+    assert (second.reused, second.compressed) == (19, 1)
+    verify_package(second.path.name, second.path)
+    with zipfile.ZipFile(second.path) as zf:
+        assert zf.testzip() is None
+        assert zf.read("d/f3.txt") == b"new content\n"
+        assert zf.read("d/f0.txt") == (src / "d" / "f0.txt").read_bytes()
+        assert "d/empty/" in zf.namelist()
+        mode = zf.getinfo("d/f0.txt").external_attr >> 16
+        assert mode == (src / "d" / "f0.txt").stat().st_mode
+
+
+def test_py_module_layout(tmp_path: Path) -> None:
+    mod = tmp_path / "mylib"
+    mod.mkdir()
+    (mod / "__init__.py").write_text("x = 1\n")
+    snap = Snapshot(mod, kind="py_module")
+    snap.full_scan()
+    built = build_zip(snap, tmp_path / "out")
+    with zipfile.ZipFile(built.path) as zf:
+        assert zf.namelist() == ["mylib/__init__.py"]
+    verify_package(built.path.name, built.path)
+
+
+def test_file_changed_after_hashing_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("one\n")
+    snap = Snapshot(src)
+    snap.full_scan()
+    (src / "a.py").write_text("two\n")  # the snapshot has not seen this
+    with pytest.raises(ContentChanged):
+        build_zip(snap, tmp_path / "out")
+    assert not list((tmp_path / "out").glob("_ray_pkg_*"))
