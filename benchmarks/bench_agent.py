@@ -86,18 +86,25 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=20)
 
 
-def _hit_client(args: tuple[str, int, str, int]) -> list[float]:
-    import requests
+def _hit_client(args: tuple[int, int, str, int]) -> list[float]:
+    """A light load generator (http.client on a kept-alive connection, like wrk would be): the
+    client's own CPU use must not starve the agent on a 2-core box."""
+    import http.client
 
-    url, pid, name, count = args
-    body = {"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid}
-    session = requests.Session()
+    port, pid, name, count = args
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     out = []
-    for i in range(count):
+    for i in range(count + 10):  # the first 10 warm the connection and are not counted
+        body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
+                           "holder": f"{name}-{i}"})
         start = time.perf_counter()
-        resp = session.post(url, json={**body, "holder": f"{name}-{i}"}, timeout=60)
-        out.append(time.perf_counter() - start)
-        assert resp.status_code == 200, resp.text
+        conn.request("POST", "/api/envs", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        if i >= 10:
+            out.append(time.perf_counter() - start)
+        assert resp.status == 200, data
+    conn.close()
     return out
 
 
@@ -162,18 +169,18 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
             body = {"runtime_env": {"pip": ["six==1.16.0"]}, "pid": os.getpid()}
             requests.post(url, json={**body, "holder": "warmup"}, timeout=60).raise_for_status()
             per_client = 50 if quick else 250
-            for clients in (1, 2, 8):
+            for clients in (1, 2, 4, 8):
                 # clients are separate processes, as `rtenv run`s or raylets would be
                 with ProcessPoolExecutor(clients) as pool:
-                    parts = pool.map(_hit_client, [(url, os.getpid(), f"c{clients}-{n}",
+                    parts = pool.map(_hit_client, [(port, os.getpid(), f"c{clients}-{n}",
                                                     per_client) for n in range(clients)])
                     hits = [x for part in parts for x in part]
                 p50, p99 = statistics.median(hits), _pct(hits, 0.99)
                 rows.append(Row(B, f"cache-hit get-or-create over HTTP, {clients} concurrent "
                                 "client process(es), p99", "ms", p99 * 1e3, None, "< 10 ms",
                                 p99 < 0.010,
-                                f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; client "
-                                "processes share the 2 cores with the agent"))
+                                f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; clients share "
+                                "the 2 cores with the agent (one event loop answers hits)"))
         finally:
             _stop(agent)
 
