@@ -91,6 +91,9 @@ class WatchSession:
         self.on_notice = on_notice or (lambda _k, _m, _h: None)
         self.on_change_cmd = on_change_cmd
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
+        if not self.path.exists():
+            raise ConfigError(f"{self.path} does not exist", path=str(self.path),
+                              hint="pass a directory (the working_dir) or a runtime_env file")
         self.env_file: Path | None = None if self.path.is_dir() else self.path
         self.runtime_env: dict[str, Any] = {}
         self.published: dict[str, Any] = {}
@@ -106,9 +109,6 @@ class WatchSession:
     # -- configuration -------------------------------------------------------------------------
     def _load(self) -> None:
         if self.env_file is None:
-            if not self.path.exists():
-                raise ConfigError(f"{self.path} does not exist", path=str(self.path),
-                                  hint="pass a directory or a runtime_env file")
             self.runtime_env = {"working_dir": str(self.path)}
             self.sources = [Source("working_dir", Snapshot(self.path, "working_dir"))]
             return
@@ -234,7 +234,11 @@ class WatchSession:
 
         env = dict(os.environ, RTENV_RUNTIME_ENV=json.dumps(event.runtime_env),
                    RTENV_URI=event.uri)
-        rc = subprocess.call(self.on_change_cmd, shell=True, env=env)  # noqa: S602 - the user's command
+        import sys
+
+        # stdout carries only push lines / JSON events: the command's output goes to stderr
+        rc = subprocess.call(self.on_change_cmd, shell=True, env=env,  # noqa: S602 - the user's command
+                             stdout=sys.stderr.fileno())
         if rc:
             self.on_notice("warning", f"--on-change command exited with {rc}", None)
 

@@ -1,0 +1,87 @@
+"""`rtenv push --watch/--once` as a real process: JSON event lines, Ctrl-C, --on-change."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.core.watch.helpers import wait_for
+from tests.support.cli import run_cli
+
+KEYS = {"uri", "added", "modified", "removed", "bytes_sent", "elapsed_ms", "trigger"}
+
+
+def _read_json_line(proc: subprocess.Popen[str], timeout: float = 30) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line:
+            return dict(json.loads(line))
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
+    raise AssertionError("no JSON line in time")
+
+
+def test_help_has_example() -> None:
+    result = run_cli(["push", "--help"])
+    assert result.exit_code == 0
+    assert "--watch" in result.stdout
+    assert "$ rtenv push --watch" in result.stdout
+
+
+def test_once_json(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("a\n")
+    result = run_cli(["push", "--once", str(src), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    event = json.loads(result.stdout)
+    assert set(event) == KEYS
+    assert event["trigger"] == "initial"
+    assert event["added"] == 1
+
+
+def test_missing_path_is_a_config_error(tmp_path: Path) -> None:
+    result = run_cli(["push", "--once", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+def test_watch_json_lines_on_change_and_ctrl_c(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("v1\n")
+    marker = tmp_path / "on_change.log"
+    env = dict(os.environ, RTENV_HOME=str(tmp_path / "home"))
+    cmd = f'echo "$RTENV_URI" >> {marker}; echo noise-on-stdout'
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtenv_cli", "push", "--watch", str(src), "--format", "json",
+         "--quiet-ms", "100", "--on-change", cmd],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+    try:
+        first = _read_json_line(proc)
+        assert first["trigger"] == "initial"
+        assert set(first) == KEYS
+        (src / "main.py").write_text("v2\n")
+        second = _read_json_line(proc)
+        assert second["modified"] == 1
+        assert second["uri"] != first["uri"]
+        wait_for(lambda: marker.exists() and len(marker.read_text().split()) == 2)
+        assert marker.read_text().split() == [first["uri"], second["uri"]]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert proc.returncode in (0, 130)
+    assert "Traceback" not in err
+    for line in out.splitlines():  # nothing but JSON objects on stdout
+        assert set(json.loads(line)) == KEYS
