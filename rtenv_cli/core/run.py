@@ -208,9 +208,10 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
     `on_ready(handle, seconds)` is told when the environment is ready."""
     if not req.command:
         raise UsageError("no command given", hint="rtenv run -r runtime_env.yaml -- python x.py")
-    session = _Session(req)
+    session: _Session | None = None
     handle = _empty_handle()
     if req.runtime_env is not None:
+        session = _Session(req)  # opens the store or the agent only when there is an env
         found: list[tuple[str, str | None]] = []
         runtime_env, base_dir = load_runtime_env(req.runtime_env, found, req.base_dir)
         for message, hint in found:
@@ -231,7 +232,7 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
             if group is not None:
                 group.remove()
     finally:
-        if handle.key:
+        if handle.key and session is not None:
             session.release(handle)
 
 
