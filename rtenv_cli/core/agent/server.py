@@ -127,6 +127,7 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
                 return Response(status_code=200 if exists else 404)
             return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
                             status_code=200 if exists else 404)
+        store.package_path(name)  # validates the name before reading the body
         path, _size = await spool(request)
         try:
             await run_in_threadpool(store.put_package, name, path)
