@@ -7,6 +7,7 @@ real one lazily so `rtenv explain` stays fast when NVML is absent.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,9 @@ class NvmlReport:
                 "gpus": [g.to_dict() for g in self.gpus]}
 
 
+_DRIVER_MARKERS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
+
+
 def _s(value: object) -> str:
     # busId comes back as bytes in nvidia-ml-py 13 (not decoded by @convertStrBytes)
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -83,6 +87,10 @@ def read_gpus(pynvml: Any = None) -> NvmlReport:
     """Every physical GPU in NVML (nvidia-smi) order; never raises."""
     nv = pynvml
     if nv is None:
+        if not any(os.path.exists(p) for p in _DRIVER_MARKERS):
+            # importing pynvml costs ~25 ms; without the NVIDIA driver it can only fail
+            return NvmlReport(False, "no NVIDIA driver on this machine (no /dev/nvidiactl, "
+                              "/proc/driver/nvidia)")
         try:
             import pynvml as nv  # heavy and optional: only when the map is asked for
         except ImportError:
