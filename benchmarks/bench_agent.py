@@ -126,8 +126,9 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         cold_s, venv = _rtenv_create(work / "home", ["six==1.16.0"])
         rtenv_bytes = _du(venv)
         warm_root = work / "home2"
-        warm_root.mkdir()
-        shutil.copytree(work / "home" / "uv-cache", warm_root / "uv-cache", symlinks=True)
+        (warm_root / "store").mkdir(parents=True)
+        shutil.copytree(work / "home" / "store" / "uv-cache", warm_root / "store" / "uv-cache",
+                        symlinks=True)
         warm_s, _ = _rtenv_create(warm_root, ["six==1.16.0"])
         ray_pip_s, ray_pip_bytes, pip_err = _ray_create("pip", ["six==1.16.0"])
         ray_uv_s, ray_uv_bytes, uv_err = _ray_create("uv", ["six==1.16.0"])

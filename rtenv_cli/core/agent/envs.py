@@ -95,7 +95,9 @@ class Environments:
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
 
     def uv_cache(self) -> Path:
-        return self.store.root.parent / "uv-cache"
+        """uv's cache, shared by every venv of this store (its files are hardlinked into them,
+        so it lives on the same filesystem, inside the store root)."""
+        return self.store.root / "uv-cache"
 
     # -- components -------------------------------------------------------------------------------
     def _package_entry(self, kind: str, uri: str, *, ensure: bool = True) -> tuple[str, bool]:

@@ -9,6 +9,7 @@ Layout under the root::
     tmp/                builds in progress: <key>.<pid>.<rand>; published by rename
     trash/              tombstones: renamed here under the key's lock, then deleted
     locks/<key>.lock    one flock per key: identical creates build once across processes
+    uv-cache/           uv's cache, shared by all venvs (hardlinked into them)
 
 Every publish is "write elsewhere, fsync, rename"; the index row is written after the rename.
 On open, `recover()` deletes builds whose builder died and tombstones, re-indexes published
