@@ -19,13 +19,30 @@ from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, predic
 
 
 def load_runtime_env(path: Path) -> dict[str, object]:
-    from rtenv_cli.core.spec.loader import load_path
+    # Not the composer-based spec loader: explain needs no positions and must start fast, so
+    # JSON goes through json and YAML through PyYAML's C safe loader (same YAML 1.1 semantics).
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}", path=str(path),
+                         hint="pass an existing runtime_env YAML or JSON file") from None
+    try:
+        if path.suffix == ".json":
+            import json
 
-    doc = load_path(path)
-    if doc.error is not None:
-        raise ConfigError(f"{path}: cannot parse: {doc.error}", path=str(path),
-                          hint="fix the YAML/JSON syntax (rtenv validate shows where)")
-    data = doc.data
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    except ValueError as exc:
+        raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
+                          hint="fix the syntax (rtenv validate shows where)") from None
+    except Exception as exc:  # yaml.YAMLError: yaml is imported lazily, so catch broadly
+        if type(exc).__module__.startswith("yaml"):
+            raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
+                              hint="fix the syntax (rtenv validate shows where)") from None
+        raise
     if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
         data = data["runtime_env"]  # a job spec holding a runtime_env
     if data is None:
