@@ -181,7 +181,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                                 "client process(es), p99", "ms", p99 * 1e3, None, "< 10 ms",
                                 p99 < 0.010,
                                 f"p50 {p50 * 1e3:.2f} ms, {len(hits)} requests; clients share "
-                                "the 2 cores with the agent (one event loop answers hits)"))
+                                "the 2 cores with the agent (one event loop answers hits); "
+                                f"load average {os.getloadavg()[0]:.1f}"))
         finally:
             _stop(agent)
 
