@@ -88,6 +88,8 @@ def render_gc(out: Output, result: Any) -> None:
         render_plan(out, result)
         return
     out.line(f"Removed {len(result.removed)} entries, {human_size(result.freed_bytes)} freed")
+    if result.extra.get("uv_cache_pruned_bytes"):
+        out.line(f"Pruned uv's cache: {human_size(result.extra['uv_cache_pruned_bytes'])} freed")
     for e in result.skipped:
         out.line(f"kept {e.kind} {_short(e.label)}: referenced or being built when its turn came")
 

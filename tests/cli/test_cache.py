@@ -80,3 +80,14 @@ def test_keep_storage_and_bad_values() -> None:
     assert bad.exit_code == 2
     assert "cannot read size" in bad.stderr
     assert Path(store.root).exists()
+
+
+def test_purge_prunes_uv_cache_of_removed_envs() -> None:
+    store = Store()
+    envs = Environments(store)
+    held = envs.get_or_create({"pip": ["six==1.16.0"]}, holder="x")
+    envs.release(held.key, "x")
+    res = run_cli(["cache", "purge", "--yes", "--format", "json"])
+    assert res.exit_code == 0
+    assert res.json["uv_cache_pruned_bytes"] >= 0
+    assert [e["key"] for e in res.json["removed"]] == list(held.entries)

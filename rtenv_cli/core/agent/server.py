@@ -196,7 +196,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
                                     keep_storage=data.get("keep_storage"),
                                     kinds=tuple(data.get("kinds") or ()),
                                     purge=bool(data.get("purge")))
-            return cache_gc.run_gc(store, plan, dry_run=bool(data.get("dry_run"))).to_dict()
+            result = cache_gc.run_gc(store, plan, dry_run=bool(data.get("dry_run")))
+            if plan.reason.startswith("purge") and not result.dry_run:
+                result.extra["uv_cache_pruned_bytes"] = cache_gc.prune_uv_cache(store)
+            return result.to_dict()
 
         return JSONResponse(await run_in_threadpool(work))
 

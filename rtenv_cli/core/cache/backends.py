@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rtenv_cli.core.cache.gc import GcResult, plan_gc, run_gc
+from rtenv_cli.core.cache.gc import GcResult, plan_gc, prune_uv_cache, run_gc
 from rtenv_cli.core.cache.ls import CacheListing, list_store
 
 
@@ -31,7 +31,10 @@ class LocalBackend:
         self.store.index.prune_refs()
         plan = plan_gc(self.store.index.all(), older_than_s=older_than_s,
                        keep_storage=keep_storage, kinds=kinds, purge=purge)
-        return run_gc(self.store, plan, dry_run=dry_run)
+        result = run_gc(self.store, plan, dry_run=dry_run)
+        if purge and not dry_run:
+            result.extra["uv_cache_pruned_bytes"] = prune_uv_cache(self.store)
+        return result
 
 
 class AgentBackend:

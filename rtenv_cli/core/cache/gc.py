@@ -83,7 +83,9 @@ class GcResult:
 
         p = data["plan"]
         plan = GcPlan(entries(p["remove"]), p["keep_bytes"], p["referenced"], p["reason"])
-        return cls(plan, entries(data["removed"]), entries(data["skipped"]), data["dry_run"])
+        extra = {k: v for k, v in data.items() if k == "uv_cache_pruned_bytes"}
+        return cls(plan, entries(data["removed"]), entries(data["skipped"]), data["dry_run"],
+                   extra)
 
 
 def _human_duration(seconds: float) -> str:
@@ -157,3 +159,22 @@ class Budget:
         plan = plan_gc(store.index.all(), older_than_s=self.max_age_s,
                        keep_storage=self.max_bytes)
         return run_gc(store, plan) if plan.remove else None
+
+
+def prune_uv_cache(store: Any) -> int:
+    """`uv cache prune` on the store's uv cache; returns the bytes freed.
+
+    Safe next to running builds: uv takes its cache lock. Venvs keep their hardlinked files.
+    """
+    import subprocess
+
+    from rtenv_cli.core.agent.builders import uv_bin, uv_env
+    from rtenv_cli.core.agent.unpack import dir_size
+
+    cache = store.root / "uv-cache"
+    if not cache.is_dir():
+        return 0
+    before = dir_size(cache)
+    subprocess.run([uv_bin(), "cache", "prune", "--quiet"], env=uv_env(cache),
+                   capture_output=True, check=False, timeout=600)
+    return max(0, before - dir_size(cache))
