@@ -1,0 +1,195 @@
+"""Ray 2.60's ignore semantics: `excludes`, default excludes, per-directory .gitignore/.rayignore.
+
+Ray (packaging.py `_dir_travel`, `_get_excludes`, `_get_ignore_file`) compiles each source with
+its vendored pathspec 0.8.1 `gitwildmatch` into a separate matcher; a path is dropped when ANY
+active matcher matches it (last match wins only *within* one list), and a directory's own ignore
+files are active before the directory itself is tested (its path relative to them is ".").
+
+We use pathspec 1.x's `GitIgnoreSpecPattern` (what the deprecated "gitwildmatch" name maps to).
+It translates patterns like 0.8.1 for everything we test against Ray's own functions (`*`
+matching ".", `dir/` not matching the directory itself), with two differences handled in
+`_normalize`: 0.8.1 strips leading AND trailing whitespace of every line (1.x keeps leading
+spaces and honours an escaped trailing space), and 0.8.1 drops a dangling trailing backslash
+(1.x rejects it). And one in `_pattern`: 0.8.1 gives a *negated* non-directory pattern no
+"and everything below" suffix (`!.git` matches ".git" only, not ".git/HEAD"), while 1.x treats
+negations like positives; with Ray's default `.git` exclude, excludes: ["!.git"] keeps ".git"
+but still drops its files. 1.x regexes are applied with `search`, like 1.x does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rtenv_cli.core.errors import ConfigError, PackagingError
+
+Kind = Literal["working_dir", "py_module"]
+RAY_DEFAULT_EXCLUDES = ".git,.venv,venv,__pycache__"
+IGNORE_GITIGNORE_ENV = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"
+DEFAULT_EXCLUDES_ENV = "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"
+
+
+def default_excludes(env: Mapping[str, str]) -> list[str]:
+    """Ray's working_dir default excludes (comma list, overridable; empty means none)."""
+    val = env.get(DEFAULT_EXCLUDES_ENV, RAY_DEFAULT_EXCLUDES)
+    return [x.strip() for x in val.split(",") if x.strip()]
+
+
+def use_gitignore(env: Mapping[str, str]) -> bool:
+    return env.get(IGNORE_GITIGNORE_ENV, "0") != "1"
+
+
+def _normalize(line: str) -> str:
+    s = line.strip()
+    if (len(s) - len(s.rstrip("\\"))) % 2 == 1:
+        s = s[:-1]  # a dangling escape: 0.8.1 ignores it, 1.x raises
+    return s
+
+
+_DESCENDANTS = "(?:(?P<ps_d>/)|$)"  # 1.x's "the path itself or anything below it" ending
+
+
+def _pattern(text: str) -> Any:
+    import re
+
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    pat = GitIgnoreSpecPattern(text)
+    if pat.include is False and pat.regex.pattern.endswith(_DESCENDANTS):
+        pat.regex = re.compile(pat.regex.pattern[:-len(_DESCENDANTS)] + "$")
+    return pat
+
+
+@dataclass
+class Matcher:
+    """One pattern list (one ignore file, or the excludes list) anchored at `base_rel`."""
+
+    base_rel: str  # the anchor directory relative to the package root ("." = root)
+    rules: list[tuple[str, Any]]  # (source label, compiled pattern), in file order
+
+    def rel(self, relpath: str) -> str:
+        if self.base_rel == ".":
+            return relpath
+        if relpath == self.base_rel:
+            return "."
+        return relpath[len(self.base_rel) + 1:]
+
+    def decide(self, relpath: str) -> str | None:
+        """The label of the rule that ignores `relpath`, or None (kept / negated)."""
+        path = self.rel(relpath)
+        for label, pat in reversed(self.rules):
+            if pat.include is not None and pat.regex.search(path) is not None:
+                return label if pat.include else None
+        return None
+
+
+def compile_lines(lines: Sequence[tuple[str, str]], base_rel: str) -> Matcher | None:
+    """`lines` = (label, raw line); comments/blank lines drop out. None when nothing is left."""
+    rules: list[tuple[str, Any]] = []
+    for label, raw in lines:
+        text = _normalize(raw)
+        if not text or text.startswith("#") or text in ("/", "!/"):
+            continue  # "/" and "!/" match no path in 0.8.1 (1.x: "!/" re-includes all)
+        try:
+            pat = _pattern(text)
+        except ValueError as exc:
+            raise ConfigError(f"{label}: invalid pattern: {exc}",
+                              hint="fix or remove the pattern (gitignore syntax)") from exc
+        if pat.include is not None:
+            rules.append((label, pat))
+    return Matcher(base_rel, rules) if rules else None
+
+
+def excludes_matcher(kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
+                     ) -> Matcher | None:
+    """Ray's single excludes list: defaults (working_dir only) followed by the user's."""
+    lines: list[tuple[str, str]] = []
+    if kind == "working_dir":
+        lines += [(f"ray-default:{p}", p) for p in default_excludes(env)]
+    lines += [(f"excludes[{i}]:{p.strip()}", p) for i, p in enumerate(excludes)]
+    return compile_lines(lines, ".")
+
+
+def ignore_file_matchers(dir_path: Path, dir_rel: str, env: Mapping[str, str]
+                         ) -> list[Matcher]:
+    """Matchers of `dir_path`'s own .gitignore (unless disabled) and .rayignore."""
+    names = (".gitignore", ".rayignore") if use_gitignore(env) else (".rayignore",)
+    out: list[Matcher] = []
+    for name in names:
+        f = os.path.join(dir_path, name)
+        if not os.path.isfile(f):
+            continue
+        shown = name if dir_rel == "." else f"{dir_rel}/{name}"
+        try:
+            with open(f) as fh:
+                lines = fh.readlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PackagingError(f"cannot read {f}: {exc}",
+                                 hint="fix its permissions or encoding", path=f) from exc
+        m = compile_lines([(f"{shown}:{i}:{ln.strip()}", ln) for i, ln in
+                           enumerate(lines, 1)], dir_rel)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def first_match(matchers: Sequence[Matcher], relpath: str) -> str | None:
+    for m in matchers:
+        label = m.decide(relpath)
+        if label is not None:
+            return label
+    return None
+
+
+@dataclass(frozen=True)
+class IgnoreDecision:
+    path: str  # as given
+    ignored: bool
+    source: str | None  # e.g. ".gitignore:3:*.ckpt", "excludes[1]:*.log", "ray-default:.git"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "ignored": self.ignored, "source": self.source}
+
+
+def check_ignore(root: Path, paths: Sequence[str | Path], kind: Kind,
+                 excludes: Sequence[str] = (), env: Mapping[str, str] | None = None
+                 ) -> list[IgnoreDecision]:
+    """For each path (relative to `root` or absolute inside it): is it packaged, and why not.
+
+    A path is ignored when it or one of its ancestors is matched, walking down from the root
+    the way Ray's walk does (each directory's ignore files join before it is tested).
+    """
+    env = os.environ if env is None else env
+    root = Path(root).absolute()
+    base = excludes_matcher(kind, excludes, env)
+    cache: dict[str, list[Matcher]] = {}
+
+    def own(rel: str) -> list[Matcher]:
+        if rel not in cache:
+            cache[rel] = ignore_file_matchers(root if rel == "." else root / rel, rel, env)
+        return cache[rel]
+
+    out = []
+    for given in paths:
+        p = Path(given)
+        absolute = p if p.is_absolute() else root / p
+        try:
+            rel = absolute.relative_to(root).as_posix()
+        except ValueError:
+            raise PackagingError(f"{given} is outside the package {root}",
+                                 hint="pass paths inside the package directory") from None
+        parts = [] if rel in ("", ".") else rel.split("/")
+        chain = ["."] + ["/".join(parts[:i + 1]) for i in range(len(parts))]
+        active: list[Matcher] = [base] if base else []
+        source = None
+        for r in chain:
+            if os.path.isdir(root / r):
+                active = active + own(r)
+            source = first_match(active, r)
+            if source is not None:
+                break
+        out.append(IgnoreDecision(str(given), source is not None, source))
+    return out
