@@ -150,15 +150,46 @@ def expand(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, st
     return dict(expand_env_vars(env_vars, base))
 
 
+def accelerator_env(req: RunRequest, base: Mapping[str, str],
+                    env_vars: Mapping[str, str]) -> dict[str, str | None]:
+    """The variables Ray sets for this allocation (None: Ray removes the variable).
+
+    Uses explain's prediction (every accelerator family, a node's preset visible list) when it is
+    installed; otherwise CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS, the two Ray always sets.
+    """
+    if req.gpus is None and req.num_cpus is None:
+        return {}
+    ids = tuple(int(x) for x in (req.gpus or "").split(",") if x.strip())
+    try:
+        from rtenv_cli.core.explain.allocation import ResourceRequest
+        from rtenv_cli.core.explain.worker_env import SRC_ACCEL, SRC_OMP, ExplainRequest, predict
+    except ImportError:
+        out: dict[str, str | None] = {}
+        if req.gpus is not None:
+            out["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+        if req.num_cpus is not None and "OMP_NUM_THREADS" not in env_vars:
+            # Ray sets OMP_NUM_THREADS to the task's num_cpus unless the job set it
+            out["OMP_NUM_THREADS"] = str(max(1, int(req.num_cpus)))
+        return out
+    resources = (ResourceRequest("GPU", float(len(ids)), ids, False),) if req.gpus is not None \
+        else ()
+    preview = predict(ExplainRequest(kind="task", num_cpus=req.num_cpus, resources=resources,
+                                     task_runtime_env={"env_vars": dict(env_vars)},
+                                     node_env=dict(base), node_env_known=True))
+    return {k: v for k, v in preview.env.items()
+            if (preview.sources.get(k) or "").startswith(SRC_ACCEL)
+            or preview.sources.get(k) == SRC_OMP}
+
+
 def child_environment(handle: Any, req: RunRequest,
                       base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(req.extra_env)
-    if req.gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = req.gpus
-    if req.num_cpus is not None and "OMP_NUM_THREADS" not in handle.env_vars:
-        # Ray sets OMP_NUM_THREADS to the task's num_cpus unless the job set it
-        env["OMP_NUM_THREADS"] = str(max(1, int(req.num_cpus)))
+    for key, value in accelerator_env(req, env, handle.env_vars).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     env.update(expand(handle.env_vars, env))
     paths = [*handle.py_modules, *([handle.working_dir] if handle.working_dir else [])]
     if paths:

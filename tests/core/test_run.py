@@ -116,3 +116,10 @@ def test_local_zip_working_dir_goes_up_as_is(tmp_path: Path) -> None:
         runtime_env=tmp_path / "env.yaml", base_dir=tmp_path), notify=lambda m, h: None)
     assert code == 0
     assert out.read_text() == "zipped"
+
+
+def test_gpu_ids_index_a_preset_visible_list_like_ray() -> None:
+    # a node started with CUDA_VISIBLE_DEVICES=4,5,6,7: Ray's GPU slot 1 is device 5
+    env = child_environment(_handle(), RunRequest(command=["x"], gpus="1"),
+                            base={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "5"
