@@ -7,6 +7,8 @@ so Ray's first-fit slot ids hold; each is compared with the in-process predictio
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -62,7 +64,7 @@ NODE = {"CUDA_VISIBLE_DEVICES": "3,5,6,7", "NEURON_RT_VISIBLE_CORES": "4,5,6,7",
         "HABANA_VISIBLE_MODULES": "", "NODE_FOO": "nodeval", "OMP_NUM_THREADS": "7",
         "PYTHONPATH": "/nodepp"}
 PRESET = [
-    R(GPU=1), R(GPU=2), R(GPU=4), R(GPU=0.5), R(GPU=0), R(neuron_cores=2), R(HPU=1),
+    R(GPU=1), R(GPU=2), R(GPU=4), R(GPU=0.5), R(GPU=0), R(neuron_cores=2), R(neuron_cores=4),
     R(GPU=1, task_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "6,7"}}),
     R(cpus=2, task_env={"env_vars": {"OMP_NUM_THREADS": "3"}}),
     R(task_env={"env_vars": {"E1": "${NODE_FOO}-x", "E2": "$NODE_FOO", "E3": "a:${PYTHONPATH}",
@@ -96,10 +98,37 @@ def test_parity_clean_node(ray_cluster) -> None:
     assert len(CLEAN) + len(WITH_JOB) + len(PRESET) >= 40
 
 
-def test_parity_preset_visible_list_node() -> None:
-    import os
-    with ray_head(num_gpus=4, resources={"neuron_cores": 4, "HPU": 2}, env=NODE) as head:
+SESSION_DIR = re.compile(r"[^:]*/session_[^/:]+(?=/runtime_resources/)")
+
+
+def _shape(path: str) -> str:
+    return SESSION_DIR.sub("<session_dir>", path)
+
+
+def test_parity_preset_visible_list_node(tmp_path) -> None:
+    wd, mod = tmp_path / "wd", tmp_path / "mymod"
+    wd.mkdir()
+    mod.mkdir()
+    (wd / "a.txt").write_text("x")
+    (mod / "__init__.py").write_text("")
+    job = {"working_dir": str(wd), "py_modules": [str(mod)], "env_vars": {"PYTHONPATH": "/u/pp"}}
+    job_reqs = [replace(R(), job_runtime_env=job, node_env=NODE, node_env_known=True),
+                replace(R("actor"), job_runtime_env={"working_dir": str(wd)}, node_env=NODE,
+                        node_env_known=True)]
+    with ray_head(num_gpus=4, resources={"neuron_cores": 4}, env=NODE) as head:
+        env = {**os.environ, **head.client_env()}
         reqs = [replace(r, node_env=NODE, node_env_known=True) for r in PRESET]
-        results = run_probes(head.address, None, reqs, env={**os.environ, **head.client_env()})
+        results = run_probes(head.address, None, reqs, env=env)
+        pp_results = [run_probes(head.address, r.job_runtime_env, [r], env=env)[0]
+                      for r in job_reqs]
     failures = _check(reqs, results, NODE)
     assert not failures, "\n".join(failures)
+    for req, res in zip(job_reqs, pp_results, strict=True):
+        assert "error" not in res, res
+        preview = predict(req)
+        # exact package names (Ray's content hashes); only the session dir is substituted
+        assert _shape(res["env"]["PYTHONPATH"]) == _shape(preview.env["PYTHONPATH"])
+        assert _shape(res["cwd"]) == _shape(preview.cwd)
+    assert re.fullmatch(r"<session_dir>/runtime_resources/py_modules_files/_ray_pkg_[0-9a-f]{16}:"
+                        r"<session_dir>/runtime_resources/working_dir_files/_ray_pkg_[0-9a-f]{16}"
+                        r":/u/pp:/nodepp:/nodepp", _shape(pp_results[0]["env"]["PYTHONPATH"]))

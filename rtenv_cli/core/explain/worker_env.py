@@ -104,12 +104,29 @@ def _is_uri(value: object) -> bool:
     return isinstance(value, str) and "://" in value
 
 
-def _pkg_dir(uri: object, kind: str) -> str:
+def _local_package_name(path: str, kind: str, excludes: object) -> str:
+    """Ray's package name for a local directory/file (`_ray_pkg_<hash>`), or a placeholder."""
+    from pathlib import Path
+
+    source = Path(path)
+    if not source.exists():
+        return f"_ray_pkg_<hash of {source.name}: not found here>"
+    try:
+        from rtenv_cli.core.packaging.hashing import package_uri
+
+        uri = package_uri(source, kind="working_dir" if kind == "working_dir" else "py_module",
+                          excludes=tuple(excludes) if isinstance(excludes, list) else ())
+    except Exception:  # a name we cannot compute is shown as a placeholder, never an error
+        return f"_ray_pkg_<hash of {source.name}>"
+    return uri.rsplit("/", 1)[-1]
+
+
+def _pkg_dir(uri: object, kind: str, excludes: object = None) -> str:
     text = str(uri)
     if text.startswith("local://"):
         return text[len("local://"):]
-    name = text.rsplit("/", 1)[-1] if "://" in text else f"_ray_pkg_<hash of {text}>"
-    for ext in (".zip", ".tar.gz", ".tar.xz"):
+    name = text.rsplit("/", 1)[-1] if "://" in text else _local_package_name(text, kind, excludes)
+    for ext in (".zip", ".tar.gz", ".tar.xz", ".whl"):
         name = name.removesuffix(ext)
     return f"{SESSION}/runtime_resources/{kind}_files/{name}"
 
@@ -154,7 +171,8 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
     wd = merged.get("working_dir")
     pms = merged.get("py_modules") or []
     pms = pms if isinstance(pms, list) else [pms]
-    for dirs in ([_pkg_dir(wd, "working_dir")] if wd else [],
+    excl = merged.get("excludes")
+    for dirs in ([_pkg_dir(wd, "working_dir", excl)] if wd else [],
                  [_pkg_dir(m, "py_modules") for m in pms]):
         if not dirs:
             continue
@@ -196,7 +214,7 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
             f"accelerator_type {req.accelerator_type} only adds the resource "
             f"accelerator_type:{req.accelerator_type}=0.001; it sets no variable")
     if wd:
-        cwd = _pkg_dir(wd, "working_dir")
+        cwd = _pkg_dir(wd, "working_dir", excl)
     else:
         cwd = req.node_cwd or "<raylet cwd: the directory `ray start` ran in>"
     pp = env.get("PYTHONPATH")
