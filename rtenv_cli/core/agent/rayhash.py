@@ -24,12 +24,23 @@ _EMPTY = b"0" * 8  # Ray's initial accumulator: eight ASCII zeros, not NUL bytes
 _CHUNK = 1 << 20
 
 
+def _xor_fold(acc: bytes, digest: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(acc, digest, strict=False))
+
+
 def _fold(acc: bytes, digest: bytes) -> bytes:
-    try:
-        from rtenv_cli.core.packaging.hashing import fold
-    except ImportError:  # the packaging module lands separately; same rule, re-implemented
-        return bytes(a ^ b for a, b in zip(acc, digest, strict=False))
-    return fold(acc, digest)
+    """packaging.hashing's `fold` (the one rule for the whole code base) when installed."""
+    global _FOLD  # noqa: PLW0603 - resolved once, on first use
+    if _FOLD is None:
+        try:
+            from rtenv_cli.core.packaging.hashing import fold
+        except ImportError:  # the packaging feature lands separately; same rule, re-stated
+            fold = _xor_fold
+        _FOLD = fold
+    return _FOLD(acc, digest)
+
+
+_FOLD = None
 
 
 def check_name(name: str) -> None:
