@@ -1,0 +1,197 @@
+"""Build the package zip Ray expects, streamed to disk, deflate-compressed where it pays.
+
+Entry set equal to Ray's `create_package`: files and directories with no children on disk,
+names relative to the root (working_dir) or under the module's basename (py_modules directory),
+Unix modes in `external_attr`. Ray stores entries uncompressed; the node reads any zip method,
+so we deflate (level 1) what compresses and store what does not (random/packed data), which
+keeps more under the 100 MiB upload limit for little CPU. Hashing runs in worker threads while
+the main thread writes the zip; a file whose stat changed while we packaged it forces a rebuild,
+so no zip is ever published under a URI that does not match its content.
+
+`layout="remote"` wraps everything in one extra top-level directory: Ray strips a single
+top-level directory from remote (`file://`, `https://`) zips, and only from those.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging.hashing import (
+    EMPTY_ACC,
+    digest_entries,
+    entry_digest,
+    file_source_kind,
+    fold,
+    package_uri,
+    scan_uri,
+    uri_for_acc,
+)
+from rtenv_cli.core.packaging.ignore import Kind
+from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
+
+_SAMPLE = 64 * 1024
+_MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
+_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    uri: str  # Ray's gcs:// URI for the source
+    path: Path  # the zip (or, for a .whl / local archive, the file itself)
+    file_count: int
+    total_bytes: int
+    zip_bytes: int
+    scan: PackageScan | None = None
+    sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
+    layout: str = "ray"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri, "path": str(self.path), "file_count": self.file_count,
+                "total_bytes": self.total_bytes, "zip_bytes": self.zip_bytes}
+
+
+def _date_time(mtime_ns: int) -> tuple[int, int, int, int, int, int]:
+    t = time.localtime(mtime_ns / 1e9)
+    if t.tm_year < 1980:  # noqa: PLR2004 - the zip epoch
+        return (1980, 1, 1, 0, 0, 0)
+    return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
+
+
+def _compressible(path: Path, size: int) -> bool:
+    if size < _MIN_DEFLATE:
+        return True
+    with path.open("rb") as fh:
+        sample = fh.read(_SAMPLE)
+    return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
+
+
+def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
+    if scan.single_file:
+        name = e.relpath
+    elif scan.kind == "py_module":
+        name = scan.root.name if e.relpath == "." else f"{scan.root.name}/{e.relpath}"
+    else:
+        name = e.relpath  # the root itself only appears when it is empty: "./", like Ray
+    name = f"{prefix}/{name}" if prefix else name
+    return name + "/" if e.is_dir else name
+
+
+def _write_zip(scan: PackageScan, out: Path, prefix: str,
+               on_progress: Callable[[int], None] | None) -> list[Entry]:
+    """Write the zip; return the entries whose stat changed while being written."""
+    import zipfile
+
+    changed: list[Entry] = []
+    with zipfile.ZipFile(out, "w", allowZip64=True) as zf:
+        for e in scan.entries:
+            if not e.in_zip:
+                continue
+            info = zipfile.ZipInfo(arcname(e, scan, prefix), _date_time(e.mtime_ns))
+            info.create_system = 3
+            info.external_attr = (e.mode & 0xFFFF) << 16
+            if e.is_dir:
+                info.external_attr |= 0x10
+                zf.writestr(info, b"")
+                continue
+            deflate = _compressible(e.path, e.size)
+            info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+            info._compresslevel = 1  # type: ignore[attr-defined] # noqa: SLF001 - no public API
+            try:
+                with e.path.open("rb") as src, zf.open(info, "w", force_zip64=e.size > 2**31
+                                                       ) as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                s = os.stat(e.path)
+            except OSError as exc:
+                raise PackagingError(f"cannot read {e.path}: {exc.strerror}",
+                                     path=str(e.path)) from exc
+            if (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns):
+                changed.append(e)
+            if on_progress:
+                on_progress(e.size)
+    return changed
+
+
+def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
+               use_cache: bool = True, on_progress: Callable[[int], None] | None = None
+               ) -> BuiltPackage:
+    """Hash (threads) and zip (this thread) one scanned package, concurrently."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(digest_entries, scan.entries, use_cache=use_cache)
+        uri_guess = "_pending"
+        tmp = dest_dir / f".{uri_guess}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        try:
+            prefix = ""
+            if layout == "remote":
+                prefix = "pkg"  # renamed below is not possible in a zip; a fixed top dir
+            changed = _write_zip(scan, tmp, prefix, on_progress)
+            digests = fut.result()
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    if changed:
+        tmp.unlink(missing_ok=True)
+        names = ", ".join(e.relpath for e in changed[:5])
+        raise _Changed(names)
+    if scan.single_file:
+        e = scan.entries[0]
+        uri = uri_for_acc(fold(EMPTY_ACC, digests[e.relpath][0]))
+    else:
+        uri = scan_uri(scan, digests)
+    name = uri.removeprefix("gcs://")
+    final = dest_dir / (name if layout == "ray" else f"remote{name}")
+    os.replace(tmp, final)
+    sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
+    return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,
+                        scan, sha, layout)
+
+
+class _Changed(Exception):  # noqa: N818 - internal signal, never shown
+    pass
+
+
+def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
+                  env: Mapping[str, str] | None = None, dest_dir: Path | None = None,
+                  layout: Literal["ray", "remote"] = "ray", use_cache: bool = True,
+                  on_progress: Callable[[int], None] | None = None) -> BuiltPackage:
+    """Ray's URI and a zip with Ray's entries for a local working_dir / py_modules source."""
+    from rtenv_cli.core.paths import rtenv_home
+
+    source = Path(source).absolute()
+    dest_dir = Path(dest_dir) if dest_dir is not None else rtenv_home() / "build"
+    if source.is_file():
+        what = file_source_kind(source, kind)
+        if what in ("whl", "archive"):
+            size = source.stat().st_size
+            return BuiltPackage(package_uri(source, kind=kind), source, 1, size, size)
+    last = ""
+    for _ in range(_RETRIES):
+        scan = scan_package(source, kind=kind, excludes=excludes, env=env)
+        if scan.root_excluded:
+            rule = "an ignore rule"
+            raise PackagingError(
+                f"{source}: the whole {kind} is excluded ({rule} matches the root itself, "
+                "e.g. `*` or `.*`), so Ray would publish the empty package "
+                "gcs://_ray_pkg_3030303030303030.zip", path=str(source),
+                hint="`*` and `.*` match the root's own path \".\" in Ray: use `/*` with "
+                "negations, or narrower patterns; see `rtenv check-ignore -v .`")
+        try:
+            return build_scan(scan, dest_dir=dest_dir, layout=layout, use_cache=use_cache,
+                              on_progress=on_progress)
+        except _Changed as exc:
+            last = str(exc)
+    raise PackagingError(f"files kept changing while {source} was packaged: {last}",
+                         hint="stop the process writing them, or exclude them", path=str(source))
+
+
+__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest"]

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from ray._private.ray_constants import get_runtime_env_default_excludes
+from ray._private.runtime_env.packaging import create_package, get_uri_for_file
+
+from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging.build import build_package
+from tests.core.packaging.test_hashing import ray_uri
+from tests.core.packaging.trees import EXCLUDES, TREES, add_symlinks, w
+
+
+def entries(zip_path: Path, strip: str = "") -> set[tuple[str, int, int]]:
+    with zipfile.ZipFile(zip_path) as zf:
+        return {(i.filename.removeprefix(strip), i.file_size, i.external_attr >> 16)
+                for i in zf.infolist()}
+
+
+def ray_zip(tmp: Path, root: Path, kind: str, excludes: list[str]) -> Path:
+    out = tmp / f"ray-{kind}-{len(list(tmp.iterdir()))}.zip"
+    ex = (get_runtime_env_default_excludes() if kind == "working_dir" else []) + excludes
+    create_package(str(root), out, include_gitignore=True, include_parent_dir=kind == "py_module"
+                   and root.is_dir(), excludes=ex)
+    return out
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+@pytest.mark.parametrize("kind", ["working_dir", "py_module"])
+def test_zip_entries_equal_rays(tmp_path: Path, tree: str, kind: str) -> None:
+    root = tmp_path / "mylib"
+    root.mkdir()
+    TREES[tree](root)
+    if tree == "plain":
+        add_symlinks(root, tmp_path / "outside")
+    out = tmp_path / "out"
+    out.mkdir()
+    for excludes in EXCLUDES:
+        if excludes in (["*"], [".*"]) or (tree == "gitignore_whitelist"):
+            continue  # root excluded: refused (test_root_excluded_refused)
+        built = build_package(root, kind=kind, excludes=excludes, env={}, dest_dir=out)
+        assert built.uri == ray_uri(root, kind, excludes)
+        assert entries(built.path) == entries(ray_zip(tmp_path / "out", root, kind, excludes)), \
+            (tree, kind, excludes)
+        with zipfile.ZipFile(built.path) as zf:
+            assert zf.testzip() is None
+
+
+def test_single_py_and_empty_root(tmp_path: Path) -> None:
+    py = w(tmp_path, "m.py", "Z = 3\n" * 100)
+    built = build_package(py, kind="py_module", dest_dir=tmp_path / "o")
+    assert built.uri == get_uri_for_file(str(py))
+    assert entries(built.path) == entries(ray_zip(tmp_path / "o", py, "py_module", []))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    b2 = build_package(empty, kind="working_dir", dest_dir=tmp_path / "o")
+    assert entries(b2.path) == entries(ray_zip(tmp_path / "o", empty, "working_dir", []))
+
+
+def test_root_excluded_refused(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    w(root, "a.py")
+    with pytest.raises(PackagingError, match="3030303030303030"):
+        build_package(root, kind="working_dir", excludes=[".*"], dest_dir=tmp_path / "o")
+
+
+def test_remote_layout_has_one_top_dir_and_compresses(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    w(root, "a.py", "print(1)\n" * 2000)
+    (root / "rnd.bin").write_bytes(os.urandom(200_000))
+    built = build_package(root, kind="working_dir", layout="remote", dest_dir=tmp_path / "o")
+    with zipfile.ZipFile(built.path) as zf:
+        tops = {i.filename.split("/")[0] for i in zf.infolist()}
+        methods = {i.filename: i.compress_type for i in zf.infolist()}
+    assert tops == {"pkg"}
+    assert methods["pkg/a.py"] == zipfile.ZIP_DEFLATED
+    assert methods["pkg/rnd.bin"] == zipfile.ZIP_STORED
+    assert built.zip_bytes < built.total_bytes
+
+
+def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.packaging import build as b
+
+    root = tmp_path / "r"
+    f = w(root, "a.py", "one")
+    real = b._compressible
+    calls = {"n": 0}
+
+    def edit_during(path: Path, size: int) -> bool:
+        calls["n"] += 1
+        if path == f:
+            os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
+        return real(path, size)
+
+    monkeypatch.setattr(b, "_compressible", edit_during)
+    with pytest.raises(PackagingError, match="kept changing"):
+        build_package(root, kind="working_dir", dest_dir=tmp_path / "o")
+    assert not list((tmp_path / "o").glob("_ray_pkg_*"))
