@@ -123,6 +123,12 @@ def parse_compare(spec: str, base: ExplainRequest) -> ExplainRequest:
     return replace(base, num_cpus=num_cpus, kind=kind, resources=tuple(reqs.values()))
 
 
+def _nvidia_driver() -> bool:
+    import os
+
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg"))
+
+
 @dataclass(frozen=True)
 class ExplainResult:
     preview: EnvPreview
@@ -146,7 +152,11 @@ def explain(req: ExplainRequest, *, compare: str | None = None, gpu_map: bool = 
 
     preview = predict(req)
     gmap = None
-    if gpu_map and req.gpu_vendor == "nvidia":
+    if gpu_map and req.gpu_vendor == "nvidia" and pynvml is None and not _nvidia_driver():
+        # cheap pre-check: without the driver NVML can only fail; skip importing it (startup)
+        gmap = {"nvml": {"available": False, "reason": "no NVIDIA driver on this machine",
+                         "driver": None, "gpus": []}, "rows": []}
+    elif gpu_map and req.gpu_vendor == "nvidia":
         from rtenv_cli.core.explain import nvml
 
         report = nvml.read_gpus(pynvml)

@@ -84,3 +84,18 @@ def test_nvml_unavailable() -> None:
     rep = nvml.read_gpus(ns)
     assert not rep.available
     assert "Not Found" in rep.reason
+
+
+def test_explain_gpu_map_follows_the_allocation() -> None:
+    from rtenv_cli.core.explain.allocation import request_from_ids
+    from rtenv_cli.core.explain.service import explain
+    from rtenv_cli.core.explain.worker_env import ExplainRequest
+
+    req = ExplainRequest(resources=(request_from_ids("GPU", (1,)),),
+                         node_env={"CUDA_VISIBLE_DEVICES": "GPU-ccc,MIG-111"},
+                         node_env_known=True)
+    result = explain(req, pynvml=fake_pynvml(GPUS))
+    rows = result.gpu_map["rows"]
+    assert [r["visible_id"] for r in rows] == ["MIG-111"]
+    assert rows[0]["nvml_index"] == 1
+    assert result.to_dict()["devices"]["gpu_map"]["nvml"]["driver"] == "550.54"
