@@ -19,6 +19,9 @@ COUNT = 400
 
 @pytest.mark.slow
 def test_random_documents_match_ray(tmp_path: Path) -> None:
+    # not tmp_path itself: RTENV_HOME (the digest cache) lives there, and `working_dir: ""`
+    # packages the whole corpus root
+    tmp_path = tmp_path / "corpus"
     for rel, content in FIXTURES.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(content)

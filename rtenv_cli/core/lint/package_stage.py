@@ -56,7 +56,18 @@ class Packager:
                     return PLACEHOLDER_URI
                 return packscan.directory_uri(walked)
             return packscan.file_uri(source)
-        return package_uri(source, kind=kind, excludes=tuple(excludes), env=dict(self.env))
+        from rtenv_cli.core.errors import RtenvError
+
+        try:
+            return package_uri(source, kind=kind, excludes=tuple(excludes), env=dict(self.env))
+        except RtenvError as exc:  # what Ray would hang on or ship oddly (FIFO, loop, ...)
+            self.result.notes.append(f"{source}: {exc.message}; URI computed without it")
+            from rtenv_cli.core.lint import packscan
+
+            if source.is_dir():
+                return packscan.directory_uri(packscan.cached_walk(source, kind, excludes,
+                                                                   self.env))
+            return packscan.file_uri(source)
 
     def _uri_checked(self, value: str, field_name: str, path: tuple[Any, ...]) -> bool | None:
         """True: a URI (passed through); None: an error was recorded; False: a local path."""

@@ -157,4 +157,25 @@ def names(ctx: Context) -> Iterator[Diagnostic]:
                            hint="ship large values as a file in working_dir")
 
 
-CHECKS = (overridden, secrets, expansion, names)
+def more_bad_values(ctx: Context) -> Iterator[Diagnostic]:
+    """Ray stops at the first non-string env var; report the others too (same fix each)."""
+    env_vars = ctx.data.get("env_vars") if isinstance(ctx.data, Mapping) else None
+    if not isinstance(env_vars, Mapping):
+        return
+    reported = {e.json_path for e in ctx.pipeline.errors}
+    from rtenv_cli.core.lint.engine import coercion_hint
+
+    for key, value in env_vars.items():
+        path = ("env_vars", key)
+        if (*ctx.prefix, *path) in reported or not isinstance(key, str) or isinstance(value, str):
+            continue
+        if not any(e.json_path[:len(ctx.prefix) + 1] == (*ctx.prefix, "env_vars")
+                   for e in ctx.pipeline.errors):
+            return  # Ray rejected nothing here (e.g. env_vars was dropped or not a mapping)
+        yield ctx.diag("RTE006", f"runtime_env['env_vars'] must be of type Dict[str, str], but "
+                       f"the value {value} is of type {type(value)}", path, prefer="value",
+                       ray_error=True,
+                       hint=coercion_hint(ctx.raw(path), value) or "write the value as a string")
+
+
+CHECKS = (overridden, secrets, expansion, names, more_bad_values)

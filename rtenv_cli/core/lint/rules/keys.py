@@ -105,8 +105,8 @@ def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
                                    "needs a dot in a float", path, prefer="value",
                                    hint="write it quoted to make the intent explicit")
                 continue
-            if (*ctx.prefix, *path) in reported:
-                continue
+            if (*ctx.prefix, *path) in reported or field == "env_vars":
+                continue  # Ray rejects non-string env values: RTE006 carries the same hint
             hint = coercion_hint(ctx.raw(path), value)
             if hint:
                 yield ctx.diag("RTE104", f"unquoted value becomes {type(value).__name__} "

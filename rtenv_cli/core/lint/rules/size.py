@@ -38,18 +38,29 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str])
     try:
         from rtenv_cli.core.packaging.walk import scan_package
     except ImportError:
-        from rtenv_cli.core.lint import packscan
+        return _own_scan(root, kind, excludes, env)
+    from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.lint import packscan
 
-        if root.is_file():
-            size = root.stat().st_size
-            return Scan(((root.name, size),), size, False, (), False)
-        walked = packscan.cached_walk(root, kind, excludes, env)
-        return Scan(walked.files, walked.total_bytes, walked.root_excluded, walked.ignored_py,
-                    True)
-    result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
-    files = tuple((e.relpath, e.size) for e in result.entries if not e.is_dir)
-    return Scan(files, result.total_bytes, bool(result.root_excluded),
-                tuple(result.ignored_py_dirs), True)
+    try:
+        result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
+    except RtenvError:  # FIFOs, loops, unreadable files: the pipeline reports those
+        return _own_scan(root, kind, excludes, env)
+    files = tuple((e.relpath, e.size) for e in result.files())
+    # Ray drops ignored .py files at any depth; the package scan reports top-level dirs only
+    deep = packscan.cached_walk(root, kind, excludes, env).ignored_py if root.is_dir() else ()
+    ignored = tuple(dict.fromkeys((*result.ignored_py_dirs, *deep)))
+    return Scan(files, result.total_bytes, bool(result.root_excluded), ignored, True)
+
+
+def _own_scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]) -> Scan:
+    from rtenv_cli.core.lint import packscan
+
+    if root.is_file():
+        size = root.stat().st_size
+        return Scan(((root.name, size),), size, False, (), False)
+    walked = packscan.cached_walk(root, kind, excludes, env)
+    return Scan(walked.files, walked.total_bytes, walked.root_excluded, walked.ignored_py, True)
 
 
 def offenders(files: Sequence[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
