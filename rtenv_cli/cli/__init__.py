@@ -49,8 +49,8 @@ def _root(
 
 
 # One module per command (or sub-app). Add yours here, in the order `rtenv --help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("validate", "rules", "agent", "run", "cache", "push_watch",
-                                     "explain")
+_COMMAND_MODULES: tuple[str, ...] = ("validate", "rules", "agent", "run", "cache", "push",
+                                     "push_watch", "ls_files", "check_ignore", "explain")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"rtenv_cli.cli.{_name}").register(app)

@@ -1,0 +1,105 @@
+"""`rtenv push`: package working_dir/py_modules like Ray and publish them (see core/push.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rtenv_cli.cli.options import AddressOpt, DryRunOpt, FormatOpt, TextJson, VerboseOpt
+
+
+def _dump(runtime_env: dict, path: Path | None) -> str:
+    import json
+
+    if path is not None and path.suffix == ".json":
+        return json.dumps(runtime_env, indent=2) + "\n"
+    import yaml
+
+    return yaml.safe_dump(runtime_env, sort_keys=False, allow_unicode=True)
+
+
+def push(  # noqa: PLR0917 - typer maps each parameter to an option
+    path: Annotated[Path | None, typer.Argument(
+        help="runtime_env file (YAML/JSON) or a directory (taken as the working_dir). "
+        "Default: runtime_env.yaml in the current directory.")] = None,
+    to: Annotated[str | None, typer.Option(
+        "--to", help="Target: http(s)://dashboard-or-agent, file:///shared/dir, or local "
+        "(overrides --address).")] = None,
+    address: AddressOpt = None,
+    stage_to: Annotated[str | None, typer.Option(
+        "--stage-to", metavar="TARGET", help="Where to publish packages over the target's "
+        "upload limit (file:///shared/dir or an rtenv agent URL); the runtime_env then points "
+        "Ray at a URI its nodes fetch themselves.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the rewritten runtime_env here (.json -> JSON, else "
+        "YAML) instead of stdout.")] = None,
+    dry_run: DryRunOpt = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching and re-push on "
+                                        "every change until Ctrl-C.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="With the watch engine: push once and "
+                                       "exit.")] = False,
+    on_change: Annotated[str | None, typer.Option(
+        "--on-change", metavar="CMD", help="With --watch: run CMD after each push.")] = None,
+    polling: Annotated[bool, typer.Option("--poll", envvar="RTENV_WATCH_POLLING",
+                                          help="With --watch: poll instead of inotify.")] = False,
+    verbose: VerboseOpt = False,
+    fmt: FormatOpt = TextJson.text,
+) -> None:
+    """Package a runtime_env's working_dir/py_modules exactly like Ray and upload what is missing.
+
+    Validates first, computes Ray's own gcs://_ray_pkg_<hash>.zip URI per package, uploads only
+    what the target lacks (deflate-compressed, size checked before sending), then prints the
+    runtime_env with local paths replaced by URIs, ready for `ray job submit --runtime-env` or
+    `ray.init(runtime_env=...)`. The summary (stderr) lists ignored directories holding .py
+    files. Without --to/--address the embedded local store is used.
+
+    Example:
+
+        $ rtenv push runtime_env.yaml --address http://127.0.0.1:8265 -o pushed.yaml
+
+        $ rtenv push src/ --dry-run
+
+        $ rtenv push runtime_env.yaml --address http://head:8265 --stage-to file:///nfs/rtenv
+
+        $ rtenv push . --to file:///shared/pkgs --format json
+    """
+    if watch or once:
+        from rtenv_cli.cli.push_watch import run_watch_cli
+
+        code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
+                             fmt=fmt.value, verbose=verbose, once=once and not watch,
+                             on_change=on_change, polling=polling or
+                             os.environ.get("RTENV_WATCH_POLLING") == "1")
+        if code:
+            raise typer.Exit(code)
+        return
+    from rtenv_cli.core.push import push as core_push
+    from rtenv_cli.core.transport.resolve import resolve_target, target_for
+    from rtenv_cli.render.output import Output
+    from rtenv_cli.render.push import summary
+
+    out = Output(fmt.value)
+    target = None if dry_run else resolve_target(to, address)
+    stage = target_for(stage_to, os.environ) if stage_to and not dry_run else None
+    result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
+                       progress=out.progress)
+    text = _dump(result.runtime_env, output)
+    if output is not None and not dry_run:
+        from rtenv_cli.core.fsutil import atomic_write_text
+
+        atomic_write_text(output, text)
+    if out.is_machine:
+        out.json(result.to_dict())
+        return
+    summary(out, result)
+    if output is None or dry_run:
+        out.line(text.rstrip("\n"))
+    else:
+        out.message(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="push")(push)

@@ -1,0 +1,290 @@
+"""`rtenv push`: validate, package every local working_dir / py_modules entry, upload what the
+target lacks, and return the runtime_env with local paths replaced by URIs.
+
+The URI is computed from the scan and the digest cache first; only when the target lacks it is
+the zip built and sent, so an unchanged tree costs stats plus one existence check.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import ConfigError, PackagingError
+from rtenv_cli.core.transport.base import PIN_SECONDS, Target
+
+Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    field: str  # "working_dir" or "py_modules[2]"
+    json_path: tuple[Any, ...]
+    source: Path
+    kind: str  # "working_dir" | "py_module"
+    excludes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PackageOutcome:
+    field: str
+    source: str
+    uri: str  # what the runtime_env now says
+    ray_uri: str  # Ray's gcs:// name for the content
+    file_count: int
+    total_bytes: int
+    zip_bytes: int | None = None
+    uploaded: bool = False
+    target: str = ""
+    staged: bool = False
+    size_tree: tuple[tuple[str, int, int], ...] = ()
+    ignored_py_dirs: tuple[tuple[str, str], ...] = ()  # (dir, rule)
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "source": self.source, "uri": self.uri,
+                "ray_uri": self.ray_uri, "file_count": self.file_count,
+                "total_bytes": self.total_bytes, "zip_bytes": self.zip_bytes,
+                "uploaded": self.uploaded, "target": self.target, "staged": self.staged,
+                "size_tree": [{"path": p, "bytes": b, "files": f} for p, b, f in self.size_tree],
+                "ignored_py_dirs": [{"path": p, "rule": r} for p, r in self.ignored_py_dirs],
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    packages: tuple[PackageOutcome, ...]
+    runtime_env: dict[str, Any]
+    target: str
+    dry_run: bool
+    pin_seconds: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def bytes_uploaded(self) -> int:
+        return sum(p.zip_bytes or 0 for p in self.packages if p.uploaded)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"packages": [p.to_dict() for p in self.packages], "runtime_env": self.runtime_env,
+                "target": self.target, "dry_run": self.dry_run, "pin_seconds": self.pin_seconds,
+                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes)}
+
+
+def load_input(path: Path | str | None, cwd: Path | None = None
+               ) -> tuple[dict[str, Any], Path, str]:
+    """(runtime_env, base_dir, label) for a runtime_env file or a directory (= working_dir)."""
+    cwd = Path.cwd() if cwd is None else cwd
+    if path is None:
+        path = cwd / "runtime_env.yaml"
+        if not path.is_file():
+            raise ConfigError("no runtime_env.yaml in the current directory",
+                              hint="pass a runtime_env file or a directory: rtenv push src/")
+    p = Path(path)
+    if p.is_dir():
+        return {"working_dir": str(p.absolute())}, cwd, str(p)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file or directory",
+                          hint="pass a runtime_env YAML/JSON file or a directory")
+    from rtenv_cli.core.spec.loader import load_path
+
+    doc = load_path(p)
+    if doc.error is not None:
+        raise ConfigError(f"{p}: cannot parse: {doc.error.to_dict().get('message')}", path=str(p),
+                          hint="fix the YAML/JSON syntax; `rtenv validate` shows where")
+    data = doc.data
+    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict) and \
+            "working_dir" not in data:
+        data = data["runtime_env"]  # a job spec
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a runtime_env must be a mapping", path=str(p))
+    return data, cwd, str(p)
+
+
+def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str, str]) -> list[str]:
+    """Refuse what Ray would refuse; return warnings. Size findings are push's own business."""
+    try:
+        from rtenv_cli.core.lint.diagnostic import Severity
+        from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
+    except ImportError:  # validate feature absent: the basic shape checks only
+        if not isinstance(data.get("py_modules", []), list):
+            raise ConfigError("py_modules must be a list", path=label) from None
+        return []
+    report = validate_runtime_env(data, base_dir=base_dir, source=label,
+                                  options=ValidateOptions(api="ray-init", env=dict(env),
+                                                          compare_apis=False))
+    errors = [d for d in report.diagnostics if d.severity == Severity.ERROR
+              and d.code not in ("RTE150", "RTE151")]
+    if errors:
+        first = errors[0]
+        where = ".".join(str(x) for x in first.json_path) or label
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"{label}: {where}: {first.message}{more}", path=label,
+                          hint=first.hint or f"run `rtenv validate {label}` for all findings")
+    return [f"{d.code}: {d.message}" for d in report.diagnostics
+            if d.severity == Severity.WARNING and d.code not in ("RTE150", "RTE151")]
+
+
+def package_runtime_env(runtime_env: Mapping[str, Any], base_dir: Path) -> list[PackagePlan]:
+    """Every local working_dir / py_modules entry of `runtime_env`."""
+    excludes = tuple(runtime_env.get("excludes") or ())
+    plans: list[PackagePlan] = []
+    wd = runtime_env.get("working_dir")
+    if isinstance(wd, str) and "://" not in wd:
+        plans.append(PackagePlan("working_dir", ("working_dir",), (base_dir / wd).absolute(),
+                                 "working_dir", excludes))
+    mods = runtime_env.get("py_modules")
+    if isinstance(mods, list):
+        for i, m in enumerate(mods):
+            if isinstance(m, str) and "://" not in m:
+                plans.append(PackagePlan(f"py_modules[{i}]", ("py_modules", i),
+                                         (base_dir / m).absolute(), "py_module", excludes))
+    return plans
+
+
+def _check_collisions(found: list[tuple[PackagePlan, str]]) -> None:
+    seen: dict[str, PackagePlan] = {}
+    for plan, uri in found:
+        other = seen.get(uri)
+        if other is not None and (other.source, other.kind) != (plan.source, plan.kind):
+            raise PackagingError(
+                f"{other.field} ({other.source}) and {plan.field} ({plan.source}) have the same "
+                f"content and so the same Ray URI {uri}; Ray would unpack one for both "
+                "(e.g. `import otherlib` fails)", path=str(plan.source),
+                hint="make their contents differ (e.g. a module docstring naming it), or "
+                "drop one of them")
+        seen[uri] = plan
+
+
+def _scan(plan: PackagePlan, env: Mapping[str, str]) -> tuple[Any, str, Any]:
+    from rtenv_cli.core.packaging.hashing import (
+        digest_entries,
+        file_source_kind,
+        package_uri,
+        scan_uri,
+    )
+    from rtenv_cli.core.packaging.walk import scan_package
+
+    if plan.source.is_file() and file_source_kind(plan.source, plan.kind) != "py":  # type: ignore[arg-type]
+        return None, package_uri(plan.source, kind=plan.kind), None  # type: ignore[arg-type]
+    scan = scan_package(plan.source, kind=plan.kind,  # type: ignore[arg-type]
+                        excludes=plan.excludes, env=env)
+    if scan.root_excluded:
+        from rtenv_cli.core.packaging.build import build_package
+
+        build_package(plan.source, kind=plan.kind, excludes=plan.excludes,  # type: ignore[arg-type]
+                      env=env)  # raises the explanation
+    digests = digest_entries(scan.entries)
+    if scan.single_file:
+        from rtenv_cli.core.packaging.hashing import package_uri as _pu
+
+        return scan, _pu(plan.source, kind=plan.kind), digests  # type: ignore[arg-type]
+    return scan, scan_uri(scan, digests), digests
+
+
+def _progress(progress: Progress | None, label: str, total: int
+              ) -> AbstractContextManager[Callable[[int], None]]:
+    if progress is None:
+        return nullcontext(lambda _n: None)
+    return progress(label, total)
+
+
+def _publish(  # noqa: PLR0917 - internal helper, one call site
+        plan: PackagePlan, scan: Any, uri: str, target: Target, stage: Target | None,
+             env: Mapping[str, str], progress: Progress | None) -> tuple[str, int | None, bool,
+                                                                          bool, str]:
+    """(published uri, zip bytes, uploaded, staged, target label)."""
+    from rtenv_cli.core.packaging.build import build_scan
+    from rtenv_cli.core.packaging.sizes import offenders
+    from rtenv_cli.core.paths import rtenv_home
+
+    def layout(t: Target) -> Any:
+        return getattr(t, "layout", "ray")
+
+    if target.exists(uri):
+        return target.published_uri(uri), None, False, False, target.label
+    if scan is None:  # a wheel or a local archive: sent as is
+        with _progress(progress, f"uploading {plan.field}", plan.source.stat().st_size) as adv:
+            target.upload(uri, plan.source, on_progress=adv)
+        return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
+    dest = rtenv_home() / "build"
+    with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
+        built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv)
+    try:
+        limit = target.max_upload_bytes
+        if limit is not None and built.zip_bytes > limit:
+            if stage is None:
+                from rtenv_cli.core.transport.ray_dashboard import too_large_error
+
+                raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label)
+            if not stage.exists(uri):
+                if layout(stage) != built.layout:
+                    built.path.unlink(missing_ok=True)
+                    built = build_scan(scan, dest_dir=dest, layout=layout(stage))
+                with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
+                    stage.upload(uri, built.path, on_progress=adv)
+                return stage.published_uri(uri), built.zip_bytes, True, True, stage.label
+            return stage.published_uri(uri), built.zip_bytes, False, True, stage.label
+        with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
+            target.upload(uri, built.path, on_progress=adv)
+        return target.published_uri(uri), built.zip_bytes, True, False, target.label
+    finally:
+        built.path.unlink(missing_ok=True)
+
+
+def _set(d: dict[str, Any], json_path: tuple[Any, ...], value: Any) -> None:
+    cur: Any = d
+    for k in json_path[:-1]:
+        cur = cur[k]
+    cur[json_path[-1]] = value
+
+
+def push(path: Path | str | None, *, target: Target | None, dry_run: bool = False,
+         stage_to: Target | None = None, env: Mapping[str, str] | None = None,
+         progress: Progress | None = None, cwd: Path | None = None) -> PushResult:
+    """Validate, package and publish; see the module docstring."""
+    env = dict(os.environ if env is None else env)
+    data, base_dir, label = load_input(path, cwd)
+    notes = validate(data, base_dir, label, env)
+    plans = package_runtime_env(data, base_dir)
+    if not plans:
+        notes.append("no local working_dir or py_modules: nothing to package")
+    scanned = [(p, *_scan(p, env)) for p in plans]
+    _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
+    out = copy.deepcopy(data)
+    outcomes: list[PackageOutcome] = []
+    for plan, scan, uri, _digests in scanned:
+        from rtenv_cli.core.packaging.sizes import size_tree
+
+        tree = tuple(size_tree(scan)) if scan is not None else ()
+        py_dirs = ()
+        warns: tuple[str, ...] = ()
+        count = scan.file_count if scan is not None else 1
+        total = scan.total_bytes if scan is not None else plan.source.stat().st_size
+        if scan is not None:
+            rules = dict(scan.ignored_top)
+            py_dirs = tuple((d, rules.get(d, "")) for d in scan.ignored_py_dirs)
+            warns = scan.warnings
+        if dry_run or target is None:
+            _set(out, plan.json_path, uri)
+            outcomes.append(PackageOutcome(plan.field, str(plan.source), uri, uri, count, total,
+                                           size_tree=tree, ignored_py_dirs=py_dirs,
+                                           warnings=warns))
+            continue
+        published, zip_bytes, uploaded, staged, where = _publish(plan, scan, uri, target,
+                                                                 stage_to, env, progress)
+        _set(out, plan.json_path, published)
+        outcomes.append(PackageOutcome(plan.field, str(plan.source), published, uri, count,
+                                       total, zip_bytes, uploaded, where, staged, tree, py_dirs,
+                                       warns))
+    if plans:
+        out.pop("excludes", None)  # applied here; Ray ignores it for URIs
+    pins = getattr(target, "pins", False) and not dry_run and plans
+    return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
+                      dry_run, PIN_SECONDS if pins else None, tuple(notes))
+
+

@@ -1,0 +1,176 @@
+"""Ray 2.60's dashboard package API: `GET|PUT /api/packages/gcs/<name>` (job_head.py).
+
+GET answers 200/404 and pins the URI for 10 minutes (even when absent); PUT takes the whole zip
+as the body, streamed here from the file. The head's aiohttp refuses bodies over 100 MiB (413;
+older Ray: 500 with HTTPRequestEntityTooLarge), so the size is checked before sending. Token
+auth (RAY_AUTH_MODE=token) is detected via the public `/api/authentication_mode`; the token comes
+from RAY_AUTH_TOKEN, the file at RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token, like Ray's loader.
+No browser User-Agent/Origin is sent: the dashboard refuses PUTs from "browsers" (405).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import PackageTooLargeError, TransportError
+from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT
+
+_TRANSIENT = (502, 503, 504)
+_RETRIES = 4
+
+
+def load_token(env: Mapping[str, str] | None = None) -> str | None:
+    """RAY_AUTH_TOKEN, then the first line of RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token."""
+    env = os.environ if env is None else env
+    if env.get("RAY_AUTH_TOKEN", "").strip():
+        return env["RAY_AUTH_TOKEN"].strip()
+    candidates = [env["RAY_AUTH_TOKEN_PATH"]] if env.get("RAY_AUTH_TOKEN_PATH") else []
+    candidates.append(str(Path.home() / ".ray" / "auth_token"))
+    for c in candidates:
+        try:
+            lines = Path(c).expanduser().read_text().splitlines()
+        except OSError:
+            continue
+        if lines and lines[0].strip():
+            return lines[0].strip()
+    return None
+
+
+def too_large_error(uri: str, size: int, limit: int, offenders: list[tuple[str, int]] | None,
+                    label: str) -> PackageTooLargeError:
+    top = ""
+    if offenders:
+        top = "; largest: " + ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in offenders[:5])
+    return PackageTooLargeError(
+        f"{uri} is {size / 2**20:.1f} MiB compressed, over the {limit / 2**20:.0f} MiB upload "
+        f"limit of {label}{top}",
+        hint="exclude what the job does not need (`excludes`, .rayignore; see `rtenv push "
+        "--dry-run`), or publish it where Ray's nodes can fetch it: `rtenv push --stage-to "
+        "file:///shared/dir` or `--stage-to http://<rtenv agent>`")
+
+
+class RayDashboardTarget:
+    """Push to a Ray cluster through its dashboard (default port 8265)."""
+
+    max_upload_bytes: int | None = RAY_HTTP_LIMIT
+    pins = True
+
+    def __init__(self, base_url: str, token: str | None = None, *,
+                 env: Mapping[str, str] | None = None, timeout: float = 600) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            base_url = f"http://{base_url}"
+        self.url = base_url.rstrip("/")
+        self.label = f"Ray cluster {self.url}"
+        self.timeout = timeout
+        self._env = dict(os.environ if env is None else env)
+        self._token = token
+        self._session: Any = None
+        self.offenders: dict[str, list[tuple[str, int]]] = {}  # uri -> largest inputs
+
+    # -- http ---------------------------------------------------------------------------------
+    def session(self) -> Any:
+        if self._session is None:
+            import requests
+
+            s = requests.Session()
+            s.headers["User-Agent"] = "rtenv"  # never a browser UA: Ray refuses their PUTs
+            token = self._token
+            if token is None and self._auth_mode(s) == "token":
+                token = load_token(self._env)
+                if token is None:
+                    raise TransportError(f"{self.label} requires a token (RAY_AUTH_MODE=token)",
+                                         hint="set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to "
+                                         "the token file (default ~/.ray/auth_token)")
+            if token:
+                s.headers["Authorization"] = f"Bearer {token}"
+            self._session = s
+        return self._session
+
+    def _auth_mode(self, s: Any) -> str:
+        import requests
+
+        try:
+            r = s.get(f"{self.url}/api/authentication_mode", timeout=30)
+            return str(r.json().get("authentication_mode", "disabled")) if r.ok else "disabled"
+        except (requests.RequestException, ValueError):
+            return "disabled"  # older Ray, or unreachable: the real call reports it
+
+    def _call(self, method: str, name: str, body_path: Path | None = None) -> Any:
+        import requests
+
+        url = f"{self.url}/api/packages/gcs/{name}"
+        delay = 0.5
+        for attempt in range(_RETRIES):
+            try:
+                if body_path is None:
+                    resp = self.session().request(method, url, timeout=self.timeout)
+                else:
+                    size = body_path.stat().st_size
+                    with body_path.open("rb") as fh:
+                        resp = self.session().request(
+                            method, url, data=fh, timeout=self.timeout,
+                            headers={"Content-Length": str(size),
+                                     "Content-Type": "application/octet-stream"})
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt == _RETRIES - 1:
+                    raise TransportError(f"cannot reach the Ray dashboard at {self.url}: "
+                                         f"{type(exc).__name__}",
+                                         hint="check --address (the dashboard URL, default "
+                                         "port 8265) and that the cluster is up") from exc
+            else:
+                if resp.status_code not in _TRANSIENT or attempt == _RETRIES - 1:
+                    self._check_auth(resp)
+                    return resp
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _check_auth(self, resp: Any) -> None:
+        if resp.status_code == 401:  # noqa: PLR2004 - HTTP Unauthorized
+            raise TransportError(f"{self.label} requires a token (HTTP 401: missing token)",
+                                 hint="set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")
+        if resp.status_code == 403:  # noqa: PLR2004 - HTTP Forbidden
+            raise TransportError(f"{self.label} refused the token (HTTP 403: invalid token)",
+                                 hint="use the cluster's token (RAY_AUTH_TOKEN / "
+                                 "RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token)")
+
+    # -- Target -------------------------------------------------------------------------------
+    def exists(self, uri: str) -> bool:
+        resp = self._call("GET", _name(uri))
+        if resp.status_code == 200:  # noqa: PLR2004
+            return True
+        if resp.status_code == 404:  # noqa: PLR2004
+            return False
+        raise TransportError(f"{self.label} answered HTTP {resp.status_code} for {uri}: "
+                             f"{resp.text[:300]}")
+
+    def upload(self, uri: str, path: Path, *,
+               on_progress: Callable[[int], None] | None = None) -> None:
+        path = Path(path)
+        size = path.stat().st_size
+        if self.max_upload_bytes is not None and size > self.max_upload_bytes:
+            raise too_large_error(uri, size, self.max_upload_bytes, self.offenders.get(uri),
+                                  self.label)
+        resp = self._call("PUT", _name(uri), body_path=path)
+        text = resp.text[:300] if resp.status_code != 200 else ""  # noqa: PLR2004
+        if resp.status_code == 413 or (resp.status_code == 500  # noqa: PLR2004
+                                       and "EntityTooLarge" in text):
+            raise too_large_error(uri, size, self.max_upload_bytes or size,
+                                  self.offenders.get(uri), self.label)
+        if resp.status_code != 200:  # noqa: PLR2004
+            raise TransportError(f"{self.label} refused {uri}: HTTP {resp.status_code} {text}")
+        if on_progress is not None:
+            on_progress(size)
+
+    def published_uri(self, uri: str) -> str:
+        return uri
+
+
+def _name(uri: str) -> str:
+    if not uri.startswith("gcs://"):
+        raise TransportError(f"only gcs:// packages can be pushed to a Ray cluster, not {uri}")
+    return uri.removeprefix("gcs://")

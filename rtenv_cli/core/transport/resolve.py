@@ -1,0 +1,70 @@
+"""Which target a push goes to: --to, else --address / RAY_ADDRESS / RAY_API_SERVER_ADDRESS,
+else the embedded local store.
+
+`--to` accepts `file:///dir` (shared filesystem), `http(s)://` (an rtenv agent when it answers
+`/api/agent`, else a Ray dashboard), `ray://`-less host:port, or `local` (the embedded store).
+A Ray address that is a GCS address (`host:6379`, `auto`) is not the dashboard: we say so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rtenv_cli.core.errors import UsageError
+
+
+def _is_agent(url: str) -> bool:
+    import requests
+
+    try:
+        resp = requests.get(f"{url.rstrip('/')}/api/agent", timeout=5)
+    except requests.RequestException:
+        return False
+    return resp.status_code in (200, 401, 403) and "json" in resp.headers.get("content-type", "")
+
+
+def http_target(url: str, env: Mapping[str, str]) -> Any:
+    if _is_agent(url):
+        from rtenv_cli.core.transport.agent_http import AgentTarget
+
+        return AgentTarget(url)
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+
+    return RayDashboardTarget(url, env=env)
+
+
+def local_store_target() -> Any:
+    try:
+        from rtenv_cli.core.transport.local_store import LocalStoreTarget
+    except ImportError as exc:
+        raise UsageError("no push target: the embedded local store is not available",
+                         hint="pass --to file:///dir or --address http://<head>:8265") from exc
+    return LocalStoreTarget()
+
+
+def target_for(dest: str, env: Mapping[str, str]) -> Any:
+    if dest == "local":
+        return local_store_target()
+    if dest.startswith("file://"):
+        from rtenv_cli.core.transport.file_target import FileTarget
+
+        return FileTarget(dest)
+    if dest.startswith("ray://") or dest == "auto":
+        raise UsageError(f"{dest} is not a dashboard address",
+                         hint="pass the dashboard URL, e.g. --address http://127.0.0.1:8265")
+    if "://" in dest and not dest.startswith(("http://", "https://")):
+        raise UsageError(f"unsupported push target {dest}",
+                         hint="use http(s)://host:port, file:///dir or local")
+    url = dest if dest.startswith(("http://", "https://")) else f"http://{dest}"
+    return http_target(url, env)
+
+
+def resolve_target(to: str | None, address: str | None, env: Mapping[str, str] | None = None
+                   ) -> Any:
+    env = os.environ if env is None else env
+    dest = to or address or env.get("RAY_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS")
+    if not dest:
+        return local_store_target()
+    return target_for(dest, env)
