@@ -112,15 +112,14 @@ def test_parity_preset_visible_list_node(tmp_path) -> None:
     (wd / "a.txt").write_text("x")
     (mod / "__init__.py").write_text("")
     job = {"working_dir": str(wd), "py_modules": [str(mod)], "env_vars": {"PYTHONPATH": "/u/pp"}}
+    # one driver per job runtime_env costs ~10 s here: one job, a task and an actor under it
     job_reqs = [replace(R(), job_runtime_env=job, node_env=NODE, node_env_known=True),
-                replace(R("actor"), job_runtime_env={"working_dir": str(wd)}, node_env=NODE,
-                        node_env_known=True)]
+                replace(R("actor"), job_runtime_env=job, node_env=NODE, node_env_known=True)]
     with ray_head(num_gpus=4, resources={"neuron_cores": 4}, env=NODE) as head:
         env = {**os.environ, **head.client_env()}
         reqs = [replace(r, node_env=NODE, node_env_known=True) for r in PRESET]
         results = run_probes(head.address, None, reqs, env=env)
-        pp_results = [run_probes(head.address, r.job_runtime_env, [r], env=env)[0]
-                      for r in job_reqs]
+        pp_results = run_probes(head.address, job, job_reqs, env=env)
     failures = _check(reqs, results, NODE)
     assert not failures, "\n".join(failures)
     for req, res in zip(job_reqs, pp_results, strict=True):
