@@ -13,6 +13,10 @@ _rtenv() {
                 " cache gc") path="$path gc" ;;
                 " cache ls") path="$path ls" ;;
                 " cache purge") path="$path purge" ;;
+                " check-ignore") path="$path check-ignore" ;;
+                " explain") path="$path explain" ;;
+                " ls-files") path="$path ls-files" ;;
+                " push") path="$path push" ;;
                 " rules") path="$path rules" ;;
                 " run") path="$path run" ;;
                 " validate") path="$path validate" ;;
@@ -24,17 +28,27 @@ _rtenv() {
         --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --kind) COMPREPLY=($(compgen -W 'task actor' -- "$cur")); return ;;
+        --gpu-vendor) COMPREPLY=($(compgen -W 'nvidia amd intel metax apple' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json dotenv shell' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        --format|-f) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         --api) COMPREPLY=($(compgen -W 'job-submit ray-init' -- "$cur")); return ;;
         --fail-on) COMPREPLY=($(compgen -W 'error warning' -- "$cur")); return ;;
         --format|-f) COMPREPLY=($(compgen -W 'text json github sarif' -- "$cur")); return ;;
     esac
     case "$path" in
-        "") COMPREPLY=($(compgen -W 'agent cache rules run validate --version -V --help -h' -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W 'agent cache check-ignore explain ls-files push rules run validate --version -V --help -h' -- "$cur")) ;;
         " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --help -h' -- "$cur")) ;;
         " cache") COMPREPLY=($(compgen -W 'gc ls purge --help -h' -- "$cur")) ;;
         " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
         " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
+        " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
+        " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
+        " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
+        " push") COMPREPLY=($(compgen -W '--to --address --stage-to --output -o --dry-run -n --watch -w --once --on-change --poll --verbose -v --format -f --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --cgroup-root --help -h' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --help -h' -- "$cur")) ;;

@@ -44,6 +44,86 @@ _rtenv_rules() {
         '*:file:_files'
 }
 
+_rtenv_push() {
+    _arguments \
+        '--to[Target\: http(s)\://dashboard-or-agent, file\:///shared/dir, or local (overrides --address).]' \
+        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--stage-to[Where to publish packages over the target'\''s upload limit (file\:///shared/dir or an rtenv agent URL); the runtime_env then points Ray at a URI its nodes fetch themselves.]' \
+        '--output[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
+        '-o[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
+        '--dry-run[Show what would happen; change nothing.]' \
+        '-n[Show what would happen; change nothing.]' \
+        '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
+        '-w[Keep watching and re-push on every change until Ctrl-C.]' \
+        '--once[With the watch engine\: push once and exit.]' \
+        '--on-change[With --watch\: run CMD after each push.]' \
+        '--poll[With --watch\: poll instead of inotify.]' \
+        '--verbose[Say more.]' \
+        '-v[Say more.]' \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
+_rtenv_ls_files() {
+    _arguments \
+        '--kind[working_dir (Ray'\''s default excludes apply) or py_module.]' \
+        '--exclude[An `excludes` pattern (repeatable), as in the runtime_env.]' \
+        '-e[An `excludes` pattern (repeatable), as in the runtime_env.]' \
+        '--sizes[Show sizes.]' \
+        '-s[Show sizes.]' \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
+_rtenv_explain() {
+    _arguments \
+        '--kind[task or actor.]:value:(task actor)' \
+        '--num-cpus[CPUs requested.]' \
+        '--gpus[GPU ids Ray allocated (raylet slots), e.g. 0,1.]' \
+        '--num-gpus[GPUs requested (fractions allowed; first-fit ids assumed).]' \
+        '--resource[NAME=AMOUNT or NAME=IDS (neuron_cores, TPU, HPU, NPU, RBLN, TTNPU, FURIOSA, MBLT); a comma or \[..\] makes it ids. Repeatable.]' \
+        '--gpu-vendor[Vendor behind the GPU resource.]:value:(nvidia amd intel metax apple)' \
+        '--accelerator-type[]' \
+        '--job-runtime-env[Job-level runtime_env merged under RUNTIME_ENV.]' \
+        '--node-env[K=V in the raylet'\''s environment. Repeatable.]' \
+        '--node-env-file[dotenv file with the raylet'\''s environment.]' \
+        '--node-env-from-current[Use this shell'\''s environment as the raylet'\''s.]' \
+        '--compare[A second allocation, e.g. '\''num_cpus=1 gpus=1 TPU=4'\''\: could one worker serve both?]' \
+        '--show-secrets[]' \
+        '--gpu-map[Query NVML for the GPU map.]' \
+        '--no-gpu-map[Query NVML for the GPU map.]' \
+        '--verify[Run a probe with this request on --address and diff.]' \
+        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--format[Output format.]:value:(text json dotenv shell)' \
+        '-f[Output format.]:value:(text json dotenv shell)' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
+_rtenv_check_ignore() {
+    _arguments \
+        '--verbose[Show the deciding rule\: SOURCE\:LINE\:PATTERN<TAB>PATH.]' \
+        '-v[Show the deciding rule\: SOURCE\:LINE\:PATTERN<TAB>PATH.]' \
+        '--non-matching[Also list paths that are packaged.]' \
+        '-n[Also list paths that are packaged.]' \
+        '--root[The package directory.]' \
+        '--kind[working_dir (Ray'\''s default excludes apply) or py_module.]' \
+        '--exclude[An `excludes` pattern (repeatable), as in the runtime_env.]' \
+        '-e[An `excludes` pattern (repeatable), as in the runtime_env.]' \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
 _rtenv_cache_purge() {
     _arguments \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
@@ -133,6 +213,10 @@ _rtenv() {
     commands=(
         'agent:Run the rtenv node agent\: a Ray-compatible package store, delta uploads, environments.'
         'cache:Inspect and clean environment caches\: the embedded store, an rtenv agent, Ray nodes.'
+        'check-ignore:Say which ignore rule (.gitignore, .rayignore, excludes, Ray'\''s defaults) drops each path.'
+        'explain:Show the exact environment a Ray 2.60 worker gets, and where each variable comes from.'
+        'ls-files:List the files (and empty directories) Ray would package, after every ignore rule.'
+        'push:Package a runtime_env'\''s working_dir/py_modules exactly like Ray and upload what is missing.'
         'rules:List every validation rule, or explain one.'
         'run:Run CMD in the environment of a runtime_env, as a Ray worker would get it.'
         'validate:Check runtime_env files exactly as Ray 2.60.0 would, and beyond.'
@@ -149,6 +233,10 @@ _rtenv() {
             case $words[1] in
                 agent) _rtenv_agent ;;
                 cache) _rtenv_cache ;;
+                check-ignore) _rtenv_check_ignore ;;
+                explain) _rtenv_explain ;;
+                ls-files) _rtenv_ls_files ;;
+                push) _rtenv_push ;;
                 rules) _rtenv_rules ;;
                 run) _rtenv_run ;;
                 validate) _rtenv_validate ;;
