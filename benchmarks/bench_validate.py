@@ -8,6 +8,7 @@ every run recompile every module and measure the compiler instead.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
@@ -55,6 +56,7 @@ def _interleaved(a: list[str], b: list[str], *, repeat: int, env: dict[str, str]
 def run(quick: bool) -> list[Row]:
     repeat = 3 if quick else 15
     rows: list[Row] = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rtenv-bench-pyc-") as pyc, \
             tempfile.TemporaryDirectory(prefix="rtenv-bench-cwd-") as cwd:
         # a neutral CWD (no pyproject.toml: rtenv would read its [tool.rtenv] table, ~15 ms)
@@ -75,8 +77,12 @@ def run(quick: bool) -> list[Row]:
                 f"rtenv min {ours['min']:.3f} max {ours['max']:.3f}; "
                 f"ray min {ray['min']:.3f} max {ray['max']:.3f}; ray side = import "
                 "ray.runtime_env + RuntimeEnv(**yaml.safe_load(file))"))
+        load = f"; load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+        for row in rows:
+            row.notes += load
         helped = time_process([*_rtenv(), "--help"], repeat=repeat, env=env, cwd=cwd, warmup=2)
         rows.append(Row("validate", "wall time: rtenv --help", "s", helped["median"], None,
                         f"< {TARGET_S} s", helped["median"] < TARGET_S,
-                        f"median of {repeat}; min {helped['min']:.3f} max {helped['max']:.3f}"))
+                        f"median of {repeat}; min {helped['min']:.3f} max {helped['max']:.3f}"
+                        + load))
     return rows
