@@ -51,3 +51,15 @@ def test_run_and_cache_against_a_real_agent(tmp_path: Path) -> None:
         assert "Removed 3 entries" in purge.stdout
         assert run_cli(["cache", "ls", "--agent", agent.url, "--token", "t0ken",
                         "--format", "json"]).json["entries"] == []
+
+
+def test_push_to_the_agent_is_verified_and_listed(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.py").write_text("print(1)\n")
+    (tmp_path / "env.yaml").write_text("working_dir: proj\n")
+    with agent_process(tmp_path / "agent-store") as agent:
+        res = run_process(["push", "env.yaml", "--to", agent.url], cwd=str(tmp_path))
+        assert res.exit_code == 0, res.stderr
+        uri = res.stdout.split("working_dir: ", 1)[1].split()[0]
+        listing = run_cli(["cache", "ls", "--agent", agent.url, "--format", "json"]).json
+        assert [e["uri"] for e in listing["entries"]] == [uri]
