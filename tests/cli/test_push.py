@@ -1,0 +1,185 @@
+"""`rtenv push` end to end against real Ray 2.60 heads, plus ls-files / check-ignore."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import PackageTooLargeError, TransportError
+from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+from tests.support.cli import run_cli
+
+DRIVER = """
+import json, ray
+env = json.load(open({env_file!r}))
+ray.init(runtime_env=env)
+
+@ray.remote
+def f():
+    import importlib
+    mod = importlib.import_module({module!r})
+    return mod.X, open({data!r}).read() if {data!r} else ""
+
+print("RESULT=" + json.dumps(ray.get(f.remote(), timeout=120)))
+"""
+
+
+def project(tmp_path: Path, marker: str = "v1") -> Path:
+    src = tmp_path / "src"
+    (src / "mymod").mkdir(parents=True)
+    (src / "mymod" / "__init__.py").write_text(f"X = {marker!r}\n")
+    (src / "data.txt").write_text(f"data-{marker}\n")
+    (src / "big.ckpt").write_text("ignored")
+    (src / ".gitignore").write_text("*.ckpt\n")
+    return src
+
+
+def run_task(head, env_file: Path, module: str = "mymod", data: str = "data.txt") -> list:
+    proc = head.run_driver(DRIVER.format(env_file=str(env_file), module=module, data=data))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
+    assert lines, proc.stderr[-3000:]
+    return json.loads(lines[0].removeprefix("RESULT="))
+
+
+@pytest.mark.ray
+def test_push_directory_then_a_real_task_imports_and_reads(ray_cluster, tmp_path: Path) -> None:
+    src = project(tmp_path)
+    out = tmp_path / "pushed.json"
+    res = run_cli(["push", str(src), "--address", ray_cluster.dashboard_url, "-o", str(out),
+                   "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    pkg = res.json["packages"][0]
+    assert pkg["uploaded"] is True and pkg["file_count"] == 3  # .gitignore, __init__, data
+    assert pkg["uri"].startswith("gcs://_ray_pkg_")
+    assert json.loads(out.read_text())["working_dir"] == pkg["uri"]
+    assert run_task(ray_cluster, out) == ["v1", "data-v1\n"]
+    again = run_cli(["push", str(src), "--address", ray_cluster.dashboard_url, "-o", str(out),
+                     "--format", "json"])
+    assert again.json["packages"][0]["uploaded"] is False
+    assert again.json["bytes_uploaded"] == 0
+    assert again.json["pin_seconds"] == 600
+
+
+@pytest.mark.ray
+def test_push_with_token_auth(ray_cluster_token, tmp_path: Path) -> None:
+    src = project(tmp_path, "tok")
+    out = tmp_path / "pushed.json"
+    denied = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url,
+                      "-o", str(out)], env={"HOME": str(tmp_path)})
+    assert denied.exit_code == 1
+    assert "token" in denied.stderr and "RAY_AUTH_TOKEN" in denied.stderr
+    wrong = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url],
+                    env={"RAY_AUTH_TOKEN": "wrong-token-value-000000000000"})
+    assert wrong.exit_code == 1 and "403" in wrong.stderr
+    token_file = tmp_path / "tok"
+    token_file.write_text(ray_cluster_token.token + "\n")
+    ok = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url, "-o",
+                  str(out), "--format", "json"], env={"RAY_AUTH_TOKEN_PATH": str(token_file)})
+    assert ok.exit_code == 0, ok.stderr
+    assert ok.json["packages"][0]["uploaded"] is True
+    assert run_task(ray_cluster_token, out) == ["tok", "data-tok\n"]
+
+
+@pytest.mark.ray
+def test_too_large_is_refused_before_upload_and_a_real_413_maps_the_same(
+        ray_cluster, tmp_path: Path) -> None:
+    src = tmp_path / "big"
+    (src / "weights").mkdir(parents=True)
+    with (src / "weights" / "w.bin").open("wb") as fh:  # incompressible: the zip stays big
+        for _ in range(101):
+            fh.write(os.urandom(1 << 20))
+    (src / "main.py").write_text("X = 1\n")
+    res = run_cli(["push", str(src), "--address", ray_cluster.dashboard_url])
+    assert res.exit_code == 1
+    assert "100 MiB" in res.stderr and "weights/" in res.stderr and "--stage-to" in res.stderr
+    target = RayDashboardTarget(ray_cluster.dashboard_url)
+    target.max_upload_bytes = None  # skip our pre-check: let the server refuse it
+    sparse = tmp_path / "sparse.zip"
+    with sparse.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024 + 1)
+    with pytest.raises(PackageTooLargeError, match="upload limit"):
+        target.upload("gcs://_ray_pkg_00000000000000ff.zip", sparse)
+
+
+@pytest.mark.ray
+def test_file_target_and_stage_to_are_consumed_by_ray(ray_cluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    src = project(tmp_path, "shared")
+    lib = tmp_path / "libs" / "otherlib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("X = 'otherlib'\n")
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {src}\npy_modules: [{lib}]\n")
+    shared = tmp_path / "shared"
+    out = tmp_path / "pushed.json"
+    res = run_cli(["push", str(spec), "--to", shared.as_uri(), "-o", str(out), "--format",
+                   "json"])
+    assert res.exit_code == 0, res.stderr
+    env = json.loads(out.read_text())
+    assert env["working_dir"].startswith("file://") and env["py_modules"][0].startswith("file")
+    assert run_task(ray_cluster, out) == ["shared", "data-shared\n"]
+    assert run_task(ray_cluster, out, module="otherlib", data="") == ["otherlib", ""]
+    # --stage-to: the cluster's limit is lowered so that a small package is "too large"
+    monkeypatch.setattr(RayDashboardTarget, "max_upload_bytes", 100)
+    (src / "data.txt").write_text("data-staged\n")
+    staged = run_cli(["push", str(src), "--address", ray_cluster.dashboard_url, "--stage-to",
+                      (tmp_path / "stage").as_uri(), "-o", str(out), "--format", "json"])
+    assert staged.exit_code == 0, staged.stderr
+    assert staged.json["packages"][0]["staged"] is True
+    assert run_task(ray_cluster, out) == ["shared", "data-staged\n"]
+
+
+def test_dry_run_lists_sizes_and_ignored_python(tmp_path: Path) -> None:
+    src = project(tmp_path)
+    (src / "tools").mkdir()
+    (src / "tools" / "x.py").write_text("")
+    (src / ".rayignore").write_text("tools\n")
+    res = run_cli(["push", str(src), "--dry-run"])
+    assert res.exit_code == 0, res.stderr
+    assert "largest:" in res.stderr and "tools/ holds .py" in res.stderr
+    assert "working_dir: gcs://_ray_pkg_" in res.stdout
+    js = run_cli(["push", str(src), "--dry-run", "--format", "json"]).json
+    assert js["packages"][0]["field"] == "working_dir"
+    assert js["packages"][0]["ignored_py_dirs"] == [{"path": "tools",
+                                                      "rule": ".rayignore:1:tools"}]
+
+
+def test_unreachable_target_and_root_excluded(tmp_path: Path) -> None:
+    from tests.support.ports import free_port
+
+    src = project(tmp_path)
+    res = run_cli(["push", str(src), "--address", f"http://127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1 and "cannot reach" in res.stderr
+    spec = tmp_path / "re.yaml"
+    spec.write_text(f"working_dir: {src}\nexcludes: ['.*']\n")
+    bad = run_cli(["push", str(spec), "--to", (tmp_path / "s").as_uri()])
+    assert bad.exit_code == 1 and "3030303030303030" in bad.stderr
+
+
+def test_py_module_collision_refused(tmp_path: Path) -> None:
+    for name in ("mylib", "otherlib"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("X = 1\n")
+    spec = tmp_path / "r.yaml"
+    spec.write_text(f"py_modules: [{tmp_path / 'mylib'}, {tmp_path / 'otherlib'}]\n")
+    res = run_cli(["push", str(spec), "--to", (tmp_path / "s").as_uri()])
+    assert res.exit_code == 1 and "same content" in res.stderr
+
+
+def test_ls_files_and_check_ignore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = project(tmp_path)
+    res = run_cli(["ls-files", str(src)])
+    assert res.stdout.split() == [".gitignore", "data.txt", "mymod/__init__.py"]
+    monkeypatch.chdir(src)
+    ci = run_cli(["check-ignore", "-v", "big.ckpt", "data.txt"])
+    assert ci.exit_code == 0 and ci.stdout == ".gitignore:1:*.ckpt\tbig.ckpt\n"
+    none = run_cli(["check-ignore", "data.txt"])
+    assert none.exit_code == 1 and none.stdout == ""
+
+
+def test_transport_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(TransportError, match="only gcs://"):
+        RayDashboardTarget("http://127.0.0.1:1").exists("https://x/y.zip")
