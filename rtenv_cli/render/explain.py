@@ -37,6 +37,10 @@ def render_text(out: Output, result: Any) -> None:
         table.add_row(key, "<unset>" if value is None else value, p.sources.get(key, ""),
                       "; ".join(p.notes.get(key, [])))
     con.print(table)
+    for key, items in sorted(p.notes.items()):
+        if key.startswith("("):
+            for item in items:
+                con.print(f"note: {item}", highlight=False)
     con.print(f"cwd: {p.cwd}", highlight=False)
     con.print("PYTHONPATH order: " + (" -> ".join(p.pythonpath) or "<unset>"), highlight=False)
     if p.devices:
@@ -49,7 +53,10 @@ def render_text(out: Output, result: Any) -> None:
             ids = ",".join(map(str, d.get("ids", [])))
             if d.get("order_guaranteed") is False:
                 ids += " (any order)"
-            dev.add_row(str(d["resource"]), slots, ids, str(d.get("action", "")))
+            action = str(d.get("action", ""))
+            if d.get("shared"):
+                action += f" ({d['shared']})"
+            dev.add_row(str(d["resource"]), slots, ids, action)
         con.print(dev)
     _render_gpu_map(con, result.gpu_map)
     con.print(f"reuse key: {result.reuse_key}", highlight=False)

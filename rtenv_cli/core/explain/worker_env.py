@@ -209,6 +209,13 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
     if not req.node_env_known:
         warnings.append("node env not given (--node-env/--node-env-file/--node-env-from-"
                         "current): inherited variables and preset visible lists are unknown")
+    general = notes.setdefault("(general)", [])
+    general.append("the driver's own environment never reaches workers; only the raylet's does")
+    general.append("code that runs before the first task (worker_process_setup_hook, imports at "
+                   "worker start) sees the raylet env, not Ray's accelerator/OMP writes")
+    for r in req.resources:
+        if acc.family_for(r.resource, req.gpu_vendor) is None:
+            general.append(f"{r.resource} is a custom resource: scheduling only, no variable")
     if req.accelerator_type:
         notes.setdefault("(scheduling)", []).append(
             f"accelerator_type {req.accelerator_type} only adds the resource "
@@ -296,9 +303,9 @@ def _accelerators(  # noqa: PLR0912, PLR0915, PLR0917 - mirrors Ray's per-family
                 "order not guaranteed: Ray builds the list from a set (compare as a set)")
         if override_zero and not ids:
             notes.setdefault(var, []).append(f"blanked: {acc.OVERRIDE_ON_ZERO} is on")
-        if req.kind == "task":
-            notes.setdefault(var, []).append(
-                "written at task start, restored after the task (reused worker)")
+        notes.setdefault(var, []).append(
+            "written at task start, restored after the task (reused worker)" if req.kind == "task"
+            else "written once at actor creation; persists for the actor's life")
         devices.append(info)
     return devices
 
