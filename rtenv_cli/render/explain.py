@@ -43,21 +43,7 @@ def render_text(out: Output, result: Any) -> None:
                 con.print(f"note: {item}", highlight=False)
     con.print(f"cwd: {p.cwd}", highlight=False)
     con.print("PYTHONPATH order: " + (" -> ".join(p.pythonpath) or "<unset>"), highlight=False)
-    if p.devices:
-        dev = Table(title="Accelerators")
-        for col in ("resource", "slots", "ids", "action"):
-            dev.add_column(col)
-        for d in p.devices:
-            slots = ",".join(map(str, d.get("slots", []))) + (" (assumed)" if d.get("assumed")
-                                                              else "")
-            ids = ",".join(map(str, d.get("ids", [])))
-            if d.get("order_guaranteed") is False:
-                ids += " (any order)"
-            action = str(d.get("action", ""))
-            if d.get("shared"):
-                action += f" ({d['shared']})"
-            dev.add_row(str(d["resource"]), slots, ids, action)
-        con.print(dev)
+    _render_devices(con, p.devices)
     _render_gpu_map(con, result.gpu_map)
     con.print(f"reuse key: {result.reuse_key}", highlight=False)
     if result.compare:
@@ -68,6 +54,27 @@ def render_text(out: Output, result: Any) -> None:
             con.print(f"  - {r}", highlight=False)
     for w in p.warnings:
         out.warning(w)
+
+
+def _render_devices(con: Any, devices: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not devices:
+        return
+    dev = Table(title="Accelerators")
+    for col in ("resource", "slots", "ids", "action"):
+        dev.add_column(col)
+    for d in devices:
+        slots = ",".join(map(str, d.get("slots", []))) + (" (assumed)" if d.get("assumed")
+                                                          else "")
+        ids = ",".join(map(str, d.get("ids", [])))
+        if d.get("order_guaranteed") is False:
+            ids += " (any order)"
+        action = str(d.get("action", ""))
+        if d.get("shared"):
+            action += f" ({d['shared']})"
+        dev.add_row(str(d["resource"]), slots, ids, action)
+    con.print(dev)
 
 
 def _render_gpu_map(con: Any, gmap: dict[str, Any] | None) -> None:
