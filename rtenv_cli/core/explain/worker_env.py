@@ -142,6 +142,8 @@ def _validate(req: ExplainRequest, errors: list[str]) -> None:
     if req.num_cpus is not None and round(req.num_cpus, 4) != req.num_cpus:
         errors.append(f"num_cpus {req.num_cpus}: Ray accepts at most 4 decimal places")
     for r in req.resources:
+        if round(r.amount, 4) != r.amount:
+            errors.append(f"{r.resource}={r.amount:g}: Ray accepts at most 4 decimal places")
         fam = acc.family_for(r.resource, req.gpu_vendor)
         if fam is not None:
             msg = acc.validate_quantity(fam, r.amount)

@@ -82,3 +82,8 @@ def test_resource_arg_forms() -> None:
     assert parse_resource_arg("TPU=4").slots == (0, 1, 2, 3)
     assert parse_resource_arg("HPU=[3]").slots == (3,)
     assert parse_resource_arg("neuron_cores=2,5").slots == (2, 5)
+
+
+def test_precision_limit() -> None:
+    p = predict(req(num_cpus=0.00001, res={"NPU": 0.12345}))
+    assert len(p.errors) == 2
