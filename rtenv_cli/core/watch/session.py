@@ -187,7 +187,8 @@ class WatchSession:
                     sent += entry.size
                 manifest = snap.manifest()
                 self.target.commit_manifest(manifest)
-                src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
+                # grows over the session: reverting an edit sends no blob at all
+                src.known_blobs |= {e.sha256 for e in snap.files() if e.sha256}
                 return sent + len(json.dumps(manifest))
             except RtenvError:
                 src.known_blobs = set()
@@ -325,7 +326,7 @@ class WatchSession:
         change = Change()
         for src in self.sources:
             change = change.merge(src.snap.update(paths | deferred) if trigger != "reconcile"
-                                  else src.snap.full_scan())
+                                  else src.snap.reconcile())
         if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
             return None
         rels = tuple(sorted({r for s in self.sources for p in paths

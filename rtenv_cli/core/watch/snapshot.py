@@ -18,7 +18,7 @@ import os
 import stat as stat_mod
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +188,13 @@ class Snapshot:
                     removed.append(key)
         for rel, (path, st, is_dir) in found.items():
             old = self.entries.get(rel)
+            if old is not None and is_dir and old.is_dir:
+                if not old.same_stat(st):  # keep the stat fresh for reconcile(); digest = name
+                    self.entries[rel] = replace(old, mtime_ns=st.st_mtime_ns, ino=st.st_ino,
+                                                mode=st.st_mode, size=st.st_size)
+                continue
             if old is not None and old.is_dir == is_dir and (
-                    is_dir or (old.same_stat(st) and not (rel in named and old.racy))):
+                    old.same_stat(st) and not (rel in named and old.racy)):
                 continue
             new = hash_entry(path, rel, st, is_dir)
             if not is_dir:
@@ -228,7 +233,46 @@ class Snapshot:
             scope = self._existing_scope(rel)
             change = change.merge(self._apply(scope, self._walk(scope), rels))
             done.append(scope)
+        self._refresh_parents(rels)
         return change
+
+    def reconcile(self) -> Change:
+        """Catch missed events cheaply: one stat per known entry, no ignore matching.
+
+        A file whose stat changed, or a directory whose mtime changed (an entry was added,
+        removed or renamed in it), is re-checked through `update`; nothing else is read.
+        """
+        suspects: list[str] = []
+        for rel, entry in list(self.entries.items()):
+            path = self.root if rel == "." else self.root / rel
+            try:
+                st = path.stat()
+            except OSError:
+                suspects.append(rel)
+                continue
+            if entry.is_dir:
+                if (st.st_mtime_ns, st.st_ino) != (entry.mtime_ns, entry.ino):
+                    suspects.append(rel)
+            elif not entry.same_stat(st):
+                suspects.append(rel)
+        if not suspects:
+            self.hashed_bytes = 0
+            return Change()
+        return self.update(str(self.root / r) if r != "." else str(self.root) for r in suspects)
+
+    def _refresh_parents(self, rels: Iterable[str]) -> None:
+        for rel in rels:
+            parent = rel.rsplit("/", 1)[0] if "/" in rel else "."
+            entry = self.entries.get(parent)
+            if entry is None or not entry.is_dir or parent == rel:
+                continue
+            try:
+                st = (self.root if parent == "." else self.root / parent).stat()
+            except OSError:
+                continue
+            if not entry.same_stat(st):
+                self.entries[parent] = replace(entry, mtime_ns=st.st_mtime_ns, ino=st.st_ino,
+                                               mode=st.st_mode, size=st.st_size)
 
     def _existing_scope(self, rel: str) -> str:
         """`rel` if its parent is already a packaged directory, else the nearest such ancestor."""

@@ -134,3 +134,25 @@ def test_incremental_uri_equals_fresh_packaging(ops: list[tuple[str, str, str, b
             assert fresh.uri == snap.uri
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_reconcile_finds_missed_changes_without_a_walk(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    for i in range(20):
+        (tmp_path / "d" / f"f{i}.py").write_text(f"{i}\n")
+    snap = Snapshot(tmp_path)
+    snap.full_scan()
+    assert not snap.reconcile()
+    (tmp_path / "d" / "f3.py").write_text("changed, no event\n")
+    (tmp_path / "d" / "new.py").write_text("new, no event\n")
+    (tmp_path / "d" / "f5.py").unlink()
+    change = snap.reconcile()
+    assert change.modified == ("d/f3.py",)
+    assert change.added == ("d/new.py",)
+    assert change.removed == ("d/f5.py",)
+    assert snap.uri == ray_uri(tmp_path)
+    assert not snap.reconcile()  # directory stats were refreshed: nothing suspect any more
+    # after an event-driven update the parent's stat is refreshed too
+    (tmp_path / "top.py").write_text("t\n")
+    snap.update([str(tmp_path / "top.py")])
+    assert not snap.reconcile()
