@@ -139,11 +139,14 @@ def _validate(req: ExplainRequest, errors: list[str]) -> None:
             if not _is_uri(v):
                 errors.append(f"task-level {fieldname} {v!r} is not a valid URI: Ray only accepts "
                               "local directories at the job level (upload it and use the URI)")
-    if req.num_cpus is not None and round(req.num_cpus, 4) != req.num_cpus:
-        errors.append(f"num_cpus {req.num_cpus}: Ray accepts at most 4 decimal places")
+    # Ray's _validate_resource_quantity: a nonzero fraction must be at least one 1/10000 unit
+    if req.num_cpus is not None and req.num_cpus and int(req.num_cpus * 10000) == 0:
+        errors.append(f"num_cpus={req.num_cpus:g}: the precision of a fractional quantity "
+                      "cannot go beyond 0.0001")
     for r in req.resources:
-        if round(r.amount, 4) != r.amount:
-            errors.append(f"{r.resource}={r.amount:g}: Ray accepts at most 4 decimal places")
+        if r.amount and int(r.amount * 10000) == 0:
+            errors.append(f"{r.resource}={r.amount:g}: the precision of a fractional quantity "
+                          "cannot go beyond 0.0001")
         fam = acc.family_for(r.resource, req.gpu_vendor)
         if fam is not None:
             msg = acc.validate_quantity(fam, r.amount)

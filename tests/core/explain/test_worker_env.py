@@ -85,5 +85,6 @@ def test_resource_arg_forms() -> None:
 
 
 def test_precision_limit() -> None:
-    p = predict(req(num_cpus=0.00001, res={"NPU": 0.12345}))
+    p = predict(req(num_cpus=0.00001, res={"NPU": 0.00005}))
     assert len(p.errors) == 2
+    assert not predict(req(num_cpus=0.12345, res={"NPU": 0.0001})).errors
