@@ -36,7 +36,7 @@ from rtenv_cli.core.packaging.hashing import (
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
 
-_SAMPLE = 64 * 1024
+_SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
 _RETRIES = 3
 
@@ -64,10 +64,10 @@ def _date_time(mtime_ns: int) -> tuple[int, int, int, int, int, int]:
     return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
 
 
-def _compressible(path: Path, size: int) -> bool:
+def _compressible(path: str, size: int) -> bool:
     if size < _MIN_DEFLATE:
         return True
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         sample = fh.read(_SAMPLE)
     return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
 
@@ -100,15 +100,16 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
                 info.external_attr |= 0x10
                 zf.writestr(info, b"")
                 continue
-            deflate = _compressible(e.path, e.size)
+            deflate = _compressible(e.fspath, e.size)
             info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
-            info._compresslevel = 1  # type: ignore[attr-defined] # noqa: SLF001 - no public API
+            info._compresslevel = 1  # type: ignore[attr-defined]
             try:
-                with e.path.open("rb") as src, zf.open(info, "w", force_zip64=e.size > 2**31
+                with open(e.fspath, "rb") as src, zf.open(
+                        info, "w", force_zip64=e.size > 2**31
                                                        ) as dst:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
-                s = os.stat(e.path)
+                s = os.stat(e.fspath)
             except OSError as exc:
                 raise PackagingError(f"cannot read {e.path}: {exc.strerror}",
                                      path=str(e.path)) from exc
@@ -156,7 +157,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
                         scan, sha, layout)
 
 
-class _Changed(Exception):  # noqa: N818 - internal signal, never shown
+class _Changed(Exception):
     pass
 
 

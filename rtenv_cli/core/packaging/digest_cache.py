@@ -40,7 +40,7 @@ class DigestCache:
     def lookup(self, entries: Sequence[Entry]) -> dict[str, tuple[bytes, str]]:
         if self.db is None or not entries:
             return {}
-        want = {(str(e.path), e.relpath): e for e in entries}
+        want = {(e.fspath, e.relpath): e for e in entries}
         out: dict[str, tuple[bytes, str]] = {}
         try:
             # one pass over the table beats 10,000 point queries for a whole tree
@@ -62,7 +62,7 @@ class DigestCache:
             self.db.execute("BEGIN")
             self.db.executemany(
                 "INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(str(e.path), e.relpath, e.size, e.mtime_ns, e.ino, e.mode, d, s)
+                [(e.fspath, e.relpath, e.size, e.mtime_ns, e.ino, e.mode, d, s)
                  for e, d, s in rows])
             self.db.execute("COMMIT")
         except sqlite3.Error:

@@ -89,7 +89,7 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
             todo.append(e)
     if todo:
         def one(e: Entry) -> tuple[Entry, bytes, str]:
-            d, s = file_digests(e.relpath, e.path)
+            d, s = file_digests(e.relpath, e.fspath)
             return e, d, s
 
         fresh = []

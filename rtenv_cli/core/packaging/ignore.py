@@ -70,6 +70,16 @@ class Matcher:
     base_rel: str  # the anchor directory relative to the package root ("." = root)
     rules: list[tuple[str, Any]]  # (source label, compiled pattern), in file order
 
+    def __post_init__(self) -> None:
+        import re
+
+        # Fast path: without negations, one alternation answers "is it matched at all";
+        # the per-rule loop only runs for hits (to name the rule) and lists with negations.
+        self.combined = None
+        if all(p.include for _l, p in self.rules):
+            parts = [p.regex.pattern.replace("(?P<ps_d>", "(") for _l, p in self.rules]
+            self.combined = re.compile("|".join(f"(?:{x})" for x in parts))
+
     def rel(self, relpath: str) -> str:
         if self.base_rel == ".":
             return relpath
@@ -80,6 +90,8 @@ class Matcher:
     def decide(self, relpath: str) -> str | None:
         """The label of the rule that ignores `relpath`, or None (kept / negated)."""
         path = self.rel(relpath)
+        if self.combined is not None and self.combined.search(path) is None:
+            return None
         for label, pat in reversed(self.rules):
             if pat.include is not None and pat.regex.search(path) is not None:
                 return label if pat.include else None
@@ -113,7 +125,7 @@ def excludes_matcher(kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
     return compile_lines(lines, ".")
 
 
-def ignore_file_matchers(dir_path: Path, dir_rel: str, env: Mapping[str, str]
+def ignore_file_matchers(dir_path: Path | str, dir_rel: str, env: Mapping[str, str]
                          ) -> list[Matcher]:
     """Matchers of `dir_path`'s own .gitignore (unless disabled) and .rayignore."""
     names = (".gitignore", ".rayignore") if use_gitignore(env) else (".rayignore",)

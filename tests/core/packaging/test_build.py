@@ -90,9 +90,9 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
     real = b._compressible
     calls = {"n": 0}
 
-    def edit_during(path: Path, size: int) -> bool:
+    def edit_during(path: str, size: int) -> bool:
         calls["n"] += 1
-        if path == f:
+        if Path(path) == f:
             os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
         return real(path, size)
 
