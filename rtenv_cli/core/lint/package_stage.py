@@ -4,7 +4,6 @@ paths are replaced by Ray's `gcs://` URIs."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,6 +124,8 @@ class Packager:
                       f"({', '.join(model.WORKING_DIR_EXTENSIONS)})", path,
                       hint=f"relative paths resolve against {self.base_dir}, not the file")
             return False
+        import hashlib
+
         digest = hashlib.sha1(source.read_bytes()).hexdigest()  # noqa: S324 - Ray's package name
         ext = ".tar.gz" if ext in (".tgz", ".tar.gz") else ext
         rt["working_dir"] = f"gcs://_ray_pkg_{digest}{ext}"
