@@ -83,40 +83,125 @@ def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
     return name + "/" if e.is_dir else name
 
 
+_SMALL = 8 << 20  # files up to this size are compressed whole in worker threads
+_WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds RSS)
+
+
+def _prepare(e: Entry) -> tuple[int, int, bytes, bool]:
+    """(crc32, zip method, payload, changed) for a small file, in a worker thread.
+
+    zlib and file reads release the GIL, so two cores compress at once; the writer thread only
+    copies finished payloads into the zip.
+    """
+    import zipfile
+
+    try:
+        with open(e.fspath, "rb") as fh:
+            data = fh.read()
+            st = os.fstat(fh.fileno())
+    except OSError as exc:
+        raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}", path=e.fspath,
+                             hint="fix its permissions or exclude it") from exc
+    changed = (st.st_size, st.st_mtime_ns) != (e.size, e.mtime_ns) or len(data) != e.size
+    crc = zlib.crc32(data)
+    sample = data[:_SAMPLE]
+    if len(data) < _MIN_DEFLATE or len(zlib.compress(sample, 1)) < 0.9 * len(sample):
+        co = zlib.compressobj(1, zlib.DEFLATED, -15)
+        comp = co.compress(data) + co.flush()
+        if len(comp) < len(data):
+            return crc, zipfile.ZIP_DEFLATED, comp, changed
+    return crc, zipfile.ZIP_STORED, data, changed
+
+
+def _info(e: Entry, scan: PackageScan, prefix: str) -> Any:
+    import zipfile
+
+    info = zipfile.ZipInfo(arcname(e, scan, prefix), _date_time(e.mtime_ns))
+    info.create_system = 3
+    info.external_attr = (e.mode & 0xFFFF) << 16
+    if e.is_dir:
+        info.external_attr |= 0x10
+    return info
+
+
+def _put_raw(  # noqa: PLR0917 - internal, one call site
+        zf: Any, info: Any, crc: int, method: int, payload: bytes, size: int) -> None:
+    """Append a member whose compressed bytes are ready (zipfile has no public API for it)."""
+    info.compress_type = method
+    info.file_size = size
+    info.compress_size = len(payload)
+    info.CRC = crc
+    info.header_offset = zf.fp.tell()
+    zf.fp.write(info.FileHeader(False))
+    zf.fp.write(payload)
+    zf.filelist.append(info)
+    zf.NameToInfo[info.filename] = info
+    zf.start_dir = zf.fp.tell()
+    zf._didModify = True
+
+
+def _stream(zf: Any, info: Any, e: Entry) -> bool:
+    """A large file, streamed in chunks; returns whether it changed meanwhile."""
+    import zipfile
+
+    deflate = _compressible(e.fspath, e.size)
+    info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    info._compresslevel = 1
+    try:
+        with open(e.fspath, "rb") as src, zf.open(
+                info, "w", force_zip64=e.size > 2**31) as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        s = os.stat(e.fspath)
+    except OSError as exc:
+        raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}",
+                             path=e.fspath) from exc
+    return (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns)
+
+
 def _write_zip(scan: PackageScan, out: Path, prefix: str,
                on_progress: Callable[[int], None] | None) -> list[Entry]:
     """Write the zip; return the entries whose stat changed while being written."""
     import zipfile
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     changed: list[Entry] = []
-    with zipfile.ZipFile(out, "w", allowZip64=True) as zf:
+    pending: deque[tuple[Entry, Any, Future[tuple[int, int, bytes, bool]] | None]] = deque()
+    in_flight = 0
+
+    def drain(zf: Any, limit: int) -> None:
+        nonlocal in_flight
+        while pending and (in_flight > limit or pending[0][2] is None or pending[0][2].done()):
+            e, info, fut = pending.popleft()
+            if fut is None:  # a directory or a large file: written in order, here
+                if e.is_dir:
+                    zf.writestr(info, b"")
+                    continue
+                if _stream(zf, info, e):
+                    changed.append(e)
+            else:
+                crc, method, payload, was_changed = fut.result()
+                in_flight -= e.size
+                _put_raw(zf, info, crc, method, payload, e.size)
+                if was_changed:
+                    changed.append(e)
+            if on_progress and not e.is_dir:
+                on_progress(e.size)
+
+    with zipfile.ZipFile(out, "w", allowZip64=True) as zf, \
+            ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
         for e in scan.entries:
             if not e.in_zip:
                 continue
-            info = zipfile.ZipInfo(arcname(e, scan, prefix), _date_time(e.mtime_ns))
-            info.create_system = 3
-            info.external_attr = (e.mode & 0xFFFF) << 16
-            if e.is_dir:
-                info.external_attr |= 0x10
-                zf.writestr(info, b"")
-                continue
-            deflate = _compressible(e.fspath, e.size)
-            info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
-            info._compresslevel = 1  # type: ignore[attr-defined]
-            try:
-                with open(e.fspath, "rb") as src, zf.open(
-                        info, "w", force_zip64=e.size > 2**31
-                                                       ) as dst:
-                    while chunk := src.read(1 << 20):
-                        dst.write(chunk)
-                s = os.stat(e.fspath)
-            except OSError as exc:
-                raise PackagingError(f"cannot read {e.path}: {exc.strerror}",
-                                     path=str(e.path)) from exc
-            if (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns):
-                changed.append(e)
-            if on_progress:
-                on_progress(e.size)
+            info = _info(e, scan, prefix)
+            if e.is_dir or e.size > _SMALL:
+                pending.append((e, info, None))
+            else:
+                in_flight += e.size
+                pending.append((e, info, pool.submit(_prepare, e)))
+            drain(zf, _WINDOW)
+        drain(zf, -1)
     return changed
 
 

@@ -87,16 +87,15 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
 
     root = tmp_path / "r"
     f = w(root, "a.py", "one")
-    real = b._compressible
+    real = b._prepare
     calls = {"n": 0}
 
-    def edit_during(path: str, size: int) -> bool:
+    def edit_during(e):
         calls["n"] += 1
-        if Path(path) == f:
-            os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
-        return real(path, size)
+        os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
+        return real(e)
 
-    monkeypatch.setattr(b, "_compressible", edit_during)
+    monkeypatch.setattr(b, "_prepare", edit_during)
     with pytest.raises(PackagingError, match="kept changing"):
         build_package(root, kind="working_dir", dest_dir=tmp_path / "o")
     assert not list((tmp_path / "o").glob("_ray_pkg_*"))

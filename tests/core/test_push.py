@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import ConfigError
+from rtenv_cli.core.push import load_input, package_runtime_env, push
+from rtenv_cli.core.transport.file_target import FileTarget
+
+
+def test_plans_only_local_entries(tmp_path: Path) -> None:
+    plans = package_runtime_env({"working_dir": "src", "py_modules": ["lib", "s3://b/x.zip",
+                                                                      "m.py"],
+                                 "excludes": ["*.log"]}, tmp_path)
+    assert [(p.field, p.kind, p.source) for p in plans] == [
+        ("working_dir", "working_dir", tmp_path / "src"),
+        ("py_modules[0]", "py_module", tmp_path / "lib"),
+        ("py_modules[2]", "py_module", tmp_path / "m.py")]
+    assert plans[0].excludes == ("*.log",)
+
+
+def test_load_input(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no runtime_env\.yaml"):
+        load_input(None, cwd=tmp_path)
+    (tmp_path / "runtime_env.yaml").write_text("working_dir: .\n")
+    assert load_input(None, cwd=tmp_path)[0] == {"working_dir": "."}
+    (tmp_path / "bad.yaml").write_text("working_dir: [\n")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        load_input(tmp_path / "bad.yaml")
+
+
+def test_push_rewrites_and_skips_present(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("A = 1\n")
+    (tmp_path / "m.py").write_text("M = 1\n")
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text("working_dir: src\npy_modules: [m.py]\nexcludes: ['*.log']\n"
+                    "env_vars: {X: '1'}\n")
+    target = FileTarget((tmp_path / "shared").as_uri())
+    first = push(spec, target=target, cwd=tmp_path)
+    assert [p.uploaded for p in first.packages] == [True, True]
+    assert first.runtime_env["working_dir"].startswith("file://")
+    assert "excludes" not in first.runtime_env
+    assert first.runtime_env["env_vars"] == {"X": "1"}
+    second = push(spec, target=target, cwd=tmp_path)
+    assert [p.uploaded for p in second.packages] == [False, False]
+    assert second.runtime_env == first.runtime_env
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text("working_dir: src\npip: 3\n")
+    with pytest.raises(ConfigError):
+        push(invalid, target=target, cwd=tmp_path)
