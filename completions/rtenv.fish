@@ -84,6 +84,8 @@ complete -c rtenv -n '__fish_seen_subcommand_from push' -l watch -s w -d 'Keep w
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l once -d 'With the watch engine: push once and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l on-change -d 'With --watch: run CMD after each push.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l poll -d 'With --watch: poll instead of inotify.'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l quiet-ms -d 'With --watch: quiet period before a push (events are coalesced).'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l max-wait-ms -d 'With --watch: push at the latest this long after the first event.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l verbose -s v -d 'Say more.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l format -s f -x -a 'text json' -d 'Output format.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l help -s h -d 'Show help and exit'

@@ -58,6 +58,8 @@ _rtenv_push() {
         '--once[With the watch engine\: push once and exit.]' \
         '--on-change[With --watch\: run CMD after each push.]' \
         '--poll[With --watch\: poll instead of inotify.]' \
+        '--quiet-ms[With --watch\: quiet period before a push (events are coalesced).]' \
+        '--max-wait-ms[With --watch\: push at the latest this long after the first event.]' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
         '--format[Output format.]:value:(text json)' \

@@ -45,6 +45,12 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         "--on-change", metavar="CMD", help="With --watch: run CMD after each push.")] = None,
     polling: Annotated[bool, typer.Option("--poll", envvar="RTENV_WATCH_POLLING",
                                           help="With --watch: poll instead of inotify.")] = False,
+    # -- watch debounce (WATCH feature) --
+    quiet_ms: Annotated[int, typer.Option("--quiet-ms", help="With --watch: quiet period before "
+                                          "a push (events are coalesced).")] = 200,
+    max_wait_ms: Annotated[int, typer.Option("--max-wait-ms", help="With --watch: push at the "
+                                             "latest this long after the first event.")] = 2000,
+    # -- end watch debounce --
     verbose: VerboseOpt = False,
     fmt: FormatOpt = TextJson.text,
 ) -> None:
@@ -65,13 +71,16 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         $ rtenv push runtime_env.yaml --address http://head:8265 --stage-to file:///nfs/rtenv
 
         $ rtenv push . --to file:///shared/pkgs --format json
+
+        $ rtenv push --watch runtime_env.yaml --address http://127.0.0.1:8265
     """
     if watch or once:
         from rtenv_cli.cli.push_watch import run_watch_cli
 
         code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
                              fmt=fmt.value, verbose=verbose, once=once and not watch,
-                             on_change=on_change, polling=polling or
+                             on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
+                             polling=polling or
                              os.environ.get("RTENV_WATCH_POLLING") == "1")
         if code:
             raise typer.Exit(code)
