@@ -18,6 +18,8 @@ from typing import Any
 from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.transport.base import PIN_SECONDS, Target
 
+_PLACEHOLDER_NAME = "_ray_pkg_0000000000000000"
+_PLACEHOLDER = f"gcs://{_PLACEHOLDER_NAME}.zip"
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 
@@ -114,11 +116,21 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
         if not isinstance(data.get("py_modules", []), list):
             raise ConfigError("py_modules must be a list", path=label) from None
         return []
+    # Local working_dir/py_modules are packaged (and checked) by push itself with Ray's exact
+    # rules; the validator would walk and hash each tree again (seconds on a 10k-file tree), so
+    # it sees them as already-uploaded packages.
+    data = copy.deepcopy(data)
+    for plan in package_runtime_env(data, base_dir):
+        _set(data, plan.json_path, _PLACEHOLDER)
     report = validate_runtime_env(data, base_dir=base_dir, source=label,
                                   options=ValidateOptions(api="ray-init", env=dict(env),
                                                           compare_apis=False))
-    errors = [d for d in report.diagnostics if d.severity == Severity.ERROR
-              and d.code not in ("RTE150", "RTE151")]
+    def ours(d: Any) -> bool:  # findings about packaging, which push reports itself
+        return d.code in ("RTE150", "RTE151") or ((bool(d.json_path) and d.json_path[0] in (
+            "excludes", "working_dir", "py_modules") and _PLACEHOLDER_NAME in d.message)
+                                                   or d.json_path[:1] == ("excludes",))
+
+    errors = [d for d in report.diagnostics if d.severity == Severity.ERROR and not ours(d)]
     if errors:
         first = errors[0]
         where = ".".join(str(x) for x in first.json_path) or label
@@ -126,7 +138,7 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
         raise ConfigError(f"{label}: {where}: {first.message}{more}", path=label,
                           hint=first.hint or f"run `rtenv validate {label}` for all findings")
     return [f"{d.code}: {d.message}" for d in report.diagnostics
-            if d.severity == Severity.WARNING and d.code not in ("RTE150", "RTE151")]
+            if d.severity == Severity.WARNING and not ours(d)]
 
 
 def package_runtime_env(runtime_env: Mapping[str, Any], base_dir: Path) -> list[PackagePlan]:
@@ -247,7 +259,16 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
          stage_to: Target | None = None, env: Mapping[str, str] | None = None,
          progress: Progress | None = None, cwd: Path | None = None) -> PushResult:
     """Validate, package and publish; see the module docstring."""
-    env = dict(os.environ if env is None else env)
+    from rtenv_cli.core.packaging.walk import memoized_scans
+
+    with memoized_scans():
+        return _push(path, target=target, dry_run=dry_run, stage_to=stage_to,
+                     env=dict(os.environ if env is None else env), progress=progress, cwd=cwd)
+
+
+def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
+          stage_to: Target | None, env: dict[str, str], progress: Progress | None,
+          cwd: Path | None) -> PushResult:
     data, base_dir, label = load_input(path, cwd)
     notes = validate(data, base_dir, label, env)
     plans = package_runtime_env(data, base_dir)

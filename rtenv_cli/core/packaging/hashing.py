@@ -107,10 +107,11 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
 
 
 def acc_of(digests: Iterable[bytes]) -> bytes:
-    acc = EMPTY_ACC
+    """`fold` over many digests, as one integer XOR (same bytes, ~20x faster in Python)."""
+    acc = int.from_bytes(EMPTY_ACC, "big")
     for d in digests:
-        acc = fold(acc, d)
-    return acc
+        acc ^= int.from_bytes(d[:8], "big")
+    return acc.to_bytes(8, "big")
 
 
 def scan_uri(scan: PackageScan, digests: Mapping[str, tuple[bytes, str | None]]) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,11 +184,42 @@ def _has_py(d: str) -> bool:
     return False
 
 
+_MEMO: dict[tuple[object, ...], PackageScan] | None = None
+
+
+@contextmanager
+def memoized_scans() -> Iterator[None]:
+    """Within this block, scanning the same package twice returns the first scan.
+
+    `rtenv push` validates (which scans for URIs and sizes) and then packages: one walk of
+    the tree serves all of them. Outside the block every call walks afresh.
+    """
+    global _MEMO  # noqa: PLW0603 - a scoped, single-threaded memo
+    outer, _MEMO = _MEMO, ({} if _MEMO is None else _MEMO)
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
 def scan_package(root: Path, *, kind: Kind, excludes: Sequence[str] = (),
                  env: Mapping[str, str] | None = None) -> PackageScan:
     """What Ray would hash and zip for `root` (a directory, or a single file)."""
     env = os.environ if env is None else env
     root = Path(root).absolute()
+    if _MEMO is not None:
+        from rtenv_cli.core.packaging.ignore import DEFAULT_EXCLUDES_ENV, IGNORE_GITIGNORE_ENV
+
+        key = (str(root), kind, tuple(excludes), env.get(DEFAULT_EXCLUDES_ENV),
+               env.get(IGNORE_GITIGNORE_ENV))
+        if key not in _MEMO:
+            _MEMO[key] = _scan(root, kind, excludes, env)
+        return _MEMO[key]
+    return _scan(root, kind, excludes, env)
+
+
+def _scan(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
+          ) -> PackageScan:
     if root.is_file():
         s = root.stat()
         e = Entry(root.name, str(root), False, s.st_size, s.st_mode, s.st_mtime_ns, s.st_ino)
