@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rtenv_cli.core.packaging.hashing import package_uri
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 DEFAULT_EXCLUDES = [".git", ".venv", "venv", "__pycache__"]
@@ -129,6 +130,7 @@ def test_incremental_uri_equals_fresh_packaging(ops: list[tuple[str, str, str, b
             touched = _apply(root, *op)
             snap.update(touched)
             assert snap.uri == ray_uri(root), op
+            assert snap.uri == package_uri(root, kind="working_dir", env={}, use_cache=False), op
             fresh = Snapshot(root)
             fresh.full_scan()
             assert fresh.uri == snap.uri
