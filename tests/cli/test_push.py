@@ -52,7 +52,8 @@ def test_push_directory_then_a_real_task_imports_and_reads(ray_cluster, tmp_path
                    "--format", "json"])
     assert res.exit_code == 0, res.stderr
     pkg = res.json["packages"][0]
-    assert pkg["uploaded"] is True and pkg["file_count"] == 3  # .gitignore, __init__, data
+    assert pkg["uploaded"] is True
+    assert pkg["file_count"] == 3
     assert pkg["uri"].startswith("gcs://_ray_pkg_")
     assert json.loads(out.read_text())["working_dir"] == pkg["uri"]
     assert run_task(ray_cluster, out) == ["v1", "data-v1\n"]
@@ -70,10 +71,12 @@ def test_push_with_token_auth(ray_cluster_token, tmp_path: Path) -> None:
     denied = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url,
                       "-o", str(out)], env={"HOME": str(tmp_path)})
     assert denied.exit_code == 1
-    assert "token" in denied.stderr and "RAY_AUTH_TOKEN" in denied.stderr
+    assert "token" in denied.stderr
+    assert "RAY_AUTH_TOKEN" in denied.stderr
     wrong = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url],
                     env={"RAY_AUTH_TOKEN": "wrong-token-value-000000000000"})
-    assert wrong.exit_code == 1 and "403" in wrong.stderr
+    assert wrong.exit_code == 1
+    assert "403" in wrong.stderr
     token_file = tmp_path / "tok"
     token_file.write_text(ray_cluster_token.token + "\n")
     ok = run_cli(["push", str(src), "--address", ray_cluster_token.dashboard_url, "-o",
@@ -94,7 +97,9 @@ def test_too_large_is_refused_before_upload_and_a_real_413_maps_the_same(
     (src / "main.py").write_text("X = 1\n")
     res = run_cli(["push", str(src), "--address", ray_cluster.dashboard_url])
     assert res.exit_code == 1
-    assert "100 MiB" in res.stderr and "weights/" in res.stderr and "--stage-to" in res.stderr
+    assert "100 MiB" in res.stderr
+    assert "weights/" in res.stderr
+    assert "--stage-to" in res.stderr
     target = RayDashboardTarget(ray_cluster.dashboard_url)
     target.max_upload_bytes = None  # skip our pre-check: let the server refuse it
     sparse = tmp_path / "sparse.zip"
@@ -119,7 +124,8 @@ def test_file_target_and_stage_to_are_consumed_by_ray(ray_cluster, tmp_path: Pat
                    "json"])
     assert res.exit_code == 0, res.stderr
     env = json.loads(out.read_text())
-    assert env["working_dir"].startswith("file://") and env["py_modules"][0].startswith("file")
+    assert env["working_dir"].startswith("file://")
+    assert env["py_modules"][0].startswith("file")
     assert run_task(ray_cluster, out) == ["shared", "data-shared\n"]
     assert run_task(ray_cluster, out, module="otherlib", data="") == ["otherlib", ""]
     # --stage-to: the cluster's limit is lowered so that a small package is "too large"
@@ -139,7 +145,8 @@ def test_dry_run_lists_sizes_and_ignored_python(tmp_path: Path) -> None:
     (src / ".rayignore").write_text("tools\n")
     res = run_cli(["push", str(src), "--dry-run"])
     assert res.exit_code == 0, res.stderr
-    assert "largest:" in res.stderr and "tools/ holds .py" in res.stderr
+    assert "largest:" in res.stderr
+    assert "tools/ holds .py" in res.stderr
     assert "working_dir: gcs://_ray_pkg_" in res.stdout
     js = run_cli(["push", str(src), "--dry-run", "--format", "json"]).json
     assert js["packages"][0]["field"] == "working_dir"
@@ -152,11 +159,13 @@ def test_unreachable_target_and_root_excluded(tmp_path: Path) -> None:
 
     src = project(tmp_path)
     res = run_cli(["push", str(src), "--address", f"http://127.0.0.1:{free_port()}"])
-    assert res.exit_code == 1 and "cannot reach" in res.stderr
+    assert res.exit_code == 1
+    assert "cannot reach" in res.stderr
     spec = tmp_path / "re.yaml"
     spec.write_text(f"working_dir: {src}\nexcludes: ['.*']\n")
     bad = run_cli(["push", str(spec), "--to", (tmp_path / "s").as_uri()])
-    assert bad.exit_code == 1 and "3030303030303030" in bad.stderr
+    assert bad.exit_code == 1
+    assert "3030303030303030" in bad.stderr
 
 
 def test_py_module_collision_refused(tmp_path: Path) -> None:
@@ -166,7 +175,8 @@ def test_py_module_collision_refused(tmp_path: Path) -> None:
     spec = tmp_path / "r.yaml"
     spec.write_text(f"py_modules: [{tmp_path / 'mylib'}, {tmp_path / 'otherlib'}]\n")
     res = run_cli(["push", str(spec), "--to", (tmp_path / "s").as_uri()])
-    assert res.exit_code == 1 and "same content" in res.stderr
+    assert res.exit_code == 1
+    assert "same content" in res.stderr
 
 
 def test_ls_files_and_check_ignore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,9 +185,11 @@ def test_ls_files_and_check_ignore(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert res.stdout.split() == [".gitignore", "data.txt", "mymod/__init__.py"]
     monkeypatch.chdir(src)
     ci = run_cli(["check-ignore", "-v", "big.ckpt", "data.txt"])
-    assert ci.exit_code == 0 and ci.stdout == ".gitignore:1:*.ckpt\tbig.ckpt\n"
+    assert ci.exit_code == 0
+    assert ci.stdout == ".gitignore:1:*.ckpt\tbig.ckpt\n"
     none = run_cli(["check-ignore", "data.txt"])
-    assert none.exit_code == 1 and none.stdout == ""
+    assert none.exit_code == 1
+    assert none.stdout == ""
 
 
 def test_transport_errors_are_clear(tmp_path: Path) -> None:
