@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtenv_cli.core.errors import ConfigError, RtenvError
+from rtenv_cli.core.errors import ConfigError, RtenvError, UnsupportedError
 from rtenv_cli.core.watch import delta as delta_mod
 from rtenv_cli.core.watch.debounce import Debouncer
 from rtenv_cli.core.watch.events import Watcher, WatchNotice
@@ -135,6 +135,12 @@ class WatchSession:
             if isinstance(mod, str) and "://" not in mod and (base / mod).is_dir():
                 wanted.append((f"py_modules[{i}]", (base / mod).absolute(), "py_module",
                                tuple(excludes)))
+            elif isinstance(mod, str) and "://" not in mod:
+                raise UnsupportedError(
+                    f"py_modules[{i}] {mod!r} is a local file; --watch packages directories only",
+                    path=str(self.env_file),
+                    hint="push file modules and wheels once with `rtenv push`, then watch the "
+                    "directories")
         for label, root, kind, exc in wanted:
             prev = old.get((label, str(root)))
             if prev is not None and tuple(prev.snap.excludes) == exc:

@@ -234,3 +234,34 @@ def test_dependency_file_change_is_reported(tree: Path, store: LocalStoreTarget,
         ev = run.next_event(1)
         assert ev.modified == ("requirements.txt",)
         assert any("requirements.txt" in m for k, m, _h in run.notices if k == "env")
+
+
+def test_local_file_py_module_is_refused(tmp_path: Path, store: LocalStoreTarget) -> None:
+    from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.watch.session import WatchSession
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "helper.py").write_text("x = 1\n")
+    env = _env_file(tmp_path, "working_dir: src\npy_modules: [helper.py]\n")
+    with pytest.raises(RtenvError) as info:  # validation (job-submit) or watch refuses it
+        WatchSession(env, store)
+    assert "helper.py" in info.value.message
+
+
+def test_py_module_directory_is_watched(tmp_path: Path, store: LocalStoreTarget) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("m\n")
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("v = 1\n")
+    env = _env_file(tmp_path, "working_dir: src\npy_modules: [mylib]\n")
+    with Running(env, store) as run:
+        first = run.events[0]
+        assert set(first.uris) == {"working_dir", "py_modules[0]"}
+        (tmp_path / "mylib" / "__init__.py").write_text("v = 2\n")
+        ev = run.next_event(1)
+        assert ev.uris["working_dir"] == first.uris["working_dir"]
+        assert ev.uris["py_modules[0]"] != first.uris["py_modules[0]"]
+        assert ev.runtime_env["py_modules"] == [ev.uris["py_modules[0]"]]
+        assert store.exists(ev.uris["py_modules[0]"])
+        names = _published(store, ev.uris["py_modules[0]"])
+        assert names == {"mylib/__init__.py"}
