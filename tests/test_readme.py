@@ -1,0 +1,38 @@
+"""The README's two set-up commands: the test command is what CI runs, the main job really works."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from tests.support.cli import run_process
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setup_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "README's Set-up section has no bash block"
+    return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+
+
+def test_setup_is_two_commands_and_ci_runs_the_second() -> None:
+    commands = _setup_commands()
+    assert len(commands) == 2
+    ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci_lines == [commands[1]]
+
+
+def test_first_command_runs_the_quickstart_on_the_embedded_store() -> None:
+    first = _setup_commands()[0]
+    # the part after the install: `rtenv run ...`, run with this interpreter's rtenv
+    rtenv_part = first.split("&& rtenv ", 1)[1]
+    result = run_process(shlex.split(rtenv_part), cwd=str(ROOT), timeout=300)
+    assert result.exit_code == 0, result.stderr
+    assert "six 1.17.0" in result.stdout
+    assert "data.txt: read from the working_dir" in result.stdout
+    assert "GREETING=hello from quickstart" in result.stdout
