@@ -1,17 +1,20 @@
 """The thin CLI layer: the only package that imports typer.
 
-Each command lives in its own module with a `register(app)` function; this module assembles them.
+Each command lives in its own module with a `register(app)` function; `commands.py` lists them
+and the root group (group.py) imports the one that runs.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Annotated
 
 import typer
 
 from rtenv_cli import __version__
+from rtenv_cli.cli import _fastcoerce
 from rtenv_cli.cli.group import RtenvGroup
+
+_fastcoerce.install()  # before any command is built: typer's coercion imports pydantic (~130 ms)
 
 app = typer.Typer(
     name="rtenv",
@@ -48,9 +51,4 @@ def _root(
     """Ray runtime environments without the surprises."""
 
 
-# One module per command (or sub-app). Add yours here, in the order `rtenv --help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("validate", "rules", "agent", "run", "cache", "push",
-                                     "push_watch", "ls_files", "check_ignore", "explain")
-
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"rtenv_cli.cli.{_name}").register(app)
+# Commands are listed in rtenv_cli/cli/commands.py and imported only when invoked.

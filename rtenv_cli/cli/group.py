@@ -7,9 +7,40 @@ import sys
 from typing import Any
 
 import typer
+from typer._click import Context
 from typer.core import TyperGroup
 
 from rtenv_cli.core.errors import ExitCode, RtenvError
+
+
+class RtenvContext(Context):
+    """A context whose config defaults (`default_map`) may name options as users write them.
+
+    Config files say `format = "json"` or `keep-storage = "20GB"`; click looks defaults up by
+    parameter name (`fmt`, `keep_storage`). This maps an option's long names onto its parameter.
+    """
+
+    def lookup_default(self, name: str, call: bool = True) -> Any:
+        if self.default_map is not None and name not in self.default_map:
+            for param in self.command.params:
+                if param.name != name:
+                    continue
+                for opt in param.opts:
+                    key = opt.lstrip("-")
+                    if opt.startswith("--"):
+                        for spelling in (key, key.replace("-", "_")):
+                            if spelling in self.default_map:
+                                value = self.default_map[spelling]
+                                return value() if call and callable(value) else value
+        return super().lookup_default(name, call)  # type: ignore[call-overload]
+
+
+def use_rtenv_context(command: Any) -> Any:
+    """Give COMMAND and its sub-commands the RtenvContext; return COMMAND."""
+    command.context_class = RtenvContext
+    for sub in getattr(command, "commands", {}).values():
+        use_rtenv_context(sub)
+    return command
 
 
 class RtenvGroup(TyperGroup):
@@ -19,6 +50,41 @@ class RtenvGroup(TyperGroup):
     - KeyboardInterrupt: exit 130, no traceback;
     - anything else: `internal error` and exit 2, the traceback only with RTENV_DEBUG=1.
     """
+
+    context_class = RtenvContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from rtenv_cli.cli.commands import LazyCommands
+
+        lazy = LazyCommands()
+        for name, command in self.commands.items():
+            lazy[name] = command
+        self.commands = lazy
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # names only: listing must not import every command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands section of `rtenv --help`, from the static table (no imports)."""
+        from typer._click.utils import make_default_short_help
+
+        from rtenv_cli.cli.commands import COMMANDS
+
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in COMMANDS:
+                rows.append((name, make_default_short_help(COMMANDS[name][1], limit)))
+            else:
+                command = self.commands[name]
+                if not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
@@ -38,6 +104,10 @@ class RtenvGroup(TyperGroup):
         except RtenvError as exc:
             _report(exc)
             raise typer.Exit(int(exc.exit_code)) from None
+        except BrokenPipeError:
+            # the reader went away (`rtenv ... | head`): stop quietly, as cat or grep would
+            _silence_stdout()
+            raise typer.Exit(int(ExitCode.FAILURE)) from None
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
@@ -53,6 +123,16 @@ class RtenvGroup(TyperGroup):
             sys.stderr.write(f"\nhint: this is a bug in rtenv; rerun with RTENV_DEBUG=1 for the "
                              f"traceback (also written to {log_path()})\n")
             raise typer.Exit(int(ExitCode.USAGE)) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the flush at exit does not fail again (Python docs'
+    recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _is_click_control_flow(exc: Exception) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (errors are handled in RtenvGroup)."""
@@ -9,6 +11,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         app(args=argv, prog_name="rtenv")
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        from rtenv_cli.cli.group import _silence_stdout
+
+        _silence_stdout()
+        return 1
     except SystemExit as exc:
         code = exc.code
         if code is None:

@@ -105,7 +105,4 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
 
 
 def register(app: typer.Typer) -> None:
-    from rtenv_cli.cli import _fastcoerce
-
-    _fastcoerce.install()  # keeps pydantic (typer's coercion) off the startup path
     app.command(name="validate")(validate)

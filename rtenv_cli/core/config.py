@@ -15,6 +15,7 @@ Tables are command names, keys are option names with dashes or underscores:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,20 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _user_config_dir() -> Path:
+    """platformdirs' user config dir for rtenv.
+
+    On Linux this is platformdirs' XDG rule written out ($XDG_CONFIG_HOME, else ~/.config): every
+    command reads it at start-up, and importing platformdirs costs ~8 ms of a 0.3 s budget.
+    """
+    if sys.platform.startswith("linux"):
+        xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
+        return Path(xdg or os.path.expanduser("~/.config")) / "rtenv"
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("rtenv", appauthor=False))
+
+
 def config_files(cwd: Path | None = None) -> list[Path]:
     """The config files that apply, lowest precedence first."""
     cwd = cwd or Path.cwd()
@@ -65,9 +80,7 @@ def config_files(cwd: Path | None = None) -> list[Path]:
                               hint=f"unset {CONFIG_ENV} or point it at a TOML file")
         files.append(path)
     else:
-        from platformdirs import user_config_dir
-
-        user = Path(user_config_dir("rtenv", appauthor=False)) / "config.toml"
+        user = _user_config_dir() / "config.toml"
         if user.is_file():
             files.append(user)
     for name in ("pyproject.toml", "rtenv.toml"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rtenv_cli import __version__
 from tests.support.cli import run_cli, run_process
 
@@ -28,3 +30,20 @@ def test_version_as_process() -> None:
     result = run_process(["--version"])
     assert result.exit_code == 0, result.stderr
     assert __version__ in result.stdout
+
+
+def test_closed_pipe_is_not_an_internal_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for i in range(50):
+        (tmp_path / f"e{i}_runtime_env.yaml").write_text("pypi: [x]\nenv_vars: {A: 1}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "validate", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before rtenv writes: `rtenv validate DIR | true`
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "internal error" not in stderr
+    assert "Traceback" not in stderr

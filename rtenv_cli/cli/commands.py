@@ -1,0 +1,75 @@
+"""The command table: which module implements each command, and its one-line help.
+
+The root group imports a command's module only when that command runs (or its own help is asked
+for): Typer builds a command from its signature at import, and importing every command costs
+about 90 ms, a third of the start-up budget of `rtenv validate FILE`. `rtenv --help` lists the
+commands from this table; tests/cli/test_commands.py checks that it matches the real commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+# name -> (module under rtenv_cli.cli, one-line help), in the order `rtenv --help` lists them
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("validate", "Check runtime_env files exactly as Ray 2.60.0 would, and beyond."),
+    "rules": ("rules", "List every validation rule, or explain one."),
+    "agent": ("agent", "Run the rtenv node agent: a Ray-compatible package store, delta "
+                       "uploads, environments."),
+    "run": ("run", "Run CMD in the environment of a runtime_env, as a Ray worker would get it."),
+    "push": ("push", "Package a runtime_env's working_dir/py_modules exactly like Ray and upload "
+                     "what is missing."),
+    "ls-files": ("ls_files", "List the files (and empty directories) Ray would package, after "
+                             "every ignore rule."),
+    "check-ignore": ("check_ignore", "Say which ignore rule (.gitignore, .rayignore, excludes, "
+                                     "Ray's defaults) drops each path."),
+    "explain": ("explain", "Show the exact environment a Ray 2.60 worker gets, and where each "
+                           "variable comes from."),
+    "cache": ("cache", "Inspect and clean environment caches: the embedded store, an rtenv "
+                       "agent, Ray nodes."),
+}
+
+
+def build(name: str) -> Any:
+    """Import the module of command NAME and build its click command (a group for `cache`)."""
+    import typer
+
+    module = importlib.import_module(f"rtenv_cli.cli.{COMMANDS[name][0]}")
+    holder = typer.Typer(rich_markup_mode=None, add_completion=False,
+                         pretty_exceptions_show_locals=False)
+    module.register(holder)
+    from rtenv_cli.cli.group import use_rtenv_context
+
+    return use_rtenv_context(typer.main.get_group(holder).commands[name])
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The root group's `commands`: every name of COMMANDS, each built on first access."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = build(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (name for name in self._built if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(1 for name in self._built if name not in COMMANDS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._built
