@@ -1,26 +1,36 @@
-"""The per-file delta protocol: a manifest of (path, is_dir, mode, size, sha256), the blobs the
-store lacks, and a commit that assembles Ray's zip from blobs and checks its Ray URI.
+"""The per-file delta protocol: manifests over a content-addressed blob store.
 
-Manifest (JSON)::
+A manifest names a package by its Ray URI and lists its entries::
 
     {"uri": "gcs://_ray_pkg_<16hex>.zip", "kind": "working_dir" | "py_module",
      "name": "<top-level dir for a py_module>" | null,
      "entries": [{"path": "a/b.py", "is_dir": false, "mode": 420, "size": 12, "sha256": "..."}]}
+
+or, relative to a package the store already holds, only what changed (an edit costs bytes and
+work in proportion to the edit, not to the tree)::
+
+    {"uri": ..., "kind": ..., "name": ..., "base": "gcs://_ray_pkg_<old>.zip",
+     "upsert": [<entries as above>], "remove": ["old/path.py", ...]}
+
+`commit` checks that every blob is present (each was verified against its sha256 on upload),
+computes Ray's hash of the file set from one digest per entry, `sha1(relpath + content)`, reusing
+the base's digests for unchanged entries, refuses the package unless that hash is its name, and
+publishes it as a manifest (Store.put_manifest). The zip Ray's nodes read is assembled from the
+blobs when it is first needed (Store.package_file), not on every save.
 """
 
 from __future__ import annotations
 
 import posixpath
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 from rtenv_cli.core.agent.store import SHA256_RE, Store
 from rtenv_cli.core.errors import PackagingError
 
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+BASE_UNKNOWN = "base package unknown"  # the client then sends the whole manifest
 
 
 @dataclass(frozen=True)
@@ -31,13 +41,33 @@ class ManifestEntry:
     size: int
     sha256: str | None
 
+    @classmethod
+    def parse(cls, item: Mapping[str, Any]) -> ManifestEntry:
+        path = str(item["path"])
+        norm = _check_path(path)
+        is_dir = bool(item.get("is_dir"))
+        sha = None if is_dir else str(item["sha256"])
+        if sha is not None and not SHA256_RE.match(sha):
+            raise PackagingError(f"manifest entry {path!r} has an invalid sha256")
+        return cls(norm, is_dir, int(item.get("mode", 0o644)), int(item.get("size", 0)), sha)
+
+
+def _check_path(path: str) -> str:
+    norm = posixpath.normpath(path)
+    if path.startswith("/") or norm.startswith("..") or "\\" in path or norm == ".":
+        raise PackagingError(f"manifest path {path!r} is not a relative path in the tree")
+    return norm
+
 
 @dataclass(frozen=True)
 class Manifest:
     uri: str
     kind: str
     name: str | None
-    entries: tuple[ManifestEntry, ...]
+    entries: tuple[ManifestEntry, ...] = ()
+    base: str | None = None
+    upsert: tuple[ManifestEntry, ...] = ()
+    remove: tuple[str, ...] = ()
 
     @property
     def package_name(self) -> str:
@@ -47,63 +77,101 @@ class Manifest:
     def parse(cls, data: Mapping[str, Any]) -> Manifest:
         try:
             uri, kind = str(data["uri"]), str(data.get("kind", "working_dir"))
-            raw = data["entries"]
+            base = data.get("base")
+            raw = data["entries"] if base is None else ()
+            upsert = data.get("upsert", ()) if base is not None else ()
+            remove = data.get("remove", ()) if base is not None else ()
+            entries = tuple(ManifestEntry.parse(item) for item in raw)
+            ups = tuple(ManifestEntry.parse(item) for item in upsert)
+            gone = tuple(_check_path(str(p)) for p in remove)
         except (KeyError, TypeError) as exc:
             raise PackagingError(f"manifest lacks {exc}",
-                                 hint="send uri, kind and entries") from exc
-        if not uri.startswith("gcs://") or kind not in ("working_dir", "py_module"):
-            raise PackagingError(f"manifest uri {uri!r} / kind {kind!r} not understood")
-        entries = []
-        for item in raw:
-            path = str(item["path"])
-            norm = posixpath.normpath(path)
-            if path.startswith("/") or norm.startswith("..") or "\\" in path or norm == ".":
-                raise PackagingError(f"manifest path {path!r} is not a relative path in the tree")
-            is_dir = bool(item.get("is_dir"))
-            sha = None if is_dir else str(item["sha256"])
-            if sha is not None and not SHA256_RE.match(sha):
-                raise PackagingError(f"manifest entry {path!r} has an invalid sha256")
-            entries.append(ManifestEntry(norm, is_dir, int(item.get("mode", 0o644)),
-                                         int(item.get("size", 0)), sha))
+                                 hint="send uri, kind and entries (or base, upsert, remove)"
+                                 ) from exc
+        for value in (uri, base):
+            if value is not None and not str(value).startswith("gcs://"):
+                raise PackagingError(f"manifest uri {value!r} is not a gcs:// package URI")
+        if kind not in ("working_dir", "py_module"):
+            raise PackagingError(f"manifest kind {kind!r} not understood",
+                                 hint="working_dir or py_module")
         name = data.get("name")
-        return cls(uri, kind, str(name) if name else None, tuple(entries))
+        return cls(uri, kind, str(name) if name else None, entries,
+                   str(base) if base is not None else None, ups, gone)
+
+    def shas(self) -> list[str]:
+        return sorted({e.sha256 for e in (*self.entries, *self.upsert) if e.sha256})
+
+
+# A published manifest's entry: [path, is_dir, mode, size, sha256 | None, ray digest (16 hex)]
+Row = list[Any]
 
 
 def missing(store: Store, manifest: Manifest) -> list[str]:
-    shas = sorted({e.sha256 for e in manifest.entries if e.sha256})
+    shas = manifest.shas()
     have = store.has_blobs(shas)
     return [s for s in shas if s not in have]
 
 
+def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
+    """path -> row for the package, digests filled where the base already knows them."""
+    if manifest.base is None:
+        return {e.path: [e.path, e.is_dir, e.mode, e.size, e.sha256, None]
+                for e in manifest.entries}
+    base = store.load_manifest(manifest.base.removeprefix("gcs://"))
+    if base is None or base.get("kind") != manifest.kind or base.get("name") != manifest.name:
+        raise PackagingError(f"{BASE_UNKNOWN}: {manifest.base}",
+                             hint="send the whole manifest (entries) instead")
+    rows = {row[0]: list(row) for row in base["entries"]}
+    for path in manifest.remove:
+        rows.pop(path, None)
+    for e in manifest.upsert:
+        old = rows.get(e.path)
+        same = old is not None and old[1] == e.is_dir and old[4] == e.sha256
+        rows[e.path] = [e.path, e.is_dir, e.mode, e.size, e.sha256, old[5] if same else None]
+    return rows
+
+
+def ray_acc(store: Store, rows: dict[str, Row]) -> bytes:
+    """Ray's 8-byte hash of the package; fills the missing per-entry digests in `rows`."""
+    from rtenv_cli.core.packaging.hashing import acc_of, entry_digest, file_digests
+
+    dirs = {"."}
+    digests: list[bytes] = []
+    for path, row in rows.items():
+        parts = PurePosixPath(path).parts
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        if row[1]:
+            dirs.add(path)
+            continue
+        if row[5] is None:
+            digest, sha = file_digests(path, store.blob_path(row[4]))
+            if sha != row[4]:  # the blob store is content-addressed; this is disk corruption
+                raise PackagingError(f"blob {row[4][:12]} of {path} is corrupt on disk",
+                                     hint="run `rtenv cache purge` on the agent and push again")
+            row[5] = digest[:8].hex()
+        digests.append(bytes.fromhex(row[5]))
+    digests.extend(entry_digest(d, None, True) for d in dirs)
+    return acc_of(digests)
+
+
 def commit(store: Store, manifest: Manifest) -> dict[str, Any]:
-    """Assemble the package from blobs, verify its URI and store it."""
-    import zipfile
+    """Verify the package against its name and publish it (see module doc)."""
+    from rtenv_cli.core.packaging.hashing import uri_for_acc
 
     name = manifest.package_name
     if store.has_package(name):
-        return {"uri": manifest.uri, "zip_bytes": store.package_path(name).stat().st_size}
+        return {"uri": manifest.uri, "package_bytes": store.package_size(name)}
     lacking = missing(store, manifest)
     if lacking:
         raise PackagingError(f"{len(lacking)} blob(s) missing for {manifest.uri}",
                              hint="upload the missing blobs, then commit again")
-    work = store.tmp_dir(f"commit:{name}")
-    try:
-        out = work / name
-        prefix = f"{manifest.name}/" if manifest.kind == "py_module" and manifest.name else ""
-        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for entry in manifest.entries:
-                info = zipfile.ZipInfo(prefix + entry.path + ("/" if entry.is_dir else ""),
-                                       _ZIP_EPOCH)
-                if entry.is_dir:
-                    info.external_attr = ((0o40000 | (entry.mode & 0o7777 or 0o755)) << 16) | 0x10
-                    zf.writestr(info, b"")
-                    continue
-                info.external_attr = (0o100000 | (entry.mode & 0o7777 or 0o644)) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                with store.blob_path(entry.sha256).open("rb") as src, \
-                        zf.open(info, "w", force_zip64=True) as dst:  # type: ignore[arg-type]
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        stored = store.put_package(name, Path(out))
-        return {"uri": manifest.uri, "zip_bytes": stored.size_bytes}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    rows = _rows(store, manifest)
+    got = uri_for_acc(ray_acc(store, rows))
+    if got != manifest.uri:
+        raise PackagingError(f"{manifest.uri} does not match its files (they hash to {got})",
+                             hint="a file changed while it was pushed; push again")
+    doc = {"uri": manifest.uri, "kind": manifest.kind, "name": manifest.name,
+           "entries": sorted(rows.values())}
+    size = sum(row[3] for row in rows.values() if not row[1])
+    store.put_manifest(name, doc, size)
+    return {"uri": manifest.uri, "package_bytes": size}

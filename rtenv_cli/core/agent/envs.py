@@ -117,11 +117,10 @@ class Environments:
             built.append(key)
             if scheme == "gcs":
                 name = uri.removeprefix("gcs://")
-                archive = self.store.package_path(name)
-                if not archive.exists():
+                if not self.store.has_package(name):
                     raise PackagingError(f"package {uri} is not in the store",
                                          hint="rtenv push it first (rtenv run does this)")
-                extract(archive, tree / "d")
+                extract(self.store.package_file(name), tree / "d")
             elif scheme == "file":
                 extract(Path(uri.removeprefix("file://")), tree / "d")
             else:

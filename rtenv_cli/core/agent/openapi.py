@@ -28,13 +28,20 @@ SCHEMA: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         "schemas": {
             "Error": {"type": "object", "properties": {"error": {"type": "object"}}},
-            "Manifest": {"type": "object", "required": ["uri", "kind", "entries"], "properties": {
+            "ManifestEntry": {"type": "object", "required": ["path"], "properties": {
+                "path": {"type": "string"}, "is_dir": {"type": "boolean"},
+                "mode": {"type": "integer"}, "size": {"type": "integer"},
+                "sha256": {"type": "string", "nullable": True}}},
+            "Manifest": {"type": "object", "required": ["uri", "kind"], "properties": {
                 "uri": {"type": "string"}, "kind": {"enum": ["working_dir", "py_module"]},
                 "name": {"type": "string", "nullable": True},
-                "entries": {"type": "array", "items": {"type": "object", "properties": {
-                    "path": {"type": "string"}, "is_dir": {"type": "boolean"},
-                    "mode": {"type": "integer"}, "size": {"type": "integer"},
-                    "sha256": {"type": "string"}}}}}},
+                "entries": {"type": "array",
+                            "items": {"$ref": "#/components/schemas/ManifestEntry"}},
+                "base": {"type": "string", "description": "a package the agent holds; with "
+                         "upsert/remove instead of entries"},
+                "upsert": {"type": "array",
+                           "items": {"$ref": "#/components/schemas/ManifestEntry"}},
+                "remove": {"type": "array", "items": {"type": "string"}}}},
             "EnvHandle": {"type": "object", "properties": {
                 "key": {"type": "string"}, "holder": {"type": "string"},
                 "working_dir": {"type": "string", "nullable": True},
@@ -63,10 +70,18 @@ SCHEMA: dict[str, Any] = {
             "responses": {"200": _json({"type": "object", "properties": {
                 "missing": {"type": "array", "items": {"type": "string"}}}}), **_ERRORS}}},
         "/api/manifests/commit": {"post": {
-            "summary": "Assemble the package from blobs and verify its URI",
+            "summary": "Verify the package's Ray URI from its blobs and publish it (a whole "
+                       "manifest, or base + upsert + remove)",
             "requestBody": _MANIFEST_BODY,
             "responses": {"200": _json({"type": "object", "properties": {
-                "uri": {"type": "string"}, "zip_bytes": {"type": "integer"}}}), **_ERRORS}}},
+                "uri": {"type": "string"}, "package_bytes": {"type": "integer"}}}),
+                **_ERRORS}}},
+        "/api/blobs": {"post": {
+            "summary": "Upload many blobs: records of '<sha256 hex> <size>\\n<bytes>', each "
+                       "verified; made durable together",
+            "requestBody": _RAW_BODY,
+            "responses": {"200": _json({"type": "object", "properties": {
+                "stored": {"type": "integer"}}}), **_ERRORS}}},
         "/api/blobs/{sha}": {"put": {
             "summary": "Upload one blob; verified against its sha256",
             "parameters": [{"name": "sha", "in": "path", "required": True,

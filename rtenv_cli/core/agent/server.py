@@ -122,7 +122,7 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
             if exists and request.query_params.get("download"):
                 from starlette.responses import FileResponse
 
-                return FileResponse(store.package_path(name))
+                return FileResponse(await run_in_threadpool(store.package_file, name))
             if request.method == "HEAD":
                 return Response(status_code=200 if exists else 404)
             return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
@@ -152,6 +152,19 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         finally:
             path.unlink(missing_ok=True)
         return Response(status_code=200)
+
+    async def blobs(request: Request) -> Response:
+        path, _size = await spool(request)
+
+        def work() -> int:
+            with path.open("rb") as fh:
+                return store.put_blobs(fh)
+
+        try:
+            count = await run_in_threadpool(work)
+        finally:
+            path.unlink(missing_ok=True)
+        return JSONResponse({"stored": count})
 
     async def create_env(request: Request) -> Response:
         data = await body_json(request)
@@ -228,6 +241,7 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         Route("/api/packages/gcs/{name}", guarded(package), methods=["GET", "HEAD", "PUT"]),
         Route("/api/manifests", guarded(manifests), methods=["POST"]),
         Route("/api/manifests/commit", guarded(commit), methods=["POST"]),
+        Route("/api/blobs", guarded(blobs), methods=["POST"]),
         Route("/api/blobs/{sha}", guarded(blob), methods=["PUT"]),
         Route("/api/envs", guarded(create_env), methods=["POST"]),
         Route("/api/envs", guarded(list_envs), methods=["GET"]),

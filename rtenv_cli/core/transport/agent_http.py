@@ -110,6 +110,24 @@ class AgentTarget:
         with Path(path).open("rb") as fh:
             self.http.call("PUT", f"/api/blobs/{sha256}", data=fh)
 
+    def put_blobs(self, blobs: list[tuple[str, Path]]) -> None:
+        """Many blobs in one streamed request (records `<sha256> <size>\\n<bytes>`)."""
+        def body() -> Any:
+            for sha, path in blobs:
+                with Path(path).open("rb") as fh:
+                    left = os.fstat(fh.fileno()).st_size
+                    yield f"{sha} {left}\n".encode()
+                    while left > 0:  # exactly the declared size, or the record is not sent
+                        chunk = fh.read(min(1 << 20, left))
+                        if not chunk:
+                            raise PackagingError(f"{path} shrank while it was sent",
+                                                 hint="push again")
+                        left -= len(chunk)
+                        yield chunk
+
+        if blobs:
+            self.http.call("POST", "/api/blobs", data=body())
+
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest)).json())
 

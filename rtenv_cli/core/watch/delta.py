@@ -10,6 +10,7 @@ ContentChanged here) instead of being published under a URI that does not descri
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ class DeltaResult:
     uri: str
     blobs_sent: int
     bytes_sent: int  # blob bytes plus the manifest JSON (what crossed the wire, roughly)
-    zip_bytes: int | None
+    package_bytes: int | None
 
 
 def supports_delta(target: Any) -> bool:
@@ -42,32 +43,54 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def send_blobs(snap: Snapshot, target: Any, shas: Iterable[str]) -> tuple[int, int]:
+    """Upload the blobs `shas` of `snap` (one batch where the target takes batches); return
+    (count, bytes). A file edited after the snapshot read it is a ContentChanged."""
+    by_sha = {e.sha256: e for e in snap.files()}
+    entries = []
+    for sha in dict.fromkeys(shas):
+        entry = by_sha.get(sha)
+        if entry is None:
+            raise RtenvError(f"the target asked for blob {sha[:12]}… that is not in the manifest")
+        entries.append((sha, entry))
+    if not entries:
+        return 0, 0
+    try:
+        if callable(getattr(target, "put_blobs", None)):
+            target.put_blobs([(sha, snap.root / e.relpath) for sha, e in entries])
+        else:
+            for sha, e in entries:
+                target.put_blob(sha, snap.root / e.relpath)
+    except RtenvError as exc:
+        # The store refuses a blob whose bytes do not hash to `sha`: the file was edited after
+        # the snapshot read it. Say so precisely rather than surfacing a checksum error.
+        for sha, e in entries:
+            try:
+                now = _sha256(snap.root / e.relpath)
+            except OSError:
+                raise ContentChanged(e.relpath) from exc
+            if now != sha:
+                raise ContentChanged(e.relpath) from exc
+        raise
+    return len(entries), sum(e.size for _sha, e in entries)
+
+
+def relative_manifest(base: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """`manifest` as changes to `base` (both whole manifests): the agent's `base` form."""
+    old = {e["path"]: e for e in base["entries"]}
+    new = {e["path"]: e for e in manifest["entries"]}
+    return {"uri": manifest["uri"], "kind": manifest["kind"], "name": manifest["name"],
+            "base": base["uri"], "upsert": [e for p, e in new.items() if old.get(p) != e],
+            "remove": [p for p in old if p not in new]}
+
+
 def push_delta(snap: Snapshot, target: Any) -> DeltaResult:
     import json
 
     manifest = snap.manifest()
     manifest_bytes = len(json.dumps(manifest))
     missing = target.missing_blobs(manifest)
-    by_sha = {e.sha256: e for e in snap.files()}
-    sent = 0
-    for sha in missing:
-        entry = by_sha.get(sha)
-        if entry is None:
-            raise RtenvError(f"the target asked for blob {sha[:12]}… that is not in the manifest")
-        path = snap.root / entry.relpath
-        try:
-            target.put_blob(sha, path)
-        except RtenvError as exc:
-            # The store refuses a blob whose bytes do not hash to `sha`: the file was edited
-            # after the snapshot read it. Say so precisely rather than surfacing a checksum error.
-            try:
-                now = _sha256(path)
-            except OSError:
-                raise ContentChanged(entry.relpath) from exc
-            if now != sha:
-                raise ContentChanged(entry.relpath) from exc
-            raise
-        sent += entry.size
+    count, sent = send_blobs(snap, target, missing)
     result = target.commit_manifest(manifest)
-    return DeltaResult(str(result.get("uri", snap.uri)), len(missing),
-                       sent + 2 * manifest_bytes, result.get("zip_bytes"))
+    return DeltaResult(str(result.get("uri", snap.uri)), count,
+                       sent + 2 * manifest_bytes, result.get("package_bytes"))

@@ -56,6 +56,7 @@ class Source:
     snap: Snapshot
     last_zip: BuiltZip | None = None
     known_blobs: set[str] = field(default_factory=set)
+    last_manifest: dict[str, Any] | None = None  # what the target holds as `pushed`
     pushed: str | None = None
 
 
@@ -181,28 +182,29 @@ class WatchSession:
 
     def _push_delta(self, src: Source) -> int:
         snap = src.snap
-        if src.known_blobs:
-            # Blobs committed earlier in this session are on the target: PUT only new ones and
-            # commit (one manifest on the wire, not two). A gc in between makes the commit fail
-            # with missing blobs; the full protocol below then recovers.
-            sent = 0
-            new = {e.sha256: e for e in snap.files() if e.sha256 not in src.known_blobs}
+        manifest = snap.manifest()
+        if src.known_blobs and src.last_manifest is not None:
+            # Blobs committed earlier in this session are on the target: send only new ones,
+            # then the manifest as changes to the last one (bytes in proportion to the edit).
+            # A gc in between makes the commit fail with missing blobs, an agent that lost the
+            # base says so: the full protocol below then recovers.
+            new = [e.sha256 for e in snap.files() if e.sha256 not in src.known_blobs]
             try:
-                for sha, entry in new.items():
-                    self.target.put_blob(sha, snap.root / entry.relpath)
-                    sent += entry.size
-                manifest = snap.manifest()
-                self.target.commit_manifest(manifest)
+                _count, sent = delta_mod.send_blobs(snap, self.target, new)
+                body = delta_mod.relative_manifest(src.last_manifest, manifest)
+                self.target.commit_manifest(body)
                 # grows over the session: reverting an edit sends no blob at all
                 src.known_blobs |= {e.sha256 for e in snap.files() if e.sha256}
-                return sent + len(json.dumps(manifest))
+                src.last_manifest = manifest
+                return sent + len(json.dumps(body))
+            except ContentChanged:
+                src.known_blobs = set()
+                raise
             except RtenvError:
                 src.known_blobs = set()
-                if any(_changed_on_disk(snap, e) for e in new.values()):
-                    raise ContentChanged(next(e.relpath for e in new.values()
-                                              if _changed_on_disk(snap, e))) from None
         result = delta_mod.push_delta(snap, self.target)
         src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
+        src.last_manifest = manifest
         return result.bytes_sent
 
     def _push_all(self, change: Change, trigger: str, triggered_by: tuple[str, ...],
@@ -409,14 +411,6 @@ class WatchSession:
             self.watcher = None
         for src in self.sources:
             discard(src.last_zip)
-
-
-def _changed_on_disk(snap: Snapshot, entry: Any) -> bool:
-    try:
-        st = (snap.root / entry.relpath).stat()
-    except OSError:
-        return True
-    return not entry.same_stat(st)
 
 
 def runtime_env_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

@@ -83,6 +83,48 @@ def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
     assert target.exists(uri)
 
 
+def test_delta_batch_and_relative_commit_over_http(agent: AgentProc, tmp_path: Path) -> None:
+    from rtenv_cli.core.watch.delta import relative_manifest
+
+    def manifest_of(src: Path, uri: str) -> dict:
+        entries = []
+        for path in sorted(p for p in src.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            entries.append({"path": path.relative_to(src).as_posix(), "is_dir": False,
+                            "mode": 0o644, "size": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest()})
+        return {"uri": uri, "kind": "working_dir", "name": None, "entries": entries}
+
+    src = make_tree(tmp_path / "wd", {f"m{i}.py": f"X = {i}\n" for i in range(50)})
+    for path in src.iterdir():
+        path.chmod(0o644)
+    uri1, _ = ray_package(src, tmp_path)
+    first = manifest_of(src, uri1)
+    target = AgentTarget(agent.url)
+    missing = target.missing_blobs(first)
+    target.put_blobs([(sha, src / next(e["path"] for e in first["entries"]
+                                       if e["sha256"] == sha)) for sha in missing])
+    assert target.missing_blobs(first) == []
+    target.commit_manifest(first)
+    (src / "m7.py").write_text("X = 'edited'\n")
+    (src / "m8.py").unlink()
+    uri2, ray_zip = ray_package(src, tmp_path)
+    body = relative_manifest(first, manifest_of(src, uri2))
+    assert len(body["upsert"]) == 1
+    assert body["remove"] == ["m8.py"]
+    target.put_blobs([(body["upsert"][0]["sha256"], src / "m7.py")])
+    assert target.commit_manifest(body)["uri"] == uri2
+    got = requests.get(f"{agent.url}/api/packages/gcs/{uri2.removeprefix('gcs://')}"
+                       "?download=1", timeout=30)
+    assert got.status_code == 200
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(got.content)) as theirs, zipfile.ZipFile(ray_zip) as ray:
+        assert {i.filename: theirs.read(i) for i in theirs.infolist()} == \
+            {i.filename: ray.read(i) for i in ray.infolist()}
+
+
 def test_envs_cache_hit_release_and_gc(agent: AgentProc) -> None:
     client = AgentClient(agent.url)
     first = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-1")

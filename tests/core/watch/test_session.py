@@ -38,7 +38,7 @@ def store(tmp_path: Path) -> LocalStoreTarget:
 
 
 def _published(store: LocalStoreTarget, uri: str) -> set[str]:
-    path = store.store.package_path(uri.removeprefix("gcs://"))
+    path = store.store.package_file(uri.removeprefix("gcs://"))
     with zipfile.ZipFile(path) as zf:
         return set(zf.namelist())
 
