@@ -20,9 +20,10 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging import zipreuse
 from rtenv_cli.core.packaging.hashing import (
     EMPTY_ACC,
     digest_entries,
@@ -35,6 +36,7 @@ from rtenv_cli.core.packaging.hashing import (
 )
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_raw
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
@@ -51,6 +53,7 @@ class BuiltPackage:
     scan: PackageScan | None = None
     sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
     layout: str = "ray"
+    reused: int = 0  # members copied raw from the previous build of this source
 
     def to_dict(self) -> dict[str, Any]:
         return {"uri": self.uri, "path": str(self.path), "file_count": self.file_count,
@@ -159,22 +162,42 @@ def _stream(zf: Any, info: Any, e: Entry) -> bool:
     return (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns)
 
 
+class _Raw(NamedTuple):
+    info: Any  # the previous zip's ZipInfo of an unchanged file
+
+
+def _stat_key(e: Entry) -> tuple[int, int, int, int]:
+    return (e.size, e.mtime_ns, e.ino, e.mode)
+
+
 def _write_zip(scan: PackageScan, out: Path, prefix: str,
-               on_progress: Callable[[int], None] | None) -> list[Entry]:
-    """Write the zip; return the entries whose stat changed while being written."""
+               on_progress: Callable[[int], None] | None,
+               previous: PreviousZip | None = None) -> tuple[list[Entry], int]:
+    """Write the zip; return the entries whose stat changed while being written, and how many
+    members were reused.
+
+    Members of `previous` (the last build of this source) whose file stat is unchanged are
+    copied raw, neither read from the tree nor compressed again.
+    """
     import zipfile
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
     changed: list[Entry] = []
-    pending: deque[tuple[Entry, Any, Future[tuple[int, int, bytes, bool]] | None]] = deque()
+    reused = 0
+    pending: deque[tuple[Entry, Any, Future[tuple[int, int, bytes, bool]] | _Raw | None]] = \
+        deque()
     in_flight = 0
 
     def drain(zf: Any, limit: int) -> None:
-        nonlocal in_flight
-        while pending and (in_flight > limit or pending[0][2] is None or pending[0][2].done()):
+        nonlocal in_flight, reused
+        while pending and (in_flight > limit or not isinstance(pending[0][2], Future)
+                           or pending[0][2].done()):
             e, info, fut = pending.popleft()
-            if fut is None:  # a directory or a large file: written in order, here
+            if isinstance(fut, _Raw):  # a member of the previous zip
+                copy_raw(zf, previous.zf.fp, fut.info, info.filename)  # type: ignore[union-attr]
+                reused += 1
+            elif fut is None:  # a directory or a large file: written in order, here
                 if e.is_dir:
                     zf.writestr(info, b"")
                     continue
@@ -195,14 +218,18 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
             if not e.in_zip:
                 continue
             info = _info(e, scan, prefix)
-            if e.is_dir or e.size > _SMALL:
+            raw = (previous.member(info.filename, _stat_key(e))
+                   if previous is not None and not e.is_dir else None)
+            if raw is not None:
+                pending.append((e, info, _Raw(raw)))
+            elif e.is_dir or e.size > _SMALL:
                 pending.append((e, info, None))
             else:
                 in_flight += e.size
                 pending.append((e, info, pool.submit(_prepare, e)))
             drain(zf, _WINDOW)
         drain(zf, -1)
-    return changed
+    return changed, reused
 
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
@@ -212,6 +239,8 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     from concurrent.futures import ThreadPoolExecutor
 
     dest_dir.mkdir(parents=True, exist_ok=True)
+    slot = f"{scan.kind}:{layout}"
+    previous = zipreuse.open_previous(scan.root, slot) if use_cache else None
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(digest_entries, scan.entries, use_cache=use_cache)
         uri_guess = "_pending"
@@ -220,11 +249,14 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
             prefix = ""
             if layout == "remote":
                 prefix = "pkg"  # renamed below is not possible in a zip; a fixed top dir
-            changed = _write_zip(scan, tmp, prefix, on_progress)
+            changed, reused = _write_zip(scan, tmp, prefix, on_progress, previous)
             digests = fut.result()
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        finally:
+            if previous is not None:
+                previous.close()
     if changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in changed[:5])
@@ -237,9 +269,13 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     name = uri.removeprefix("gcs://")
     final = dest_dir / (name if layout == "ray" else f"remote{name}")
     os.replace(tmp, final)
+    if use_cache:
+        zipreuse.remember(scan.root, slot, final, {
+            arcname(e, scan, "pkg" if layout == "remote" else ""): _stat_key(e)
+            for e in scan.entries if e.in_zip and not e.is_dir})
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,
-                        scan, sha, layout)
+                        scan, sha, layout, reused)
 
 
 class _Changed(Exception):

@@ -13,22 +13,17 @@ after it was hashed) ContentChanged is raised and nothing is published.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import shutil
-import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging.zipreuse import copy_raw
 from rtenv_cli.core.watch.snapshot import Snapshot
 
-_LOCAL_HEADER = 30
-_ZIP64_LIMIT = 0xFFFFFFFF
-_DATA_DESCRIPTOR_FLAG = 0x08
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _CHUNK = 1 << 20
 
@@ -51,31 +46,6 @@ class BuiltZip:
     compressed: int  # members compressed fresh
     # relpath -> digest of what is in this zip (the next build's reuse key)
     digests: dict[str, bytes]
-
-
-def _copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
-    src_fp.seek(info.header_offset)
-    header = src_fp.read(_LOCAL_HEADER)
-    name_len, extra_len = struct.unpack("<HH", header[26:30])
-    src_fp.seek(info.header_offset + _LOCAL_HEADER + name_len + extra_len)
-    zi = copy.copy(info)
-    zi.filename = name
-    zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
-    zi.header_offset = dst.fp.tell()
-    zi.extra = b""
-    dst.fp.write(zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or
-                               zi.compress_size > _ZIP64_LIMIT))
-    remaining = info.compress_size
-    while remaining:
-        chunk = src_fp.read(min(_CHUNK, remaining))
-        if not chunk:
-            raise PackagingError(f"previous package is truncated at {name}")
-        dst.fp.write(chunk)
-        remaining -= len(chunk)
-    dst.filelist.append(zi)
-    dst.NameToInfo[zi.filename] = zi
-    dst.start_dir = dst.fp.tell()
-    dst._didModify = True
 
 
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
@@ -103,7 +73,7 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
                 if (src_zip is not None and previous is not None
                         and previous.digests.get(entry.relpath) == entry.digest
                         and name in src_zip.NameToInfo):
-                    _copy_raw(zf, src_zip.fp, src_zip.NameToInfo[name], name)
+                    copy_raw(zf, src_zip.fp, src_zip.NameToInfo[name], name)
                     reused += 1
                     continue
                 info = zipfile.ZipInfo(name, _ZIP_EPOCH)

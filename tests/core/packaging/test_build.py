@@ -99,3 +99,27 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
     with pytest.raises(PackagingError, match="kept changing"):
         build_package(root, kind="working_dir", dest_dir=tmp_path / "o")
     assert not list((tmp_path / "o").glob("_ray_pkg_*"))
+
+
+@pytest.mark.parametrize("kind", ["working_dir", "py_module"])
+def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "mylib"
+    for i in range(30):
+        w(root, f"pkg/m{i}.py", f"VALUE = {i}\n" * 50)
+    w(root, "data.txt", os.urandom(200_000).hex())
+    out = tmp_path / "out"
+    out.mkdir()
+    first = build_package(root, kind=kind, env={}, dest_dir=out)
+    assert first.reused == 0
+    w(root, "pkg/m3.py", "VALUE = 'edited'\n")
+    (root / "pkg/m4.py").unlink()
+    w(root, "pkg/new.py", "NEW = 1\n")
+    second = build_package(root, kind=kind, env={}, dest_dir=out)
+    assert second.reused == 29  # 31 files before; one edited, one removed, one new
+    assert second.uri == ray_uri(root, kind, [])
+    theirs = ray_zip(tmp_path / "out", root, kind, [])
+    assert entries(second.path) == entries(theirs)
+    with zipfile.ZipFile(second.path) as ours, zipfile.ZipFile(theirs) as ray:
+        assert ours.testzip() is None
+        assert {i.filename: ours.read(i) for i in ours.infolist()} == \
+            {i.filename: ray.read(i) for i in ray.infolist()}

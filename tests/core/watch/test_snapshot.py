@@ -112,7 +112,8 @@ def _apply(root: Path, op: str, a: str, b: str, data: bytes) -> list[str]:
             shutil.rmtree(pa)
         elif pa.exists():
             pa.unlink()
-    elif op == "rename" and pa.is_file() and not pb.is_dir() and not b.endswith("/"):
+    elif (op == "rename" and pa.is_file() and not pb.is_dir() and not b.endswith("/")
+          and b not in IGNORE_TEXT):  # random bytes as .gitignore: Ray itself fails to decode
         pb.parent.mkdir(parents=True, exist_ok=True)
         pa.replace(pb)
     return touched

@@ -1,0 +1,119 @@
+"""Reuse the compressed members of the previous build of the same source.
+
+Ray's dashboard only takes whole zips, so a re-push after a one-file edit re-sends the package;
+what it need not do is compress 10,000 unchanged files again. The last zip built for a source is
+kept (hard-linked) under `<rtenv home>/build/last/` with a sidecar naming each member's file
+stat (size, mtime_ns, inode, mode: the digest cache's key, so "unchanged" means what it means
+there). The next build copies those members' raw compressed bytes: the local header is written
+anew at the new offset, the data is copied without inflating or deflating.
+
+The stdlib `zipfile` has no public API for appending raw members, so `copy_raw` uses its
+source-documented internals (`ZipInfo.FileHeader`, `ZipFile.fp/filelist/NameToInfo/start_dir`),
+stable since Python 3.6; the central directory is still written by `ZipFile.close()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import PackagingError
+
+_LOCAL_HEADER = 30
+_ZIP64_LIMIT = 0xFFFFFFFF
+_DATA_DESCRIPTOR_FLAG = 0x08
+_CHUNK = 1 << 20
+
+
+def copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
+    """Append member `info` of the zip open on `src_fp` to ZipFile `dst` as `name`, raw."""
+    src_fp.seek(info.header_offset)
+    header = src_fp.read(_LOCAL_HEADER)
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    src_fp.seek(info.header_offset + _LOCAL_HEADER + name_len + extra_len)
+    zi = copy.copy(info)
+    zi.filename = name
+    zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
+    zi.header_offset = dst.fp.tell()
+    zi.extra = b""
+    dst.fp.write(zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or
+                               zi.compress_size > _ZIP64_LIMIT))
+    remaining = info.compress_size
+    while remaining:
+        chunk = src_fp.read(min(_CHUNK, remaining))
+        if not chunk:
+            raise PackagingError(f"previous package is truncated at {name}")
+        dst.fp.write(chunk)
+        remaining -= len(chunk)
+    dst.filelist.append(zi)
+    dst.NameToInfo[zi.filename] = zi
+    dst.start_dir = dst.fp.tell()
+    dst._didModify = True
+
+
+StatKey = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
+
+
+@dataclass
+class PreviousZip:
+    """The last zip built for a source, open for raw copies."""
+
+    zf: zipfile.ZipFile
+    stats: dict[str, StatKey]  # member name -> stat of the file it was built from
+
+    def member(self, name: str, stat: StatKey) -> Any | None:
+        if self.stats.get(name) != stat:
+            return None
+        return self.zf.NameToInfo.get(name)
+
+    def close(self) -> None:
+        self.zf.close()
+
+
+def _slot(root: Path, key: str) -> Path:
+    from rtenv_cli.core.paths import rtenv_home
+
+    digest = hashlib.sha256(f"{root}\0{key}".encode()).hexdigest()[:24]
+    return rtenv_home() / "build" / "last" / digest
+
+
+def open_previous(root: Path, key: str) -> PreviousZip | None:
+    """The last zip built for (root, key), or None (none yet, or unreadable: build afresh)."""
+    slot = _slot(root, key)
+    try:
+        stats = {k: tuple(v) for k, v in json.loads(slot.with_suffix(".json").read_text()).items()}
+        zf = zipfile.ZipFile(slot.with_suffix(".zip"))
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None
+    return PreviousZip(zf, stats)  # type: ignore[arg-type]
+
+
+def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> None:
+    """Keep `built` (hard link, else copy) as the previous zip of (root, key); best effort."""
+    import shutil
+
+    from rtenv_cli.core.fsutil import atomic_write_text
+
+    slot = _slot(root, key)
+    try:
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        tmp = slot.with_suffix(f".{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(built, tmp)
+        except OSError:
+            shutil.copyfile(built, tmp)
+        # zip first, then the sidecar: a crash in between leaves the older sidecar beside the
+        # newer zip, and a file whose stat still matches the older build is unchanged in the
+        # newer one too, so a reused member is still the file's content
+        os.replace(tmp, slot.with_suffix(".zip"))
+        atomic_write_text(slot.with_suffix(".json"), json.dumps(stats))
+    except OSError:
+        pass
