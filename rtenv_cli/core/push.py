@@ -207,8 +207,8 @@ def _progress(progress: Progress | None, label: str, total: int
 
 def _publish(  # noqa: PLR0917 - internal helper, one call site
         plan: PackagePlan, scan: Any, uri: str, target: Target, stage: Target | None,
-             env: Mapping[str, str], progress: Progress | None) -> tuple[str, int | None, bool,
-                                                                          bool, str]:
+             env: Mapping[str, str], progress: Progress | None,
+             digests: Any = None) -> tuple[str, int | None, bool, bool, str]:
     """(published uri, zip bytes, uploaded, staged, target label)."""
     from rtenv_cli.core.packaging.build import build_scan
     from rtenv_cli.core.packaging.sizes import offenders
@@ -225,7 +225,8 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
-        built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv)
+        built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv,
+                           digests=digests)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
@@ -236,7 +237,8 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             if not stage.exists(uri):
                 if layout(stage) != built.layout:
                     built.path.unlink(missing_ok=True)
-                    built = build_scan(scan, dest_dir=dest, layout=layout(stage))
+                    built = build_scan(scan, dest_dir=dest, layout=layout(stage),
+                                       digests=digests)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
                     stage.upload(uri, built.path, on_progress=adv)
                 return stage.published_uri(uri), built.zip_bytes, True, True, stage.label
@@ -278,7 +280,7 @@ def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
     _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
     out = copy.deepcopy(data)
     outcomes: list[PackageOutcome] = []
-    for plan, scan, uri, _digests in scanned:
+    for plan, scan, uri, digests in scanned:
         from rtenv_cli.core.packaging.sizes import size_tree
 
         tree = tuple(size_tree(scan)) if scan is not None else ()
@@ -297,7 +299,8 @@ def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
                                            warnings=warns))
             continue
         published, zip_bytes, uploaded, staged, where = _publish(plan, scan, uri, target,
-                                                                 stage_to, env, progress)
+                                                                 stage_to, env, progress,
+                                                                 digests)
         _set(out, plan.json_path, published)
         outcomes.append(PackageOutcome(plan.field, str(plan.source), published, uri, count,
                                        total, zip_bytes, uploaded, where, staged, tree, py_dirs,

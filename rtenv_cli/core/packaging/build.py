@@ -233,16 +233,18 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
 
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
-               use_cache: bool = True, on_progress: Callable[[int], None] | None = None
-               ) -> BuiltPackage:
-    """Hash (threads) and zip (this thread) one scanned package, concurrently."""
+               use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
+               digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
+    """Hash (threads) and zip (this thread) one scanned package, concurrently; `digests` from
+    the caller's own `digest_entries` of the same scan skip the hashing."""
     from concurrent.futures import ThreadPoolExecutor
 
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     previous = zipreuse.open_previous(scan.root, slot) if use_cache else None
     with ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(digest_entries, scan.entries, use_cache=use_cache)
+        fut = (pool.submit(dict, digests) if digests is not None else
+               pool.submit(digest_entries, scan.entries, use_cache=use_cache))
         uri_guess = "_pending"
         tmp = dest_dir / f".{uri_guess}.{os.getpid()}.{time.monotonic_ns()}.tmp"
         try:
