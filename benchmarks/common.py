@@ -96,3 +96,19 @@ def python() -> str:
 
 def self_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def ray_put_floor(dashboard_url: str, package: Path, repeat: int = 3) -> float:
+    """Median seconds for a Ray dashboard to take one PUT of `package` under a fresh name: the
+    server-side floor of any whole-zip push of that package (rtenv's and Ray's alike)."""
+    import requests
+
+    times = []
+    for _ in range(repeat):
+        name = f"_ray_pkg_{os.urandom(8).hex()}.zip"
+        with package.open("rb") as fh:
+            start = time.perf_counter()
+            resp = requests.put(f"{dashboard_url}/api/packages/gcs/{name}", data=fh, timeout=600)
+            times.append(time.perf_counter() - start)
+        resp.raise_for_status()
+    return statistics.median(times)
