@@ -90,12 +90,22 @@ _SMALL = 8 << 20  # files up to this size are compressed whole in worker threads
 _WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds RSS)
 
 
-def _prepare(e: Entry) -> tuple[int, int, bytes, bool]:
-    """(crc32, zip method, payload, changed) for a small file, in a worker thread.
+class _Prepared(NamedTuple):
+    crc: int
+    method: int
+    payload: bytes
+    changed: bool
+    digest: bytes  # sha1(relpath + content), Ray's entry digest
+    sha256: str
 
-    zlib and file reads release the GIL, so two cores compress at once; the writer thread only
-    copies finished payloads into the zip.
+
+def _prepare(e: Entry) -> _Prepared:
+    """A small file read once, in a worker thread: Ray's digest, sha256, crc32 and the payload.
+
+    zlib and hashlib release the GIL, so two cores hash and compress at once; the writer thread
+    only copies finished payloads into the zip.
     """
+    import hashlib
     import zipfile
 
     try:
@@ -106,14 +116,16 @@ def _prepare(e: Entry) -> tuple[int, int, bytes, bool]:
         raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}", path=e.fspath,
                              hint="fix its permissions or exclude it") from exc
     changed = (st.st_size, st.st_mtime_ns) != (e.size, e.mtime_ns) or len(data) != e.size
+    sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
+    sha1.update(data)
+    sha256 = hashlib.sha256(data).hexdigest()
     crc = zlib.crc32(data)
-    sample = data[:_SAMPLE]
-    if len(data) < _MIN_DEFLATE or len(zlib.compress(sample, 1)) < 0.9 * len(sample):
-        co = zlib.compressobj(1, zlib.DEFLATED, -15)
-        comp = co.compress(data) + co.flush()
+    # a file no bigger than the sample is its own probe: compress it once and compare
+    if len(data) <= _SAMPLE or len(zlib.compress(data[:_SAMPLE], 1, -15)) < 0.9 * _SAMPLE:
+        comp = zlib.compress(data, 1, -15)  # raw deflate, as zip members hold it
         if len(comp) < len(data):
-            return crc, zipfile.ZIP_DEFLATED, comp, changed
-    return crc, zipfile.ZIP_STORED, data, changed
+            return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, sha1.digest(), sha256)
+    return _Prepared(crc, zipfile.ZIP_STORED, data, changed, sha1.digest(), sha256)
 
 
 def _info(e: Entry, scan: PackageScan, prefix: str) -> Any:
@@ -134,32 +146,41 @@ def _put_raw(  # noqa: PLR0917 - internal, one call site
     info.file_size = size
     info.compress_size = len(payload)
     info.CRC = crc
-    info.header_offset = zf.fp.tell()
-    zf.fp.write(info.FileHeader(False))
+    # the end offset is tracked, not asked for: BufferedRandom.tell() flushes (a syscall each)
+    info.header_offset = zf.start_dir
+    header = info.FileHeader(False)
+    zf.fp.write(header)
     zf.fp.write(payload)
     zf.filelist.append(info)
     zf.NameToInfo[info.filename] = info
-    zf.start_dir = zf.fp.tell()
+    zf.start_dir = info.header_offset + len(header) + len(payload)
     zf._didModify = True
 
 
-def _stream(zf: Any, info: Any, e: Entry) -> bool:
-    """A large file, streamed in chunks; returns whether it changed meanwhile."""
+def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
+    """A large file, streamed in chunks and hashed on the way; (changed meanwhile, Ray digest,
+    sha256)."""
+    import hashlib
     import zipfile
 
     deflate = _compressible(e.fspath, e.size)
     info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
     info._compresslevel = 1
+    sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
+    sha256 = hashlib.sha256()
     try:
         with open(e.fspath, "rb") as src, zf.open(
                 info, "w", force_zip64=e.size > 2**31) as dst:
             while chunk := src.read(1 << 20):
+                sha1.update(chunk)
+                sha256.update(chunk)
                 dst.write(chunk)
         s = os.stat(e.fspath)
     except OSError as exc:
         raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}",
                              path=e.fspath) from exc
-    return (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns)
+    return ((s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns), sha1.digest(),
+            sha256.hexdigest())
 
 
 class _Raw(NamedTuple):
@@ -170,11 +191,17 @@ def _stat_key(e: Entry) -> tuple[int, int, int, int]:
     return (e.size, e.mtime_ns, e.ino, e.mode)
 
 
+@dataclass
+class _ZipPass:
+    changed: list[Entry] = field(default_factory=list)  # stat changed while being written
+    reused: int = 0  # members copied raw from the previous build
+    digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
+
+
 def _write_zip(scan: PackageScan, out: Path, prefix: str,
                on_progress: Callable[[int], None] | None,
-               previous: PreviousZip | None = None) -> tuple[list[Entry], int]:
-    """Write the zip; return the entries whose stat changed while being written, and how many
-    members were reused.
+               previous: PreviousZip | None = None) -> _ZipPass:
+    """Write the zip, hashing every file it reads on the same read.
 
     Members of `previous` (the last build of this source) whose file stat is unchanged are
     copied raw, neither read from the tree nor compressed again.
@@ -183,36 +210,38 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    changed: list[Entry] = []
-    reused = 0
-    pending: deque[tuple[Entry, Any, Future[tuple[int, int, bytes, bool]] | _Raw | None]] = \
-        deque()
+    result = _ZipPass()
+    pending: deque[tuple[Entry, Any, Future[_Prepared] | _Raw | None]] = deque()
     in_flight = 0
 
     def drain(zf: Any, limit: int) -> None:
-        nonlocal in_flight, reused
+        nonlocal in_flight
         while pending and (in_flight > limit or not isinstance(pending[0][2], Future)
                            or pending[0][2].done()):
             e, info, fut = pending.popleft()
             if isinstance(fut, _Raw):  # a member of the previous zip
                 copy_raw(zf, previous.zf.fp, fut.info, info.filename)  # type: ignore[union-attr]
-                reused += 1
+                result.reused += 1
             elif fut is None:  # a directory or a large file: written in order, here
                 if e.is_dir:
                     zf.writestr(info, b"")
                     continue
-                if _stream(zf, info, e):
-                    changed.append(e)
+                changed, digest, sha = _stream(zf, info, e)
+                result.digests[e.relpath] = (digest, sha)
+                if changed:
+                    result.changed.append(e)
             else:
-                crc, method, payload, was_changed = fut.result()
+                done = fut.result()
                 in_flight -= e.size
-                _put_raw(zf, info, crc, method, payload, e.size)
-                if was_changed:
-                    changed.append(e)
+                _put_raw(zf, info, done.crc, done.method, done.payload, e.size)
+                result.digests[e.relpath] = (done.digest, done.sha256)
+                if done.changed:
+                    result.changed.append(e)
             if on_progress and not e.is_dir:
                 on_progress(e.size)
 
-    with zipfile.ZipFile(out, "w", allowZip64=True) as zf, \
+    with open(out, "w+b", buffering=1 << 20) as fh, \
+            zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
             ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
         for e in scan.entries:
             if not e.in_zip:
@@ -229,40 +258,64 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
                 pending.append((e, info, pool.submit(_prepare, e)))
             drain(zf, _WINDOW)
         drain(zf, -1)
-    return changed, reused
+    return result
+
+
+def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes, str | None]]:
+    """Digests known without reading a file: directories and specials (name only) and the
+    digest cache's hits."""
+    out: dict[str, tuple[bytes, str | None]] = {
+        e.relpath: (entry_digest(e.relpath, None, True), None)
+        for e in scan.entries if e.is_dir or e.special}
+    if use_cache:
+        from rtenv_cli.core.packaging.digest_cache import DigestCache
+
+        cache = DigestCache.open_default()
+        try:
+            out.update(cache.lookup([e for e in scan.entries if not (e.is_dir or e.special)]))
+        finally:
+            cache.close()
+    return out
 
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
                digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
-    """Hash (threads) and zip (this thread) one scanned package, concurrently; `digests` from
-    the caller's own `digest_entries` of the same scan skip the hashing."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Zip one scanned package, hashing each file on the same read (worker threads); digests
+    the cache or the caller (`digests`, from `digest_entries` of the same scan) already know
+    are taken as they are."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     previous = zipreuse.open_previous(scan.root, slot) if use_cache else None
-    with ThreadPoolExecutor(1) as pool:
-        fut = (pool.submit(dict, digests) if digests is not None else
-               pool.submit(digest_entries, scan.entries, use_cache=use_cache))
-        uri_guess = "_pending"
-        tmp = dest_dir / f".{uri_guess}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-        try:
-            prefix = ""
-            if layout == "remote":
-                prefix = "pkg"  # renamed below is not possible in a zip; a fixed top dir
-            changed, reused = _write_zip(scan, tmp, prefix, on_progress, previous)
-            digests = fut.result()
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        finally:
-            if previous is not None:
-                previous.close()
-    if changed:
+    known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
+    tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
+    try:
+        zip_pass = _write_zip(scan, tmp, prefix, on_progress, previous)
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        names = ", ".join(e.relpath for e in changed[:5])
+        raise
+    finally:
+        if previous is not None:
+            previous.close()
+    if zip_pass.changed:
+        tmp.unlink(missing_ok=True)
+        names = ", ".join(e.relpath for e in zip_pass.changed[:5])
         raise _Changed(names)
+    fresh = {rel: d for rel, d in zip_pass.digests.items() if rel not in known}
+    digests = {**known, **zip_pass.digests}
+    lacking = [e for e in scan.entries if e.relpath not in digests]
+    if lacking:  # reused members the digest cache no longer knows (it was cleared)
+        digests.update(digest_entries(lacking, use_cache=False))
+    if use_cache and fresh:
+        from rtenv_cli.core.packaging.digest_cache import DigestCache
+
+        by_rel = {e.relpath: e for e in scan.entries}
+        cache = DigestCache.open_default()
+        try:
+            cache.store([(by_rel[rel], d, sha) for rel, (d, sha) in fresh.items()])
+        finally:
+            cache.close()
     if scan.single_file:
         e = scan.entries[0]
         uri = uri_for_acc(fold(EMPTY_ACC, digests[e.relpath][0]))
@@ -277,7 +330,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
             for e in scan.entries if e.in_zip and not e.is_dir})
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,
-                        scan, sha, layout, reused)
+                        scan, sha, layout, zip_pass.reused)
 
 
 class _Changed(Exception):

@@ -41,10 +41,10 @@ def copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
     zi = copy.copy(info)
     zi.filename = name
     zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
-    zi.header_offset = dst.fp.tell()
+    zi.header_offset = dst.start_dir  # tracked: BufferedRandom.tell() flushes
     zi.extra = b""
-    dst.fp.write(zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or
-                               zi.compress_size > _ZIP64_LIMIT))
+    header = zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or zi.compress_size > _ZIP64_LIMIT)
+    dst.fp.write(header)
     remaining = info.compress_size
     while remaining:
         chunk = src_fp.read(min(_CHUNK, remaining))
@@ -54,7 +54,7 @@ def copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
         remaining -= len(chunk)
     dst.filelist.append(zi)
     dst.NameToInfo[zi.filename] = zi
-    dst.start_dir = dst.fp.tell()
+    dst.start_dir = zi.header_offset + len(header) + info.compress_size
     dst._didModify = True
 
 
