@@ -198,31 +198,68 @@ class _ZipPass:
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
 
 
-def _write_zip(scan: PackageScan, out: Path, prefix: str,
+def _prepare_batch(entries: Sequence[Entry]) -> list[_Prepared]:
+    return [_prepare(e) for e in entries]
+
+
+_BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
+_BATCH_FILES = 128
+_PROCESS_MIN_FILES = 512  # fewer small files: threads (a process pool costs ~50 ms to start)
+
+
+def _pool(small_files: int) -> Any:
+    """Workers for `_prepare`: processes for many small files, else threads.
+
+    Deflating and hashing many small files holds the GIL most of the time (zlib's per-stream
+    set-up, short hash calls), so threads give no speed-up there; forked processes do. Files
+    are batched to keep the pickling per file small.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    workers = max(2, os.cpu_count() or 2)
+    if small_files >= _PROCESS_MIN_FILES and "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return ThreadPoolExecutor(workers)
+
+
+def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one pass
                on_progress: Callable[[int], None] | None,
                previous: PreviousZip | None = None) -> _ZipPass:
     """Write the zip, hashing every file it reads on the same read.
 
     Members of `previous` (the last build of this source) whose file stat is unchanged are
-    copied raw, neither read from the tree nor compressed again.
+    copied raw, neither read from the tree nor compressed again. Small files are prepared
+    (read, hashed, deflated) in worker batches; the writer appends them in order.
     """
     import zipfile
     from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import Future
 
     result = _ZipPass()
-    pending: deque[tuple[Entry, Any, Future[_Prepared] | _Raw | None]] = deque()
+    # (entries with their ZipInfo, future of a worker batch | _Raw | None for in-order work)
+    pending: deque[tuple[list[tuple[Entry, Any]], Future[list[_Prepared]] | _Raw | None]] = \
+        deque()
     in_flight = 0
+    batch: list[tuple[Entry, Any]] = []
+    batch_bytes = 0
+
+    def write_one(zf: Any, e: Entry, info: Any, done: _Prepared) -> None:
+        _put_raw(zf, info, done.crc, done.method, done.payload, e.size)
+        result.digests[e.relpath] = (done.digest, done.sha256)
+        if done.changed:
+            result.changed.append(e)
 
     def drain(zf: Any, limit: int) -> None:
         nonlocal in_flight
-        while pending and (in_flight > limit or not isinstance(pending[0][2], Future)
-                           or pending[0][2].done()):
-            e, info, fut = pending.popleft()
+        while pending and (in_flight > limit or not isinstance(pending[0][1], Future)
+                           or pending[0][1].done()):
+            items, fut = pending.popleft()
             if isinstance(fut, _Raw):  # a member of the previous zip
-                copy_raw(zf, previous.zf.fp, fut.info, info.filename)  # type: ignore[union-attr]
+                copy_raw(zf, previous.zf.fp, fut.info, items[0][1].filename)  # type: ignore[union-attr]
                 result.reused += 1
             elif fut is None:  # a directory or a large file: written in order, here
+                e, info = items[0]
                 if e.is_dir:
                     zf.writestr(info, b"")
                     continue
@@ -231,32 +268,38 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,
                 if changed:
                     result.changed.append(e)
             else:
-                done = fut.result()
-                in_flight -= e.size
-                _put_raw(zf, info, done.crc, done.method, done.payload, e.size)
-                result.digests[e.relpath] = (done.digest, done.sha256)
-                if done.changed:
-                    result.changed.append(e)
-            if on_progress and not e.is_dir:
-                on_progress(e.size)
+                for (e, info), done in zip(items, fut.result(), strict=True):
+                    in_flight -= e.size
+                    write_one(zf, e, info, done)
+            if on_progress:
+                on_progress(sum(e.size for e, _info in items if not e.is_dir))
 
+    def flush_batch(pool: Any) -> None:
+        nonlocal batch, batch_bytes
+        if batch:
+            pending.append((batch, pool.submit(_prepare_batch, [e for e, _i in batch])))
+            batch, batch_bytes = [], 0
+
+    small = sum(1 for e in scan.entries if e.in_zip and not e.is_dir and e.size <= _SMALL)
     with open(out, "w+b", buffering=1 << 20) as fh, \
-            zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
-            ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+            zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
         for e in scan.entries:
             if not e.in_zip:
                 continue
             info = _info(e, scan, prefix)
             raw = (previous.member(info.filename, _stat_key(e))
                    if previous is not None and not e.is_dir else None)
-            if raw is not None:
-                pending.append((e, info, _Raw(raw)))
-            elif e.is_dir or e.size > _SMALL:
-                pending.append((e, info, None))
-            else:
+            if raw is None and not e.is_dir and e.size <= _SMALL:
+                batch.append((e, info))
+                batch_bytes += e.size
                 in_flight += e.size
-                pending.append((e, info, pool.submit(_prepare, e)))
+                if batch_bytes >= _BATCH_BYTES or len(batch) >= _BATCH_FILES:
+                    flush_batch(pool)
+            else:
+                flush_batch(pool)  # keep the zip in scan order
+                pending.append(([(e, info)], _Raw(raw) if raw is not None else None))
             drain(zf, _WINDOW)
+        flush_batch(pool)
         drain(zf, -1)
     return result
 

@@ -123,3 +123,22 @@ def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: s
         assert ours.testzip() is None
         assert {i.filename: ours.read(i) for i in ours.infolist()} == \
             {i.filename: ray.read(i) for i in ray.infolist()}
+
+
+def test_many_small_files_through_worker_processes_equal_ray(tmp_path: Path) -> None:
+    from rtenv_cli.core.packaging import build
+
+    root = tmp_path / "many"
+    for i in range(build._PROCESS_MIN_FILES + 100):
+        w(root, f"d{i % 13}/f{i}.py", f"X = {i}\n" * (i % 40 + 1))
+    w(root, "rand.txt", os.urandom(30_000).hex())
+    (root / "blob.bin").write_bytes(os.urandom(70_000))
+    out = tmp_path / "out"
+    out.mkdir()
+    built = build_package(root, kind="working_dir", env={}, dest_dir=out, use_cache=False)
+    assert built.uri == ray_uri(root, "working_dir", [])
+    theirs = ray_zip(tmp_path / "out", root, "working_dir", [])
+    with zipfile.ZipFile(built.path) as ours, zipfile.ZipFile(theirs) as ray:
+        assert ours.testzip() is None
+        assert {i.filename: ours.read(i) for i in ours.infolist()} == \
+            {i.filename: ray.read(i) for i in ray.infolist()}
