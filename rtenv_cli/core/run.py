@@ -104,16 +104,11 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="rtenv-run-") as tmp:
-            try:
-                from rtenv_cli.core.packaging.build import build_package
-            except ImportError:  # packaging not installed: plain zip, no ignore rules
-                from rtenv_cli.core.agent.rayhash import zip_tree
+            from rtenv_cli.core.packaging.build import build_package
 
-                uri, path = zip_tree(source, Path(tmp), py_module=kind == "py_module")
-            else:
-                built = build_package(source, kind=kind, dest_dir=Path(tmp),
-                                      excludes=excludes if kind == "working_dir" else ())
-                uri, path = built.uri, Path(built.path)
+            built = build_package(source, kind=kind, dest_dir=Path(tmp),
+                                  excludes=excludes if kind == "working_dir" else ())
+            uri, path = built.uri, Path(built.path)
             if not target.exists(uri):
                 target.upload(uri, path)
         return str(target.published_uri(uri))

@@ -16,31 +16,12 @@ import re
 from pathlib import Path, PurePosixPath
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging.hashing import EMPTY_ACC, fold
 
 DIR_HASH_RE = re.compile(r"^_ray_pkg_([0-9a-f]{16})\.zip$")
 FILE_SHA1_RE = re.compile(r"^_ray_pkg_([0-9a-f]{40})\.(zip|tar\.gz|tar\.xz)$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}$")
-_EMPTY = b"0" * 8  # Ray's initial accumulator: eight ASCII zeros, not NUL bytes
 _CHUNK = 1 << 20
-
-
-def _xor_fold(acc: bytes, digest: bytes) -> bytes:
-    return bytes(a ^ b for a, b in zip(acc, digest, strict=False))
-
-
-def _fold(acc: bytes, digest: bytes) -> bytes:
-    """packaging.hashing's `fold` (the one rule for the whole code base) when installed."""
-    global _FOLD  # noqa: PLW0603 - resolved once, on first use
-    if _FOLD is None:
-        try:
-            from rtenv_cli.core.packaging.hashing import fold
-        except ImportError:  # the packaging feature lands separately; same rule, re-stated
-            fold = _xor_fold
-        _FOLD = fold
-    return _FOLD(acc, digest)
-
-
-_FOLD = None
 
 
 def check_name(name: str) -> None:
@@ -87,14 +68,14 @@ def _digests_for_zip(path: Path) -> dict[str, bytes]:
                 parts = PurePosixPath(rel).parts
                 dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
             dirs.update(r for r in rels if r not in file_digests[layout])
-            acc = _EMPTY
+            acc = EMPTY_ACC
             for d in sorted(dirs):
-                acc = _fold(acc, hashlib.sha1(d.encode()).digest())  # noqa: S324 - Ray's scheme
+                acc = fold(acc, hashlib.sha1(d.encode()).digest())  # noqa: S324 - Ray's scheme
             for digest in file_digests[layout].values():
-                acc = _fold(acc, digest)
+                acc = fold(acc, digest)
             accs[layout] = acc
         if len(files) == 1 and len(infos) == 1:
-            accs["single_file"] = _fold(_EMPTY, file_digests["flat"][files[0].filename])
+            accs["single_file"] = fold(EMPTY_ACC, file_digests["flat"][files[0].filename])
         return accs
 
 
@@ -122,42 +103,3 @@ def verify_package(name: str, path: Path) -> None:
     if name.startswith("_ray_pkg_"):
         raise PackagingError(f"{name} is not a Ray package name",
                              hint="Ray names packages _ray_pkg_<16 or 40 hex>.zip")
-
-
-
-def zip_tree(source: Path, dest_dir: Path, *, py_module: bool = False) -> tuple[str, Path]:
-    """Zip a directory or a single file the way Ray lays packages out; return (uri, path).
-
-    A stand-in used by `rtenv run` only when the packaging feature (ignore rules, Ray's default
-    excludes) is not installed: it applies no ignore rules.
-    """
-    import shutil
-    import tempfile
-    import zipfile
-
-    for ext in (".zip", ".tar.gz", ".tgz", ".tar.xz"):
-        if source.is_file() and source.name.endswith(ext):  # a local archive goes up as is
-            h = hashlib.sha1()  # noqa: S324 - Ray names archives by SHA-1
-            with source.open("rb") as fh:
-                while chunk := fh.read(_CHUNK):
-                    h.update(chunk)
-            name = f"_ray_pkg_{h.hexdigest()}{'.tar.gz' if ext == '.tgz' else ext}"
-            shutil.copyfile(source, dest_dir / name)
-            return f"gcs://{name}", dest_dir / name
-    fd, tmp_name = tempfile.mkstemp(suffix=".zip", dir=dest_dir)
-    tmp = Path(tmp_name)
-    with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        if source.is_file():
-            zf.write(source, source.name)
-        else:
-            prefix = f"{source.name}/" if py_module else ""
-            for path in sorted(source.rglob("*")):
-                rel = prefix + path.relative_to(source).as_posix()
-                if path.is_file() or (path.is_dir() and not any(path.iterdir())):
-                    zf.write(path, rel)
-    accs = _digests_for_zip(tmp)
-    acc = accs.get("single_file") or (accs["py_module"] if py_module else accs["flat"])
-    name = f"_ray_pkg_{acc.hex()}.zip"
-    final = dest_dir / name
-    tmp.replace(final)
-    return f"gcs://{name}", final
