@@ -215,11 +215,34 @@ class _Session:
             self.client = Environments(self.target.store)
 
     def create(self, runtime_env: dict[str, Any], base_dir: Path) -> Any:
-        return self.client.get_or_create(runtime_env, holder=self.holder, pid=os.getpid(),
-                                         base_dir=base_dir)
+        handle = self.client.get_or_create(runtime_env, holder=self.holder, pid=os.getpid(),
+                                           base_dir=base_dir)
+        if handle.built and not self.req.address:
+            budget = embedded_budget()
+            if budget is not None:  # what `rtenv agent` does after each create, in-process
+                budget.enforce(self.target.store)
+        return handle
 
     def release(self, handle: Any) -> None:
         self.client.release(handle.key, self.holder)
+
+
+def embedded_budget() -> Any:
+    """The embedded store's size/age budget: the `[agent]` table of the config files
+    (`max-size = "20GB"`, `max-age = "7d"`), the same limits `rtenv agent` takes as flags."""
+    from rtenv_cli.core.cache.gc import Budget, parse_duration, parse_size
+    from rtenv_cli.core.config import load_default_map
+
+    table = load_default_map().get("agent") or {}
+    size, age = table.get("max_size"), table.get("max_age")
+    if size is None and age is None:
+        return None
+    try:
+        return Budget(max_bytes=parse_size(str(size)) if size is not None else None,
+                      max_age_s=parse_duration(str(age)) if age is not None else None)
+    except (UsageError, ValueError) as exc:
+        raise ConfigError(f"[agent] max-size / max-age in the config: {exc}",
+                          hint="write sizes like 20GB and ages like 7d") from None
 
 
 def _empty_handle() -> Any:

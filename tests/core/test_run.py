@@ -89,6 +89,47 @@ def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
     assert all(e.refs == 0 for e in entries)  # released when the command ended
 
 
+def test_embedded_store_enforces_the_agent_budget_of_the_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.agent.store import Store
+    from rtenv_cli.core.cache.ls import list_store
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rtenv.toml").write_text('[agent]\nmax-size = "1B"\n')
+    labels = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name)
+        env_file = tmp_path / f"{name}.yaml"
+        env_file.write_text(f"working_dir: {name}\n")
+
+        def seen(handle: EnvHandle, _s: float) -> None:
+            labels.append(sorted(e.label for e in list_store(Store()).entries if e.refs))
+
+        code = run_command(RunRequest(command=["python", "-c", "pass"], runtime_env=env_file,
+                                      base_dir=tmp_path), notify=lambda m, h: None,
+                           on_ready=seen)
+        assert code == 0
+    from rtenv_cli.core.packaging.hashing import package_uri
+
+    left = list_store(Store()).entries
+    # creating `two` dropped every unreferenced entry to meet the 1-byte budget: all of `one`,
+    # and `two`'s package (its unpacked working_dir, referenced by the run, stays)
+    assert [(e.kind, e.uri) for e in left] == [
+        ("working_dir", package_uri(tmp_path / "two", kind="working_dir", env={}))]
+    assert len(labels[1]) == 1
+
+
+def test_bad_budget_in_config_is_a_config_error(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.run import embedded_budget
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rtenv.toml").write_text('[agent]\nmax-size = "lots"\n')
+    with pytest.raises(ConfigError, match="max-size"):
+        embedded_budget()
+
+
 def test_py_modules_and_requirements_file(tmp_path: Path) -> None:
     (tmp_path / "mymod").mkdir()
     (tmp_path / "mymod" / "__init__.py").write_text("VALUE = 'from py_modules'\n")
