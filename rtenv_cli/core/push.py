@@ -241,13 +241,19 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                                        digests=digests)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
                     stage.upload(uri, built.path, on_progress=adv)
-                return stage.published_uri(uri), built.zip_bytes, True, True, stage.label
-            return stage.published_uri(uri), built.zip_bytes, False, True, stage.label
+                return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
+            return _staged_uri(stage, uri), built.zip_bytes, False, True, stage.label
         with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
             target.upload(uri, built.path, on_progress=adv)
         return target.published_uri(uri), built.zip_bytes, True, False, target.label
     finally:
         built.path.unlink(missing_ok=True)
+
+
+def _staged_uri(stage: Target, uri: str) -> str:
+    """The URI Ray's nodes fetch a staged package from (an agent's download URL, a file:// zip)."""
+    remote = getattr(stage, "remote_uri", None)
+    return str(remote(uri) if callable(remote) else stage.published_uri(uri))
 
 
 def _set(d: dict[str, Any], json_path: tuple[Any, ...], value: Any) -> None:

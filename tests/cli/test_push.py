@@ -138,6 +138,39 @@ def test_file_target_and_stage_to_are_consumed_by_ray(ray_cluster, tmp_path: Pat
     assert run_task(ray_cluster, out) == ["shared", "data-staged\n"]
 
 
+@pytest.mark.ray
+def test_stage_to_an_agent_is_fetched_by_ray_nodes(ray_cluster, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import requests
+
+    from tests.core.agent.conftest import agent_process
+
+    src = project(tmp_path, "agent-staged")
+    lib = tmp_path / "libs" / "stagedlib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("X = 'stagedlib'\n")
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {src}\npy_modules: [{lib}]\n")
+    out = tmp_path / "pushed.json"
+    monkeypatch.setattr(RayDashboardTarget, "max_upload_bytes", 100)  # everything is "too big"
+    with agent_process(tmp_path / "agent-store", token="stage-token-123") as agent:  # noqa: S106 - test token
+        res = run_cli(["push", str(spec), "--address", ray_cluster.dashboard_url,
+                       "--stage-to", agent.url, "-o", str(out), "--format", "json"],
+                      env={"RTENV_AGENT_TOKEN": "stage-token-123"})
+        assert res.exit_code == 0, res.stderr
+        env = json.loads(out.read_text())
+        assert env["working_dir"].startswith(f"{agent.url}/download/")
+        assert env["working_dir"].endswith(".zip")
+        assert all(p["staged"] for p in res.json["packages"])
+        # Ray's own nodes fetch it (no bearer token: the URL is the capability)
+        assert run_task(ray_cluster, out) == ["agent-staged", "data-agent-staged\n"]
+        assert run_task(ray_cluster, out, module="stagedlib", data="") == ["stagedlib", ""]
+        name = env["working_dir"].rsplit("/", 1)[1]
+        assert requests.get(env["working_dir"], timeout=10).status_code == 200
+        assert requests.get(f"{agent.url}/download/{'0' * 32}/{name}",
+                            timeout=10).status_code == 404  # a guessed capability opens nothing
+
+
 def test_dry_run_lists_sizes_and_ignored_python(tmp_path: Path) -> None:
     src = project(tmp_path)
     (src / "tools").mkdir()

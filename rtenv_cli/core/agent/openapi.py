@@ -76,6 +76,16 @@ SCHEMA: dict[str, Any] = {
             "responses": {"200": _json({"type": "object", "properties": {
                 "uri": {"type": "string"}, "package_bytes": {"type": "integer"}}}),
                 **_ERRORS}}},
+        "/download/{cap}/{name}": {"get": {
+            "summary": "A package as a remote zip for Ray's nodes (one top-level directory, "
+                       "which Ray strips); `cap` is an HMAC of the name under the agent's token, "
+                       "so the URL needs no bearer token",
+            "security": [],
+            "parameters": [{"name": "cap", "in": "path", "required": True,
+                            "schema": {"type": "string"}}, *_NAME],
+            "responses": {"200": {"description": "the zip", "content": {
+                "application/zip": {"schema": {"type": "string", "format": "binary"}}}},
+                "404": {"description": "unknown package or URL"}}}},
         "/api/blobs": {"post": {
             "summary": "Upload many blobs: records of '<sha256 hex> <size>\\n<bytes>', each "
                        "verified; made durable together",

@@ -50,6 +50,13 @@ def check_bind(config: AgentConfig) -> None:
                          "a token", hint=f"pass --token or set {TOKEN_ENV}, or bind 127.0.0.1")
 
 
+def download_capability(token: str | None, name: str) -> str:
+    """The secret path segment of a package's download URL for Ray's nodes (which send no
+    bearer token): an HMAC of the name under the agent's token, so only holders of the token
+    can mint one, and one URL opens one package."""
+    return hmac.new((token or "rtenv-agent").encode(), name.encode(), "sha256").hexdigest()[:32]
+
+
 def _status(exc: RtenvError) -> int:
     kind = exc.kind
     if kind in ("usage", "config"):
@@ -216,6 +223,25 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
 
         return JSONResponse(await run_in_threadpool(work))
 
+    async def download(request: Request) -> Response:
+        """A package as a remote zip for Ray's nodes: `working_dir: http://.../<name>.zip`."""
+        from starlette.responses import FileResponse
+
+        name = request.path_params["name"]
+        want = download_capability(config.token, name)
+        if not hmac.compare_digest(request.path_params["cap"].encode(), want.encode()):
+            return JSONResponse({"error": {"kind": "auth", "message": "unknown download URL"}},
+                                status_code=404)
+        try:
+            if not store.has_package(name):
+                return JSONResponse({"error": {"kind": "usage", "message":
+                                               f"package {name} is not in the store"}},
+                                    status_code=404)
+            path = await run_in_threadpool(store.remote_file, name)
+        except RtenvError as exc:
+            return error(exc)
+        return FileResponse(path, media_type="application/zip")
+
     async def openapi(_request: Request) -> Response:
         return JSONResponse(SCHEMA)
 
@@ -249,6 +275,7 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         Route("/api/cache", guarded(cache), methods=["GET"]),
         Route("/api/gc", guarded(gc), methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/download/{cap}/{name}", download, methods=["GET", "HEAD"]),
     ]
     app = Starlette(routes=routes)
     app.state.store = store

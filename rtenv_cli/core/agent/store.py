@@ -179,6 +179,28 @@ class Store:
                 shutil.rmtree(work, ignore_errors=True)
         return final
 
+    def remote_file(self, name: str) -> Path:
+        """The package as a remote zip for Ray's nodes (`http://.../download/...`): its members
+        under one top-level directory, which Ray strips from remote zips (and only from those).
+        Made once from the stored package by raw member copies, then kept beside it."""
+        final = self.root / "packages" / f"{name}.remote"
+        check_name(name)
+        if final.exists():
+            return final
+        source = self.package_file(name)
+        with self.lock(f"package:{name}"):
+            if final.exists():
+                return final
+            work = self.tmp_dir(f"remote:{name}")
+            try:
+                tmp = work / name
+                _prefixed_copy(source, tmp, "pkg/")
+                os.rename(tmp, final)
+                fsync_dir(final.parent)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return final
+
     # -- manifests (delta packages) ---------------------------------------------------------------
     def manifest_path(self, name: str) -> Path:
         check_name(name)
@@ -353,7 +375,8 @@ class Store:
             if key.startswith("package:"):  # a delta package may have both forms
                 name = key.removeprefix("package:")
                 self._manifests.pop(name, None)
-                for path in (self.package_path(name), self.manifest_path(name)):
+                for path in (self.package_path(name), self.manifest_path(name),
+                             self.root / "packages" / f"{name}.remote"):
                     if path.exists():
                         path.unlink()
             return True
@@ -420,7 +443,7 @@ class Store:
             if item.is_file() and item.name.endswith(".json"):
                 yield f"manifests/{item.name}", "package"
         for item in os.scandir(self.root / "packages"):
-            if item.is_file():
+            if item.is_file() and not item.name.endswith(".remote"):  # a rendition, not a package
                 yield f"packages/{item.name}", "package"
         for shard in os.scandir(self.root / "blobs"):
             if shard.is_dir():
@@ -480,5 +503,20 @@ def _zip_manifest(store: Store, doc: dict[str, Any], out: Path) -> None:
             with store.blob_path(sha).open("rb") as src, \
                     zf.open(info, "w", force_zip64=True) as dst:
                 shutil.copyfileobj(src, dst, _CHUNK)
+    with out.open("rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def _prefixed_copy(source: Path, out: Path, prefix: str) -> None:
+    """Copy every member of zip `source` into `out` under `prefix`, raw (no recompression)."""
+    import zipfile
+
+    from rtenv_cli.core.packaging.zipreuse import copy_raw
+
+    with zipfile.ZipFile(source) as src, open(out, "w+b", buffering=1 << 20) as fh, \
+            zipfile.ZipFile(fh, "w", allowZip64=True) as dst:
+        dst.writestr(zipfile.ZipInfo(prefix, (1980, 1, 1, 0, 0, 0)), b"")
+        for info in src.infolist():
+            copy_raw(dst, src.fp, info, prefix + info.filename)
     with out.open("rb+") as fh:
         os.fsync(fh.fileno())

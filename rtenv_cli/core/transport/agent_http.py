@@ -102,6 +102,14 @@ class AgentTarget:
     def published_uri(self, uri: str) -> str:
         return uri
 
+    def remote_uri(self, uri: str) -> str:
+        """Where Ray's own nodes fetch the package (`--stage-to` an agent): a capability URL
+        ending in the package name, which Ray's http(s) remote-URI support downloads."""
+        from rtenv_cli.core.agent.server import download_capability
+
+        name = uri.removeprefix("gcs://")
+        return f"{self.http.url}/download/{download_capability(self.http.token, name)}/{name}"
+
     def missing_blobs(self, manifest: Mapping[str, Any]) -> list[str]:
         return list(self.http.call("POST", "/api/manifests", json=dict(manifest))
                     .json()["missing"])
