@@ -85,7 +85,7 @@ def uv_env(cache_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str,
     return env
 
 
-def _run(argv: list[str], env: Mapping[str, str], what: str) -> None:
+def run_uv(argv: list[str], env: Mapping[str, str], what: str) -> None:
     try:
         proc = subprocess.run(argv, env=dict(env), capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S, check=False)
@@ -103,7 +103,7 @@ def build_venv(tree: Path, packages: Sequence[str], options: Sequence[str], *,
     uv = uv_bin()
     env = uv_env(cache_dir, env_vars)
     venv = tree / "venv"
-    _run([uv, "venv", "--quiet", "--relocatable", "--python", sys.executable, str(venv)], env,
+    run_uv([uv, "venv", "--quiet", "--relocatable", "--python", sys.executable, str(venv)], env,
          "uv venv")
     # the node's site-packages go last on sys.path: the venv's own packages win, ray stays
     # importable without cloning the base environment (Ray copies ~300 MB per env)
@@ -115,11 +115,11 @@ def build_venv(tree: Path, packages: Sequence[str], options: Sequence[str], *,
         requirements = tree / "requirements.txt"
         requirements.write_text("".join(f"{p}\n" for p in packages))
         opts = [o for o in options if o not in _DROPPED_OPTIONS and o != CHECK_MARK]
-        _run([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+        run_uv([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
               "-r", str(requirements), *opts], env,
              "uv pip install")
         if CHECK_MARK in options:  # Ray's pip_check/uv_check: refuse broken dependencies
-            _run([uv, "pip", "check", "--python", str(venv / "bin" / "python")], env,
+            run_uv([uv, "pip", "check", "--python", str(venv / "bin" / "python")], env,
                  "uv pip check")
 
 

@@ -106,16 +106,22 @@ class Environments:
         if scheme not in ("gcs", "file", "https"):
             raise UnsupportedError(f"{kind} URI scheme {scheme}:// is not supported by the rtenv "
                                    "agent", hint="use gcs:// (rtenv push), file:// or https://")
-        if uri.endswith(".whl"):
-            raise UnsupportedError(f"{kind} wheel {uri} is not supported by the rtenv agent",
-                                   hint="list the wheel under `pip` instead")
+        wheel = uri.endswith(".whl")
+        if wheel and kind != "py_modules":
+            raise UnsupportedError(f"{kind} {uri}: a wheel is only a py_modules entry",
+                                   hint="list the wheel under `pip` or `py_modules`")
         if not ensure:
             return key, False
         built = []
 
         def build(tree: Path) -> None:
             built.append(key)
-            if scheme == "gcs":
+            if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
+                from rtenv_cli.core.agent.wheels import install_wheel
+
+                install_wheel(self._fetch(uri, scheme, tree.parent), tree / "d",
+                              cache_dir=self.uv_cache())
+            elif scheme == "gcs":
                 name = uri.removeprefix("gcs://")
                 if not self.store.has_package(name):
                     raise PackagingError(f"package {uri} is not in the store",
@@ -132,6 +138,20 @@ class Environments:
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
         self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build)
         return key, bool(built)
+
+    def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
+        """A local file holding the archive at `uri`, named as the URI names it."""
+        if scheme == "gcs":
+            name = uri.removeprefix("gcs://")
+            if not self.store.has_package(name):
+                raise PackagingError(f"package {uri} is not in the store",
+                                     hint="rtenv push it first (rtenv run does this)")
+            return self.store.package_file(name)
+        if scheme == "file":
+            return Path(uri.removeprefix("file://"))
+        dest = work / uri.rsplit("/", 1)[-1]
+        builders.fetch_url(uri, dest)
+        return dest
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
                     env_vars: Mapping[str, str], *, ensure: bool = True) -> tuple[str, bool]:
