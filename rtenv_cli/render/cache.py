@@ -65,6 +65,9 @@ def render_listing(out: Output, listing: Any) -> None:
     t = data["totals"]
     out.line(f"\n{t['count']} entries, {human_size(t['size_bytes'])}; "
              f"reclaimable (unreferenced): {human_size(t['reclaimable_bytes'])}")
+    if t.get("uv_cache_bytes"):
+        out.line(f"uv cache (shared by the venvs, pruned by `rtenv cache purge`): "
+                 f"{human_size(t['uv_cache_bytes'])}")
 
 
 def render_plan(out: Output, result: Any) -> None:

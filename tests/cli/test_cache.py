@@ -38,6 +38,8 @@ def test_ls_text_and_json() -> None:
     assert set(by_label["old env"]) >= {"kind", "uri", "label", "size_bytes", "refs",
                                         "created_at", "last_used_at"}
     assert data["totals"]["reclaimable_bytes"] == by_label["old env"]["size_bytes"]
+    assert data["totals"]["uv_cache_bytes"] > 0  # six came through the shared uv cache
+    assert "uv cache (shared by the venvs" in text.stdout
     only_uv = run_cli(["cache", "ls", "--kind", "uv", "--format", "json"]).json
     assert [e["label"] for e in only_uv["entries"]] == ["old env"]
 

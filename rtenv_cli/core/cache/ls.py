@@ -13,6 +13,7 @@ class CacheListing:
     source: str  # "local store /path" or the agent URL
     entries: tuple[Entry, ...]
     busy: tuple[str, ...] = field(default_factory=tuple)  # keys being built right now
+    uv_cache_bytes: int | None = None  # uv's package cache shared by the venvs (not an entry)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -25,7 +26,7 @@ class CacheListing:
         reclaimable = sum(e.size_bytes for e in self.entries if e.refs == 0)
         return {"count": len(self.entries), "size_bytes": size,
                 "referenced_bytes": size - reclaimable, "reclaimable_bytes": reclaimable,
-                "by_kind": by_kind}
+                "by_kind": by_kind, "uv_cache_bytes": self.uv_cache_bytes}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,12 +45,17 @@ class CacheListing:
                               created_at=e["created_at"], last_used_at=e["last_used_at"],
                               refs=e["refs"]) for e in data["entries"])
         return cls(source=data.get("source", ""), entries=entries,
-                   busy=tuple(data.get("building") or ()))
+                   busy=tuple(data.get("building") or ()),
+                   uv_cache_bytes=(data.get("totals") or {}).get("uv_cache_bytes"))
 
 
 def list_store(store: Any, kinds: tuple[str, ...] = ()) -> CacheListing:
     """Everything in `store` (an agent Store), dead holders' references pruned first."""
     store.index.prune_refs()
+    from rtenv_cli.core.agent.unpack import dir_size
+
     entries = tuple(e for e in store.index.all() if not kinds or e.kind in kinds)
+    uv_cache = store.root / "uv-cache"
     return CacheListing(source=f"local store {store.root}", entries=entries,
-                        busy=tuple(store.building()))
+                        busy=tuple(store.building()),
+                        uv_cache_bytes=dir_size(uv_cache) if uv_cache.is_dir() else 0)
