@@ -280,15 +280,16 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
             pending.append((batch, pool.submit(_prepare_batch, [e for e, _i in batch])))
             batch, batch_bytes = [], 0
 
-    small = sum(1 for e in scan.entries if e.in_zip and not e.is_dir and e.size <= _SMALL)
+    plan = []  # (entry, ZipInfo, the previous zip's member or None), in scan order
+    for e in scan.entries:
+        if e.in_zip:
+            info = _info(e, scan, prefix)
+            plan.append((e, info, previous.member(info.filename, _stat_key(e))
+                         if previous is not None and not e.is_dir else None))
+    small = sum(1 for e, _i, raw in plan if raw is None and not e.is_dir and e.size <= _SMALL)
     with open(out, "w+b", buffering=1 << 20) as fh, \
             zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
-        for e in scan.entries:
-            if not e.in_zip:
-                continue
-            info = _info(e, scan, prefix)
-            raw = (previous.member(info.filename, _stat_key(e))
-                   if previous is not None and not e.is_dir else None)
+        for e, info, raw in plan:
             if raw is None and not e.is_dir and e.size <= _SMALL:
                 batch.append((e, info))
                 batch_bytes += e.size
