@@ -1,28 +1,21 @@
-"""A stand-in for `rtenv_cli.core.packaging` (the PUSH feature) while it is not installed: walks a
-local working_dir/py_module with Ray's `_dir_travel` rules and computes Ray's package URI.
+"""The validator's view of a local working_dir/py_module: Ray's `_dir_travel` walk, forgiving.
 
-Rules (Ray 2.60.0 `_private/runtime_env/packaging.py`): at every path, first the .gitignore
-(unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1) and .rayignore of that path are added, then the path
-is skipped if any active matcher matches it (relative to the matcher's own directory; the root is
-"."); otherwise it is hashed and, for a directory, its children are visited. The URI is
-`gcs://_ray_pkg_<hex>.zip` of the XOR of `sha1(relpath [+ content])` over the hashed paths,
-folded into 8 bytes starting from b"00000000". working_dir adds the default excludes.
+Ignore decisions and hashes are core/packaging's (Ray's pathspec 0.8.1 semantics, Ray's XOR
+fold), so `rtenv validate` agrees with `rtenv push` on every path. What differs is the walk: the
+validator must keep going where packaging refuses (FIFOs, unreadable files or ignore files: the
+pipeline reports those as findings), report ignored `.py` files at any depth (RTE121), and stay
+bounded on huge trees (WALK_LIMIT).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_EXCLUDES = ".git,.venv,venv,__pycache__"
-EMPTY_ACC = b"0" * 8
 WALK_LIMIT = 200_000  # paths; a pre-flight must stay bounded
-_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,17 +35,11 @@ class Walked:
         return sum(size for _, size in self.files)
 
 
-def spec(lines: Sequence[Any]) -> Any:
-    import pathspec
+def pattern_matcher(pattern: str) -> Any:
+    """One excludes pattern as packaging compiles it (None when it can match nothing)."""
+    from rtenv_cli.core.packaging.ignore import compile_lines
 
-    with warnings.catch_warnings():  # Ray's vendored pathspec calls it "gitwildmatch"
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pathspec.PathSpec.from_lines("gitwildmatch", [x for x in lines if x])
-
-
-def default_excludes(env: Mapping[str, str]) -> list[str]:
-    value = env.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", DEFAULT_EXCLUDES)
-    return [x.strip() for x in value.split(",") if x.strip()]
+    return compile_lines([(pattern, pattern)], ".")
 
 
 def _holds_python(path: Path) -> bool:
@@ -65,90 +52,80 @@ def _holds_python(path: Path) -> bool:
 
 
 def walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]) -> Walked:
+    from rtenv_cli.core.errors import PackagingError
+    from rtenv_cli.core.packaging.ignore import excludes_matcher, ignore_file_matchers
+
     root = Path(root).absolute()
-    patterns = list(excludes)
-    if kind == "working_dir":
-        patterns = default_excludes(env) + patterns
-    use_gitignore = env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-    matchers: list[tuple[Path, Any, bool]] = [(root, spec(patterns), False)]
+    top = excludes_matcher(kind, list(excludes), env)  # type: ignore[arg-type]
+    matchers: list[Any] = [top] if top is not None else []
     files: list[tuple[str, int]] = []
     dirs: list[str] = []
     ignored_py: list[str] = []
     state = {"count": 0, "truncated": False, "root_excluded": False}
 
-    def travel(path: Path) -> None:  # noqa: PLR0912 - mirrors Ray's _dir_travel step by step
+    def travel(path: Path, rel: str) -> None:
         state["count"] += 1
         if state["count"] > WALK_LIMIT:
             state["truncated"] = True
             return
-        added = 0
+        added: list[Any] = []
         if path.is_dir():
-            for name in ((".gitignore",) if use_gitignore else ()) + (".rayignore",):
-                ignore_file = path / name
-                if ignore_file.is_file():
-                    try:
-                        with ignore_file.open() as f:
-                            matchers.append((path, spec(f.readlines()), True))
-                            added += 1
-                    except (OSError, UnicodeDecodeError):
-                        continue
-        rel = os.path.relpath(path, root)
-        hit = next((from_file for base, spec, from_file in matchers
-                    if spec.match_file(os.path.relpath(path, base))), None)
+            try:
+                added = ignore_file_matchers(path, rel, env)
+            except PackagingError:
+                added = []  # unreadable ignore file: Ray fails on it; the pipeline says so
+            matchers.extend(added)
+        hit = next((m for m in matchers if m.decide(rel) is not None), None)
         if hit is not None:
-            if path == root:
+            if rel == ".":
                 state["root_excluded"] = True
-            elif hit and _holds_python(path):
+            elif hit is not top and _holds_python(path):
                 ignored_py.append(rel)
         elif path.is_dir():
             dirs.append(rel)
             try:
-                children = list(path.iterdir())
+                names = sorted(os.listdir(path))
             except OSError:
-                children = []
-            for child in children:
-                travel(child)
+                names = []
+            for name in names:
+                travel(path / name, name if rel == "." else f"{rel}/{name}")
         else:
             try:
                 files.append((rel, path.stat().st_size))
             except OSError:
                 files.append((rel, 0))
-        del matchers[len(matchers) - added:]
+        if added:
+            del matchers[len(matchers) - len(added):]
 
-    travel(root)
+    travel(root, ".")
     return Walked(root, tuple(files), tuple(dirs), bool(state["root_excluded"]),
                   tuple(sorted(ignored_py)), bool(state["truncated"]))
 
 
-def _xor(acc: bytes, digest: bytes) -> bytes:
-    return bytes(a ^ b for a, b in zip(acc, digest, strict=False))
-
-
 def _digest(path: Path, rel: str, is_dir: bool) -> bytes:
-    sha1 = hashlib.sha1(rel.encode())  # noqa: S324 - Ray's package naming scheme
-    if not is_dir:
-        try:
-            with path.open("rb") as f:
-                while chunk := f.read(_CHUNK):
-                    sha1.update(chunk)
-        except OSError:
-            pass  # Ray hashes an unreadable file by its name only
-    return sha1.digest()
+    from rtenv_cli.core.errors import PackagingError
+    from rtenv_cli.core.packaging.hashing import entry_digest
+
+    try:
+        return entry_digest(rel, None if is_dir else path, is_dir)
+    except PackagingError:
+        return entry_digest(rel, None, True)  # Ray hashes an unreadable file by its name only
 
 
 def directory_uri(walked: Walked) -> str:
-    acc = EMPTY_ACC
-    for rel in walked.dirs:
-        acc = _xor(acc, _digest(walked.root / rel, rel, True))
-    for rel, _size in walked.files:
-        acc = _xor(acc, _digest(walked.root / rel, rel, False))
-    return f"gcs://_ray_pkg_{acc.hex()}.zip"
+    from rtenv_cli.core.packaging.hashing import acc_of, uri_for_acc
+
+    digests = [_digest(walked.root / rel, rel, True) for rel in walked.dirs]
+    digests += [_digest(walked.root / rel, rel, False) for rel, _size in walked.files]
+    return uri_for_acc(acc_of(digests))
 
 
 def file_uri(path: Path) -> str:
     """A single-file module (`py_modules: [x.py]` under ray.init)."""
+    from rtenv_cli.core.packaging.hashing import acc_of, uri_for_acc
+
     path = Path(path).absolute()
-    return f"gcs://_ray_pkg_{_xor(_digest(path, path.name, False), EMPTY_ACC).hex()}.zip"
+    return uri_for_acc(acc_of([_digest(path, path.name, False)]))
 
 
 _cache: dict[tuple[Any, ...], Walked] = {}

@@ -4,8 +4,7 @@ Ignore rules are Ray's (`_dir_travel`): walking from the root down to a path, ea
 `.gitignore` (unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1) and `.rayignore` are added before the
 directory itself is tested, and a path is dropped when any active matcher matches it (relative to
 the matcher's own directory). Checking one changed path therefore costs its ancestor chain, not a
-walk of the tree. The PUSH feature's `packaging.ignore` is the reference; its gitwildmatch
-matcher is built here through `lint.packscan.spec` so that both agree on pattern semantics.
+walk of the tree. The matchers are `packaging.ignore`'s, shared with push and check-ignore.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ EPHEMERAL_PATTERNS: tuple[str, ...] = (
 EPHEMERAL_DIRS: frozenset[str] = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache",
                                             ".pytest_cache", ".ruff_cache", ".idea"})
 IGNORE_FILES = (".gitignore", ".rayignore")
-DEFAULT_EXCLUDES = ".git,.venv,venv,__pycache__"
 
 
 def is_ephemeral(relpath: str) -> bool:
@@ -51,68 +49,59 @@ def is_ephemeral(relpath: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pat) for pat in EPHEMERAL_PATTERNS)
 
 
-def _spec(lines: Sequence[str]) -> Any:
-    from rtenv_cli.core.lint.packscan import spec
-
-    return spec(list(lines))
-
-
-def default_excludes(env: Mapping[str, str]) -> list[str]:
-    value = env.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", DEFAULT_EXCLUDES)
-    return [x.strip() for x in value.split(",") if x.strip()]
-
-
 class IgnoreRules:
-    """Ray's ignore decision for single paths, with per-directory ignore files cached by stat."""
+    """Ray's ignore decision for single paths, with per-directory ignore files cached by stat.
+
+    The matchers are packaging.ignore's (Ray's pathspec 0.8.1 semantics), so a watch never
+    disagrees with `rtenv push` or `rtenv check-ignore` about a path."""
 
     def __init__(self, root: Path, *, kind: str = "working_dir", excludes: Sequence[str] = (),
                  env: Mapping[str, str] | None = None) -> None:
-        self.root = Path(root).absolute()
-        env = dict(os.environ if env is None else env)
-        patterns = list(excludes)
-        if kind == "working_dir":
-            patterns = default_excludes(env) + patterns
-        self.top = _spec(patterns)
-        self.use_gitignore = env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-        self._files: dict[str, tuple[tuple[int, int] | None, Any]] = {}
+        from rtenv_cli.core.packaging.ignore import excludes_matcher
 
-    def _dir_specs(self, directory: Path) -> list[Any]:
-        specs = []
-        names = (IGNORE_FILES if self.use_gitignore else (".rayignore",))
-        for name in names:
-            path = directory / name
+        self.root = Path(root).absolute()
+        self.env = dict(os.environ if env is None else env)
+        self.top = excludes_matcher(kind, list(excludes), self.env)  # type: ignore[arg-type]
+        self._dirs: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
+
+    def dir_matchers(self, directory: Path, rel: str) -> list[Any]:
+        from rtenv_cli.core.errors import PackagingError
+        from rtenv_cli.core.packaging.ignore import ignore_file_matchers
+
+        stamps = []
+        for name in IGNORE_FILES:
             try:
-                st = path.stat()
+                st = (directory / name).stat()
+                stamps.append((st.st_mtime_ns, st.st_size))
             except OSError:
-                continue
-            key = str(path)
-            stamp = (st.st_mtime_ns, st.st_size)
-            cached = self._files.get(key)
-            if cached is None or cached[0] != stamp:
-                try:
-                    lines = path.read_text().splitlines()
-                except (OSError, UnicodeDecodeError):
-                    continue
-                cached = (stamp, _spec(lines))
-                self._files[key] = cached
-            specs.append(cached[1])
-        return specs
+                stamps.append(None)
+        stamp = tuple(stamps)
+        cached = self._dirs.get(rel)
+        if cached is None or cached[0] != stamp:
+            try:
+                matchers = ignore_file_matchers(directory, rel, self.env)
+            except PackagingError:  # unreadable: the snapshot's packaging reports it
+                matchers = []
+            cached = (stamp, matchers)
+            self._dirs[rel] = cached
+        return cached[1]
 
     def is_ignored(self, relpath: str, *, is_dir: bool | None = None) -> bool:
         """Whether Ray's walk would skip `relpath` (or one of its ancestors)."""
+        from rtenv_cli.core.packaging.ignore import first_match
+
         del is_dir  # Ray tests paths without a trailing slash, so directory-only rules do not apply
         parts = [p for p in relpath.replace(os.sep, "/").split("/") if p and p != "."]
-        active: list[tuple[Path, Any]] = [(self.root, self.top)]
+        active: list[Any] = [self.top] if self.top is not None else []
         current = self.root
-        chain = [("."), *("/".join(parts[: i + 1]) for i in range(len(parts)))]
-        for depth, _rel in enumerate(chain):
+        chain = [".", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
+        for depth, rel in enumerate(chain):
             if depth > 0:
                 current = current / parts[depth - 1]
             if current.is_dir():
-                active.extend((current, s) for s in self._dir_specs(current))
-            for base, spec in active:
-                if spec.match_file(os.path.relpath(current, base)):
-                    return True
+                active.extend(self.dir_matchers(current, rel))
+            if first_match(active, rel) is not None:
+                return True
         return False
 
     def root_excluded(self) -> bool:

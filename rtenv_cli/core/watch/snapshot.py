@@ -137,14 +137,17 @@ class Snapshot:
         found: dict[str, tuple[Path, os.stat_result, bool]] = {}
         if self.rules.is_ignored(start_rel):
             return found
-        active: list[tuple[Path, Any]] = [(self.root, self.rules.top)]
+        from rtenv_cli.core.packaging.ignore import first_match
+
+        rules = self.rules
+        active: list[Any] = [rules.top] if rules.top is not None else []
         parts = [p for p in start_rel.split("/") if p and p != "."]
         current = self.root
         for i in range(len(parts) + 1):
             if i:
                 current = current / parts[i - 1]
             if i < len(parts) and current.is_dir():
-                active.extend((current, s) for s in self.rules._dir_specs(current))
+                active.extend(rules.dir_matchers(current, "/".join(parts[:i]) or "."))
 
         def travel(path: Path, rel: str) -> None:
             added = 0
@@ -154,11 +157,11 @@ class Snapshot:
                 return  # broken symlink, vanished: Ray skips what is neither file nor dir
             is_dir = stat_mod.S_ISDIR(st.st_mode)
             if is_dir:
-                specs = self.rules._dir_specs(path)
-                active.extend((path, s) for s in specs)
-                added = len(specs)
+                matchers = rules.dir_matchers(path, rel)
+                active.extend(matchers)
+                added = len(matchers)
             try:
-                if any(spec.match_file(os.path.relpath(path, base)) for base, spec in active):
+                if first_match(active, rel) is not None:
                     return
                 if is_dir:
                     found[rel] = (path, st, True)

@@ -65,8 +65,9 @@ def _unmatched(ctx: Context, excludes: list[object],
     for i, pattern in enumerate(excludes):
         if not isinstance(pattern, str) or not pattern.strip() or pattern.startswith("#"):
             continue
-        spec = packscan.spec([pattern])
-        if any(spec.match_file(rel) for paths in trees for rel in paths):
+        matcher = packscan.pattern_matcher(pattern)
+        if matcher is not None and any(matcher.decide(rel.rstrip("/")) is not None
+                                       for paths in trees for rel in paths):
             continue
         if Path(pattern).is_absolute() and Path(pattern).exists():
             why = "excludes are relative to each package root, not absolute paths"
