@@ -159,42 +159,34 @@ class Store:
 
     def package_file(self, name: str) -> Path:
         """The package's zip, assembled from its manifest's blobs if it was pushed as a delta."""
-        final = self.package_path(name)
-        if final.exists():
-            return final
-        with self.lock(f"package:{name}"):
-            if final.exists():
-                return final
+        def write(tmp: Path) -> None:
             doc = self.load_manifest(name)
             if doc is None:
                 raise PackagingError(f"package gcs://{name} is not in the store",
                                      hint="rtenv push it first")
-            work = self.tmp_dir(f"zip:{name}")
-            try:
-                tmp = work / name
-                _zip_manifest(self, doc, tmp)
-                os.rename(tmp, final)
-                fsync_dir(final.parent)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        return final
+            _zip_manifest(self, doc, tmp)
+
+        return self._materialize(self.package_path(name), f"package:{name}", write)
 
     def remote_file(self, name: str) -> Path:
         """The package as a remote zip for Ray's nodes (`http://.../download/...`): its members
         under one top-level directory, which Ray strips from remote zips (and only from those).
         Made once from the stored package by raw member copies, then kept beside it."""
-        final = self.root / "packages" / f"{name}.remote"
-        check_name(name)
+        source = self.package_file(name)
+        return self._materialize(self.root / "packages" / f"{name}.remote", f"package:{name}",
+                                 lambda tmp: _prefixed_copy(source, tmp, "pkg/"))
+
+    def _materialize(self, final: Path, key: str, write: Callable[[Path], None]) -> Path:
+        """`final`, written once by `write(tmp)` under `key`'s lock and published by rename."""
         if final.exists():
             return final
-        source = self.package_file(name)
-        with self.lock(f"package:{name}"):
+        with self.lock(key):
             if final.exists():
                 return final
-            work = self.tmp_dir(f"remote:{name}")
+            work = self.tmp_dir(f"{key}:{final.name}")
             try:
-                tmp = work / name
-                _prefixed_copy(source, tmp, "pkg/")
+                tmp = work / final.name
+                write(tmp)
                 os.rename(tmp, final)
                 fsync_dir(final.parent)
             finally:
