@@ -118,8 +118,10 @@ RULES: tuple[Rule, ...] = (
          "Reports .py files (and directories holding them) that .gitignore or .rayignore "
          "rules leave out of the package.",
          "Ray honours .gitignore inside working_dir: a `build/` or `*.py` rule silently ships "
-         "code without the module you import.",
-         "# .gitignore\nlib/\n", "# .gitignore\n/lib/*.so\n"),
+         "code without the module you import. Each ignore file is its own list and a path any "
+         "list matches is dropped, so a `!` rule must go into the file that drops the path; "
+         "the hint names that file and line and gives the exact line to add.",
+         "# .gitignore\nlib/\n", "# .gitignore\nlib/\n!/lib/m.py\n"),
     Rule("RTE122", "excludes-no-effect", W, "an excludes pattern that changes nothing",
          "Flags `excludes` without any local working_dir/py_modules, and patterns that match "
          "no file (absolute or CWD-relative patterns never match).",

@@ -150,6 +150,51 @@ def test_gitignore_dropping_python(tmp_path: Path) -> None:
     assert ignored.valid
 
 
+@pytest.mark.parametrize(("gitignore", "nested"), [
+    ("lib/\n", False),  # the files under lib/ are dropped, lib itself is walked
+    ("lib\n", False),  # lib itself is dropped: the walk never enters it
+    ("m.py\n", True),  # a nested .gitignore
+])
+def test_rte121_hint_is_the_line_that_keeps_the_code_in_rays_package(
+        tmp_path: Path, gitignore: str, nested: bool) -> None:
+    import re
+
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    from rtenv_cli.core.lint import packscan
+
+    proj = tmp_path / "proj"
+    (proj / "lib").mkdir(parents=True)
+    (proj / "main.py").write_text("import lib.m\n")
+    (proj / "lib" / "m.py").write_text("x = 1\n")
+    ignore = proj / "lib" / ".gitignore" if nested else proj / ".gitignore"
+    ignore.write_text(gitignore)
+    before = get_uri_for_directory(str(proj), include_gitignore=True)
+    [diag] = [d for d in check("working_dir: proj\n", tmp_path).diagnostics
+              if d.code == "RTE121"]
+    assert str(ignore) in (diag.hint or "")
+    lines = re.findall(r"`(![^`]+)`", diag.hint or "")
+    assert lines
+    ignore.write_text(gitignore + "\n".join(lines) + "\n")  # follow the hint
+    packscan._cache.clear()  # one validate run walks a tree once; this test edits it between
+    assert not [d for d in check("working_dir: proj\n", tmp_path).diagnostics
+                if d.code == "RTE121"]
+    # and Ray itself now packages lib/m.py
+    assert get_uri_for_directory(str(proj), include_gitignore=True) != before
+    assert _ray_files(proj) >= {"lib/m.py", "main.py"}
+
+
+def _ray_files(root: Path) -> set[str]:
+    import zipfile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    out = root.parent / "ray.zip"
+    create_package(str(root), out, include_gitignore=True)
+    with zipfile.ZipFile(out) as zf:
+        return {n.rstrip("/") for n in zf.namelist()}
+
+
 def test_package_over_the_job_submit_limit(tmp_path: Path) -> None:
     (tmp_path / "proj").mkdir()
     with (tmp_path / "proj" / "model.safetensors").open("wb") as f:

@@ -43,8 +43,35 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
             more = f" and {extra} more" if extra > 0 else ""
             yield ctx.diag("RTE121", f".gitignore/.rayignore leave Python code out of the package: "
                            f"{shown}{more}", path, prefer="value",
-                           hint=f"check with `rtenv check-ignore {source / result.ignored_py[0]}`; "
-                           "un-ignore it in a .rayignore (`!` rules) if the job imports it")
+                           hint=_unignore_hint(source, _kind, result.ignored_py[0], ctx.env))
+
+
+def _unignore_hint(source: Path, kind: str, rel: str, env: Mapping[str, str]) -> str:
+    """The exact line that keeps `rel` (the path Ray's walk stopped at) in the package."""
+    from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.packaging.ignore import check_ignore
+
+    fallback = (f"check with `rtenv check-ignore -v {source / rel}`; add a `!` rule for it in "
+                "the ignore file that drops it if the job imports it")
+    try:
+        decision = check_ignore(source, [rel], kind, (), env)[0]  # type: ignore[arg-type]
+    except RtenvError:
+        return fallback
+    label = decision.source or ""
+    file_part, _, rest = label.partition(":")
+    line = rest.split(":", 1)[0]
+    if not file_part.endswith((".gitignore", ".rayignore")) or not line.isdigit():
+        return fallback
+    ignore_dir = file_part.rpartition("/")[0]
+    inside = rel[len(ignore_dir) + 1:] if ignore_dir else rel
+    # Ray's pathspec 0.8.1 gives a negation no "and everything below": a directory needs both
+    lines = (f"`!/{inside}` and `!/{inside}/**`" if (source / rel).is_dir()
+             else f"`!/{inside}`")
+    also = (" (or set RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 to ignore every .gitignore)"
+            if file_part.endswith(".gitignore") else "")
+    return (f"{source / file_part} line {line} drops it; if the job imports it, add {lines} "
+            f"after that line: a `!` rule in another file cannot undo it, Ray drops a path "
+            f"that any ignore file matches{also}")
 
 
 def _unmatched(ctx: Context, excludes: list[object],
