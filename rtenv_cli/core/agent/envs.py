@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,11 @@ class EnvHandle:
     built: tuple[str, ...] = ()  # entries this call built (empty on a cache hit)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # by hand, not dataclasses.asdict (a recursive deep copy): this runs on every cache hit
+        return {"key": self.key, "holder": self.holder, "working_dir": self.working_dir,
+                "py_modules": list(self.py_modules), "venv": self.venv,
+                "env_vars": dict(self.env_vars), "entries": list(self.entries),
+                "built": list(self.built)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvHandle:
