@@ -16,6 +16,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from agent' -l root -d 'Store direc
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l token -d 'Require `Authorization: Bearer <token>` on every request.'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l max-size -d 'After each create, drop least recently used unreferenced entries until the store is at most this big (e.g. 20GB).'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l max-age -d 'After each create, drop unreferenced entries unused for this long (e.g. 7d).'
+complete -c rtenv -n '__fish_seen_subcommand_from agent' -l workers -d 'Server processes sharing the port and the store (cache hits are answered in parallel; builds still happen once).'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l help -s h -d 'Show help and exit'
 complete -c rtenv -n '__fish_seen_subcommand_from cache; and not __fish_seen_subcommand_from gc ls purge' -f -a gc -d 'Remove unreferenced entries, oldest last use first, until the budget holds.'
 complete -c rtenv -n '__fish_seen_subcommand_from cache; and not __fish_seen_subcommand_from gc ls purge' -f -a ls -d 'List cached entries: kind, label, URI or key, size, references, created, last used.'

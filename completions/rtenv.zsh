@@ -205,6 +205,7 @@ _rtenv_agent() {
         '--token[Require `Authorization\: Bearer <token>` on every request.]' \
         '--max-size[After each create, drop least recently used unreferenced entries until the store is at most this big (e.g. 20GB).]' \
         '--max-age[After each create, drop unreferenced entries unused for this long (e.g. 7d).]' \
+        '--workers[Server processes sharing the port and the store (cache hits are answered in parallel; builds still happen once).]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
         '*:file:_files'

@@ -27,6 +27,9 @@ def agent(
     max_age: Annotated[str | None, typer.Option(
         "--max-age", help="After each create, drop unreferenced entries unused for this long "
         "(e.g. 7d).")] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, help="Server processes sharing the port and the store (cache hits "
+        "are answered in parallel; builds still happen once).")] = 1,
 ) -> None:
     """Run the rtenv node agent: a Ray-compatible package store, delta uploads, environments.
 
@@ -61,7 +64,8 @@ def agent(
     out = Output("text")
     config = AgentConfig(root=root, host=host, port=port, token=token,
                          max_bytes=parse_size(max_size) if max_size else None,
-                         max_age_s=parse_duration(max_age) if max_age else None)
+                         max_age_s=parse_duration(max_age) if max_age else None,
+                         workers=workers)
     from rtenv_cli.core.agent.server import check_bind
 
     check_bind(config)

@@ -33,6 +33,7 @@ class AgentConfig:
     token: str | None = None
     max_bytes: int | None = None
     max_age_s: float | None = None
+    workers: int = 1
 
 
 def is_loopback(host: str) -> bool:
@@ -282,11 +283,33 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     return app
 
 
+_CONFIG_ENV = "RTENV_AGENT_CONFIG"  # how `serve` hands the config to worker processes
+
+
+def app_from_env():  # type: ignore[no-untyped-def]
+    """uvicorn's app factory in each worker process of `rtenv agent --workers N`."""
+    data = json.loads(os.environ[_CONFIG_ENV])
+    root = data.pop("root")
+    return create_app(AgentConfig(root=Path(root) if root else None, **data))
+
+
 def serve(config: AgentConfig) -> None:
-    """Run the agent in the foreground until SIGINT/SIGTERM."""
+    """Run the agent in the foreground until SIGINT/SIGTERM.
+
+    With `workers > 1`, uvicorn's supervisor runs that many processes on one socket; they share
+    the store through its SQLite index and per-key file locks (a build still happens once),
+    and cache hits are answered in parallel.
+    """
     import uvicorn
 
     check_bind(config)
-    app = create_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=5)
+    common = {"host": config.host, "port": config.port, "log_level": "warning",
+              "access_log": False, "timeout_graceful_shutdown": 5}
+    if config.workers <= 1:
+        uvicorn.run(create_app(config), **common)  # type: ignore[arg-type]
+        return
+    fields = {k: v for k, v in config.__dict__.items() if k != "workers"}
+    fields["root"] = str(config.root) if config.root is not None else None
+    os.environ[_CONFIG_ENV] = json.dumps(fields)
+    uvicorn.run("rtenv_cli.core.agent.server:app_from_env", factory=True,
+                workers=config.workers, **common)  # type: ignore[arg-type]

@@ -165,6 +165,30 @@ def test_concurrent_identical_creates_build_once(agent: AgentProc) -> None:
     assert client.cache()["entries"][0]["refs"] == 16
 
 
+def test_several_worker_processes_share_the_store_and_build_once(tmp_path: Path) -> None:
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "A = 1\n"}), tmp_path)
+    with agent_process(tmp_path / "store", "--workers", "2") as agent:
+        AgentTarget(agent.url).upload(uri, zpath)
+        client = AgentClient(agent.url)
+
+        def create(i: int) -> tuple[tuple[str, ...], str]:
+            session = requests.Session()  # a connection each: requests spread over workers
+            resp = session.post(f"{agent.url}/api/envs", timeout=60, json={
+                "runtime_env": {"working_dir": uri, "pip": ["six==1.17.0"]},
+                "holder": f"h{i}"}).json()
+            return tuple(resp["built"]), str(resp["key"])
+
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(create, range(16)))
+        built = [b for b, _k in results]
+        assert sum(len(b) for b in built) == 2  # the unpacked working_dir and the venv, once
+        assert len({k for _b, k in results}) == 1
+        assert {e["refs"] for e in client.cache()["entries"] if e["kind"] != "package"} == {16}
+        children = subprocess.run(["pgrep", "-P", str(agent.proc.pid)], capture_output=True,
+                                  text=True, check=False).stdout.split()
+        assert len(children) >= 2  # uvicorn's supervisor and its workers
+
+
 def test_token_required_and_constant_time_checked(tmp_path: Path) -> None:
     with agent_process(tmp_path / "s", token=TOKEN) as agent:
         url = f"{agent.url}/api/agent"
