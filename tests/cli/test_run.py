@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli, run_process
+from tests.support.cli import default_sigint, run_cli, run_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,8 @@ def test_sigterm_is_forwarded() -> None:
 
 def test_sigint_is_forwarded_without_a_terminal() -> None:
     code = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
-    proc = _rtenv(["run", "--", sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+    proc = _rtenv(["run", "--", sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                  preexec_fn=default_sigint)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"

@@ -46,3 +46,11 @@ def run_process(args: list[str], *, input: str | None = None,
         check=False,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for children that a test interrupts: a background job of a non-interactive
+    shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
