@@ -174,20 +174,35 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
             path.unlink(missing_ok=True)
         return JSONResponse({"stored": count})
 
-    async def create_env(request: Request) -> Response:
-        data = await body_json(request)
+    def env_request(data: dict[str, Any], client: str) -> dict[str, Any]:
+        """POST /api/envs's body as get_or_create's arguments."""
         runtime_env = data.get("runtime_env")
         holder = data.get("holder")
         if not isinstance(runtime_env, dict) or not isinstance(holder, str) or not holder:
             raise UsageError("POST /api/envs needs {runtime_env: {...}, holder: str}")
-        client = request.client.host if request.client else ""
         # a pid only means something on this host; remote holders must renew a lease
         pid = data.get("pid") if is_loopback(client) else None
         lease = data.get("lease_s")
         if pid is None and lease is None:
             lease = 24 * 3600.0
+        return {"runtime_env": runtime_env, "holder": holder, "pid": pid, "lease_s": lease}
+
+    def authorized(header: str) -> int | None:
+        """None when the request may pass, else the HTTP status to refuse it with."""
+        if not token:
+            return None
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token):
+            return None
+        return 401 if not header else 403
+
+    async def create_env(request: Request) -> Response:
+        args = env_request(await body_json(request),
+                           request.client.host if request.client else "")
         # a cache hit is one short transaction: answer it on the event loop, no thread hop
-        handle = envs.try_hit(runtime_env, holder=holder, pid=pid, lease_s=lease)
+        handle = envs.try_hit(**args)
+        runtime_env, holder, pid, lease = (args["runtime_env"], args["holder"], args["pid"],
+                                           args["lease_s"])
         if handle is None:
             handle = await run_in_threadpool(lambda: envs.get_or_create(
                 runtime_env, holder=holder, pid=pid, lease_s=lease))
@@ -248,14 +263,11 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
 
     def guarded(fn):  # type: ignore[no-untyped-def]
         async def endpoint(request: Request) -> Response:
-            if token:
-                given = request.headers.get("authorization", "")
-                scheme, _, value = given.partition(" ")
-                if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), token):
-                    status = 401 if not given else 403
-                    return JSONResponse({"error": {"kind": "auth", "message":
-                                                   "missing or wrong bearer token"}},
-                                        status_code=status)
+            status = authorized(request.headers.get("authorization", ""))
+            if status is not None:
+                return JSONResponse({"error": {"kind": "auth", "message":
+                                               "missing or wrong bearer token"}},
+                                    status_code=status)
             try:
                 return await fn(request)
             except RtenvError as exc:
@@ -280,7 +292,66 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     ]
     app = Starlette(routes=routes)
     app.state.store = store
-    return app
+    return _HitsFirst(app, env_request, authorized, envs)
+
+
+class _HitsFirst:
+    """The ASGI app, with cache hits of `POST /api/envs` answered before Starlette's routing and
+    middleware: a hit is the agent's hot path (raylets and `rtenv run`s asking for environments
+    that exist), and the stack costs about as much as the hit itself. Anything else, a miss or
+    an error included, goes to Starlette with the body replayed, so behaviour stays one. Other
+    attributes (routes, state) are the Starlette app's."""
+
+    def __init__(self, app: Any, env_request: Any, authorized: Any, envs: Any) -> None:
+        self.app, self.env_request, self.authorized, self.envs = (app, env_request, authorized,
+                                                                  envs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+    def _hit(self, scope: dict[str, Any], body: bytes) -> Any:
+        headers = dict(scope.get("headers") or ())
+        if self.authorized(headers.get(b"authorization", b"").decode("latin-1")) is not None:
+            return None
+        try:
+            data = json.loads(body or b"{}")
+            if not isinstance(data, dict):
+                return None
+            client = (scope.get("client") or ("",))[0]
+            return self.envs.try_hit(**self.env_request(data, client))
+        except (ValueError, RtenvError):
+            return None  # Starlette's endpoint answers it, with the proper error
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if not (scope["type"] == "http" and scope["method"] == "POST"
+                and scope["path"] == "/api/envs"):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        handle = self._hit(scope, body)
+        if handle is None:
+            replayed = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+            return
+        payload = json.dumps(handle.to_dict()).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
 
 
 _CONFIG_ENV = "RTENV_AGENT_CONFIG"  # how `serve` hands the config to worker processes

@@ -189,6 +189,29 @@ def test_several_worker_processes_share_the_store_and_build_once(tmp_path: Path)
         assert len(children) >= 2  # uvicorn's supervisor and its workers
 
 
+def test_cache_hits_answered_early_keep_auth_and_errors(tmp_path: Path) -> None:
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "A = 1\n"}), tmp_path)
+    with agent_process(tmp_path / "s", token=TOKEN) as agent:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        AgentTarget(agent.url, token=TOKEN).upload(uri, zpath)
+        body = {"runtime_env": {"working_dir": uri}, "holder": "h1"}
+        url = f"{agent.url}/api/envs"
+        first = requests.post(url, json=body, headers=auth, timeout=30)
+        assert first.status_code == 200
+        assert first.json()["built"]
+        hit = requests.post(url, json={**body, "holder": "h2"}, headers=auth, timeout=30)
+        assert hit.status_code == 200
+        assert hit.json() == {**first.json(), "holder": "h2", "built": []}
+        assert requests.post(url, json=body, timeout=30).status_code == 401  # a hit needs it too
+        assert requests.post(url, json=body, headers={"Authorization": "Bearer no"},
+                             timeout=30).status_code == 403
+        bad = requests.post(url, data=b"{not json", headers=auth, timeout=30)
+        assert bad.status_code == 400
+        assert "not JSON" in bad.json()["error"]["message"]
+        missing = requests.post(url, json={"runtime_env": {}}, headers=auth, timeout=30)
+        assert missing.status_code == 400
+
+
 def test_token_required_and_constant_time_checked(tmp_path: Path) -> None:
     with agent_process(tmp_path / "s", token=TOKEN) as agent:
         url = f"{agent.url}/api/agent"
