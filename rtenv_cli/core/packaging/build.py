@@ -4,9 +4,12 @@ Entry set equal to Ray's `create_package`: files and directories with no childre
 names relative to the root (working_dir) or under the module's basename (py_modules directory),
 Unix modes in `external_attr`. Ray stores entries uncompressed; the node reads any zip method,
 so we deflate (level 1) what compresses and store what does not (random/packed data), which
-keeps more under the 100 MiB upload limit for little CPU. Hashing runs in worker threads while
-the main thread writes the zip; a file whose stat changed while we packaged it forces a rebuild,
-so no zip is ever published under a URI that does not match its content.
+keeps more under the 100 MiB upload limit for little CPU. Each file is read once: Ray's digest,
+sha256, crc32 and deflate come from the same bytes, in worker processes (batches of small files)
+or threads, while the main thread writes the zip in order; members of the source's previous
+build whose file stat is unchanged are copied raw (zipreuse). A file whose stat changed while we
+packaged it forces a rebuild, so no zip is ever published under a URI that does not match its
+content.
 
 `layout="remote"` wraps everything in one extra top-level directory: Ray strips a single
 top-level directory from remote (`file://`, `https://`) zips, and only from those.
@@ -325,9 +328,9 @@ def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
                digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
-    """Zip one scanned package, hashing each file on the same read (worker threads); digests
-    the cache or the caller (`digests`, from `digest_entries` of the same scan) already know
-    are taken as they are."""
+    """Zip one scanned package, hashing each file on the same read (see the module doc);
+    digests the cache or the caller (`digests`, from `digest_entries` of the same scan) already
+    know are taken as they are."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     previous = zipreuse.open_previous(scan.root, slot) if use_cache else None
