@@ -200,12 +200,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         args = env_request(await body_json(request),
                            request.client.host if request.client else "")
         # a cache hit is one short transaction: answer it on the event loop, no thread hop
+        # (_HitsFirst answers most before they get here)
         handle = envs.try_hit(**args)
-        runtime_env, holder, pid, lease = (args["runtime_env"], args["holder"], args["pid"],
-                                           args["lease_s"])
         if handle is None:
-            handle = await run_in_threadpool(lambda: envs.get_or_create(
-                runtime_env, holder=holder, pid=pid, lease_s=lease))
+            handle = await run_in_threadpool(lambda: envs.get_or_create(**args))
         if handle.built:
             await run_in_threadpool(budget.enforce, store)
         return JSONResponse(handle.to_dict())
