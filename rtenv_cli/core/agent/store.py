@@ -226,12 +226,7 @@ class Store:
             atomic_write_bytes(self.manifest_path(name),
                                json.dumps(doc, separators=(",", ":")).encode())
             self._remember(name, doc)
-            now = time.time()
-            entry = Entry(key=key, kind="package", uri=f"gcs://{name}", label=name,
-                          path=f"manifests/{name}.json", size_bytes=size_bytes, created_at=now,
-                          last_used_at=now)
-            self.index.put(entry)
-            return entry
+            return self._index_package(name, f"manifests/{name}.json", size_bytes)
 
     def blobs_in_use(self) -> frozenset[str]:
         """Every blob a published manifest names (gc must keep them)."""
@@ -269,12 +264,14 @@ class Store:
                 fsync_dir(final.parent)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            now = time.time()
-            entry = Entry(key=key, kind="package", uri=f"gcs://{name}", label=name,
-                          path=f"packages/{name}", size_bytes=size, created_at=now,
-                          last_used_at=now)
-            self.index.put(entry)
-            return entry
+            return self._index_package(name, f"packages/{name}", size)
+
+    def _index_package(self, name: str, rel: str, size: int) -> Entry:
+        now = time.time()
+        entry = Entry(key=f"package:{name}", kind="package", uri=f"gcs://{name}", label=name,
+                      path=rel, size_bytes=size, created_at=now, last_used_at=now)
+        self.index.put(entry)
+        return entry
 
     # -- blobs ------------------------------------------------------------------------------------
     def blob_path(self, sha: str) -> Path:
