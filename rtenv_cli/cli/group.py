@@ -106,7 +106,7 @@ class RtenvGroup(TyperGroup):
             raise typer.Exit(int(exc.exit_code)) from None
         except BrokenPipeError:
             # the reader went away (`rtenv ... | head`): stop quietly, as cat or grep would
-            _silence_stdout()
+            silence_stdout()
             raise typer.Exit(int(ExitCode.FAILURE)) from None
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")
@@ -125,7 +125,7 @@ class RtenvGroup(TyperGroup):
             raise typer.Exit(int(ExitCode.USAGE)) from None
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """Point stdout at /dev/null so that the flush at exit does not fail again (Python docs'
     recipe for SIGPIPE)."""
     try:

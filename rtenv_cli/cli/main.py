@@ -13,9 +13,9 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="rtenv")
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
-        from rtenv_cli.cli.group import _silence_stdout
+        from rtenv_cli.cli.group import silence_stdout
 
-        _silence_stdout()
+        silence_stdout()
         return 1
     except SystemExit as exc:
         code = exc.code

@@ -37,6 +37,17 @@ def project(tmp_path: Path, marker: str = "v1") -> Path:
     return src
 
 
+def project_with_module(tmp_path: Path, marker: str, module: str) -> tuple[Path, Path]:
+    """project() as working_dir plus a local py_module `module`; (src, runtime_env file)."""
+    src = project(tmp_path, marker)
+    lib = tmp_path / "libs" / module
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text(f"X = {module!r}\n")
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {src}\npy_modules: [{lib}]\n")
+    return src, spec
+
+
 def run_task(head, env_file: Path, module: str = "mymod", data: str = "data.txt") -> list:
     proc = head.run_driver(DRIVER.format(env_file=str(env_file), module=module, data=data))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
@@ -112,12 +123,7 @@ def test_too_large_is_refused_before_upload_and_a_real_413_maps_the_same(
 @pytest.mark.ray
 def test_file_target_and_stage_to_are_consumed_by_ray(ray_cluster, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    src = project(tmp_path, "shared")
-    lib = tmp_path / "libs" / "otherlib"
-    lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("X = 'otherlib'\n")
-    spec = tmp_path / "runtime_env.yaml"
-    spec.write_text(f"working_dir: {src}\npy_modules: [{lib}]\n")
+    src, spec = project_with_module(tmp_path, "shared", "otherlib")
     shared = tmp_path / "shared"
     out = tmp_path / "pushed.json"
     res = run_cli(["push", str(spec), "--to", shared.as_uri(), "-o", str(out), "--format",
@@ -145,12 +151,7 @@ def test_stage_to_an_agent_is_fetched_by_ray_nodes(ray_cluster, tmp_path: Path,
 
     from tests.core.agent.conftest import agent_process
 
-    src = project(tmp_path, "agent-staged")
-    lib = tmp_path / "libs" / "stagedlib"
-    lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("X = 'stagedlib'\n")
-    spec = tmp_path / "runtime_env.yaml"
-    spec.write_text(f"working_dir: {src}\npy_modules: [{lib}]\n")
+    _src, spec = project_with_module(tmp_path, "agent-staged", "stagedlib")
     out = tmp_path / "pushed.json"
     monkeypatch.setattr(RayDashboardTarget, "max_upload_bytes", 100)  # everything is "too big"
     with agent_process(tmp_path / "agent-store", token="stage-token-123") as agent:  # noqa: S106 - test token

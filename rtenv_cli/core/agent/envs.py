@@ -120,31 +120,23 @@ class Environments:
 
         def build(tree: Path) -> None:
             built.append(key)
+            archive = self._fetch(uri, scheme, tree.parent)
             if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
                 from rtenv_cli.core.agent.wheels import install_wheel
 
-                install_wheel(self._fetch(uri, scheme, tree.parent), tree / "d",
-                              cache_dir=self.uv_cache())
-            elif scheme == "gcs":
-                name = uri.removeprefix("gcs://")
-                if not self.store.has_package(name):
-                    raise PackagingError(f"package {uri} is not in the store",
-                                         hint="rtenv push it first (rtenv run does this)")
-                extract(self.store.package_file(name), tree / "d")
-            elif scheme == "file":
-                extract(Path(uri.removeprefix("file://")), tree / "d")
-            else:
-                download = tree.parent / "download.zip"
-                builders.fetch_url(uri, download)
-                extract(download, tree / "d", strip_top_level=True)
-                download.unlink()
+                install_wheel(archive, tree / "d", cache_dir=self.uv_cache())
+            else:  # Ray strips the single top-level directory of remote zips only
+                extract(archive, tree / "d", strip_top_level=scheme == "https")
+            if scheme == "https":
+                archive.unlink()  # a download into the build dir, not part of the entry
 
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
         self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build)
         return key, bool(built)
 
     def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
-        """A local file holding the archive at `uri`, named as the URI names it."""
+        """A local file holding the archive at `uri`, named as the URI names it (an https one
+        is downloaded into `work`)."""
         if scheme == "gcs":
             name = uri.removeprefix("gcs://")
             if not self.store.has_package(name):

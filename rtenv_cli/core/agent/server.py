@@ -199,11 +199,9 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     async def create_env(request: Request) -> Response:
         args = env_request(await body_json(request),
                            request.client.host if request.client else "")
-        # a cache hit is one short transaction: answer it on the event loop, no thread hop
-        # (_HitsFirst answers most before they get here)
-        handle = envs.try_hit(**args)
-        if handle is None:
-            handle = await run_in_threadpool(lambda: envs.get_or_create(**args))
+        # _HitsFirst has answered the cache hits on the event loop already; what reaches here
+        # builds (get_or_create still returns an entry a concurrent request just finished)
+        handle = await run_in_threadpool(lambda: envs.get_or_create(**args))
         if handle.built:
             await run_in_threadpool(budget.enforce, store)
         return JSONResponse(handle.to_dict())

@@ -30,7 +30,7 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -283,8 +283,8 @@ class Store:
         return {s for s in shas if self.blob_path(s).exists()}
 
     def put_blob(self, sha: str, src: Path | BinaryIO, *, fsync: bool = True) -> Entry:
-        """Store one blob, verified against its sha256. `fsync=False` is for batches, which
-        make their blobs durable together (`sync_blobs`) before they answer."""
+        """Store one blob, verified against its sha256. `fsync=False` is for batches
+        (`put_blobs`, `put_blob_files`), which make their blobs durable together."""
         final = self.blob_path(sha)
         key = f"blob:{sha}"
         if final.exists() and (entry := self.index.get(key)) is not None:
@@ -335,6 +335,15 @@ class Store:
             if count:
                 os.sync()  # one flush for the batch; Python has no syncfs(2)
         return count
+
+    def put_blob_files(self, blobs: Sequence[tuple[str, Path]]) -> None:
+        """`put_blob` for many local files, made durable together as `put_blobs` does."""
+        try:
+            for sha, path in blobs:
+                self.put_blob(sha, Path(path), fsync=False)
+        finally:
+            if blobs:
+                os.sync()  # one flush for the batch; Python has no syncfs(2)
 
     def building(self) -> list[str]:
         """Names of builds in progress (temp dirs whose builder is alive): never gc'd."""

@@ -89,7 +89,7 @@ def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
     return name + "/" if e.is_dir else name
 
 
-_SMALL = 8 << 20  # files up to this size are compressed whole in worker threads
+_SMALL = 8 << 20  # files up to this size are read and compressed whole by the workers
 _WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds RSS)
 
 
@@ -103,11 +103,8 @@ class _Prepared(NamedTuple):
 
 
 def _prepare(e: Entry) -> _Prepared:
-    """A small file read once, in a worker thread: Ray's digest, sha256, crc32 and the payload.
-
-    zlib and hashlib release the GIL, so two cores hash and compress at once; the writer thread
-    only copies finished payloads into the zip.
-    """
+    """A small file read once, in a worker (see `_pool`): Ray's digest, sha256, crc32 and the
+    payload; the writer only copies finished payloads into the zip."""
     import hashlib
     import zipfile
 
@@ -373,7 +370,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     os.replace(tmp, final)
     if use_cache:
         zipreuse.remember(scan.root, slot, final, {
-            arcname(e, scan, "pkg" if layout == "remote" else ""): _stat_key(e)
+            arcname(e, scan, prefix): _stat_key(e)
             for e in scan.entries if e.in_zip and not e.is_dir})
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,

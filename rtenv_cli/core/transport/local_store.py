@@ -48,12 +48,7 @@ class LocalStoreTarget:
         self.store.put_blob(sha256, Path(path))
 
     def put_blobs(self, blobs: list[tuple[str, Path]]) -> None:
-        import os
-
-        for sha256, path in blobs:
-            self.store.put_blob(sha256, Path(path), fsync=False)
-        if blobs:
-            os.sync()  # the batch made durable at once, as the agent does
+        self.store.put_blob_files(blobs)
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         from rtenv_cli.core.agent import delta

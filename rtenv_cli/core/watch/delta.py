@@ -89,10 +89,13 @@ def relative_manifest(base: Mapping[str, Any], manifest: Mapping[str, Any]) -> d
             "remove": [p for p in old if p not in new]}
 
 
-def push_delta(snap: Snapshot, target: Any) -> DeltaResult:
+def push_delta(snap: Snapshot, target: Any,
+               manifest: Mapping[str, Any] | None = None) -> DeltaResult:
+    """The whole protocol: the manifest (`snap.manifest()` unless the caller has it), the
+    blobs the target lacks, the commit."""
     import json
 
-    manifest = snap.manifest()
+    manifest = dict(manifest) if manifest is not None else snap.manifest()
     manifest_bytes = len(json.dumps(manifest))
     missing = target.missing_blobs(manifest)
     count, sent = send_blobs(snap, target, missing)

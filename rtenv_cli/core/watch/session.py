@@ -202,7 +202,7 @@ class WatchSession:
                 raise
             except RtenvError:
                 src.known_blobs = set()
-        result = delta_mod.push_delta(snap, self.target)
+        result = delta_mod.push_delta(snap, self.target, manifest)
         src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
         src.last_manifest = manifest
         return result.bytes_sent
