@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
@@ -40,6 +41,53 @@ def _wants_color(stream: TextIO) -> bool:
     return bool(isatty and isatty())
 
 
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)  # how surrogateescape holds the bytes 0x80-0xff
+
+
+def _escape_unencodable(exc: UnicodeError) -> tuple[bytes, int]:
+    """Codec error handler "rtenv-escape": `surrogateescape` for what it can (the original byte
+    of an undecodable file name), a `\\udXXX` escape for any other lone surrogate."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start:exc.end]:
+        cp = ord(ch)
+        if cp in _ESCAPED_BYTES:
+            out.append(cp - 0xDC00)
+        else:
+            out += (f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}").encode()  # noqa: PLR2004 - the BMP
+    return bytes(out), exc.end
+
+
+_HANDLER = "rtenv-escape"
+
+
+def _lenient(stream: TextIO) -> TextIO:
+    """`stream`, never failing on a lone surrogate in user data (a JSON `"\\ud800"`, a file
+    name that is not UTF-8): a strict UTF-8 stream would turn it into an internal error."""
+    if getattr(stream, "errors", None) in ("strict", "surrogateescape") and \
+            hasattr(stream, "reconfigure"):
+        import codecs
+
+        try:
+            codecs.lookup_error(_HANDLER)
+        except LookupError:
+            codecs.register_error(_HANDLER, _escape_unencodable)
+        with contextlib.suppress(ValueError, OSError):  # a stream that cannot change it
+            stream.reconfigure(errors=_HANDLER)
+    return stream
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_text(obj: Any, indent: int | None) -> str:
+    """JSON that is valid UTF-8: lone surrogates written as `\\udXXX` escapes (of the same
+    value), everything else as itself."""
+    text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses with `to_dict`, paths and sets become plain JSON values."""
     if hasattr(obj, "to_dict"):
@@ -67,11 +115,11 @@ class Output:
     # streams are looked up at call time so that test runners can swap them
     @property
     def stdout(self) -> TextIO:
-        return sys.stdout
+        return _lenient(sys.stdout)
 
     @property
     def stderr(self) -> TextIO:
-        return sys.stderr
+        return _lenient(sys.stderr)
 
     @property
     def is_machine(self) -> bool:
@@ -118,7 +166,7 @@ class Output:
         self.stdout.write(text + "\n")
 
     def json(self, obj: Any, *, indent: int | None = 2) -> None:
-        self.stdout.write(json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False) + "\n")
+        self.stdout.write(_json_text(obj, indent) + "\n")
         self.stdout.flush()
 
     def json_line(self, obj: Any) -> None:

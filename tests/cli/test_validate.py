@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rtenv_cli import __version__
@@ -154,6 +154,7 @@ def test_as_a_real_process(tmp_path: Path) -> None:
                                  inner, max_size=4),
                  max_leaves=10).map(lambda v: json.dumps(v).encode()),
 ))
+@example(b'{"":"\\ud800"}')  # a lone surrogate: once an internal error writing the JSON
 def test_arbitrary_bytes_never_crash(data: bytes) -> None:
     result = run_cli(["validate", "-", "--format", "json"], input=data.decode("latin-1"))
     assert result.exit_code in (0, 1, 2)
@@ -174,3 +175,18 @@ def test_validate_keeps_heavy_modules_off_its_import_path(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
     assert out == "[]"
+
+
+def test_lone_surrogates_in_the_input_are_escaped_in_every_output() -> None:
+    data = '{"\\ud800x": 1, "env_vars": {"A": "\\udcff"}}'
+    as_json = run_process(["validate", "-", "--format", "json"], input=data)
+    assert as_json.exit_code == 0, as_json.stderr
+    normalized = json.loads(as_json.stdout)["files"][0]["normalized"]
+    assert normalized["env_vars"] == {"A": "\udcff"}  # the same value, written as an escape
+    assert "\ud800x" in normalized
+    for args in (["validate", "-"], ["validate", "-", "--format", "github"]):
+        shown = run_process(args, input=data)
+        assert shown.exit_code == 0, shown.stderr
+        assert "internal error" not in shown.stderr
+        assert "\\ud800x" in shown.stdout + shown.stderr  # the unknown key, escaped
+    assert run_cli(["validate", "-", "--format", "json"], input=data).exit_code == 0
