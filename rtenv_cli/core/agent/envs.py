@@ -125,8 +125,9 @@ class Environments:
                 from rtenv_cli.core.agent.wheels import install_wheel
 
                 install_wheel(archive, tree / "d", cache_dir=self.uv_cache())
-            else:  # Ray strips the single top-level directory of remote zips only
-                extract(archive, tree / "d", strip_top_level=scheme == "https")
+            else:  # Ray strips a single top-level directory of remote (file://, http(s)://)
+                # zips, never of gcs:// packages (packaging.download_and_unpack_package)
+                extract(archive, tree / "d", strip_top_level=scheme != "gcs")
             if scheme == "https":
                 archive.unlink()  # a download into the build dir, not part of the entry
 

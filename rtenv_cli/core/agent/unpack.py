@@ -148,8 +148,8 @@ def extract(archive: Path, dest: Path, *, strip_top_level: bool = False,
             limits: Limits | None = None) -> int:
     """Extract `archive` into the new directory `dest`; return the bytes written.
 
-    `strip_top_level` mirrors Ray's handling of remote (http) zips: a single top-level directory
-    is removed.
+    `strip_top_level` mirrors Ray's handling of remote (file://, http(s)://) zips: a single
+    top-level directory is removed.
     """
     limits = limits or Limits()
     is_zip = archive.suffix == ".zip" or _looks_zip(archive)

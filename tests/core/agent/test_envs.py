@@ -66,6 +66,30 @@ def test_missing_package_and_file_uri(tmp_path: Path) -> None:
     assert Path(handle.working_dir, "a").read_text() == "b"  # type: ignore[arg-type]
 
 
+def test_file_uri_zip_loses_its_single_top_level_dir_like_ray(tmp_path: Path) -> None:
+    """Ray treats file:// as a remote protocol: download, unzip, strip one top-level dir."""
+    import zipfile
+
+    from ray._private.runtime_env.packaging import unzip_package
+
+    zpath = tmp_path / "proj.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("proj-main/", "")
+        zf.writestr("proj-main/main.py", "print(1)")
+        zf.writestr("proj-main/pkg/mod.py", "x = 1")
+    ray_copy = tmp_path / "ray-copy.zip"
+    ray_copy.write_bytes(zpath.read_bytes())
+    unzip_package(package_path=str(ray_copy), target_dir=str(tmp_path / "ray"),
+                  remove_top_level_directory=True, unlink_zip=True)
+    handle = Environments(Store(tmp_path / "s")).get_or_create(
+        {"working_dir": f"file://{zpath}"}, holder="h")
+    ours = sorted(str(p.relative_to(handle.working_dir))  # type: ignore[arg-type]
+                  for p in Path(handle.working_dir).rglob("*"))  # type: ignore[arg-type]
+    rays = sorted(str(p.relative_to(tmp_path / "ray")) for p in (tmp_path / "ray").rglob("*"))
+    assert ours == rays == ["main.py", "pkg", "pkg/mod.py"]
+    assert zpath.exists()  # the shared file is read, never consumed
+
+
 @pytest.mark.parametrize("field", ["conda", "container", "image_uri"])
 def test_unsupported_fields_are_refused(tmp_path: Path, field: str) -> None:
     with pytest.raises(UnsupportedError, match="not supported by the rtenv agent"):
