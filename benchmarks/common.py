@@ -73,10 +73,20 @@ def time_process(argv: list[str], *, repeat: int = 7, env: dict[str, str] | None
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
 
 
+def bytecode_env() -> dict[str, str]:
+    """Children import from cached bytecode, as on a normal install (pip compiles on install);
+    this machine's shell sets PYTHONDONTWRITEBYTECODE=1, which would make every child process of
+    rtenv and Ray alike compile its imports again."""
+    import tempfile
+
+    return {"PYTHONDONTWRITEBYTECODE": "",
+            "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "rtenv-bench-pyc")}
+
+
 def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
                  cwd: str | None = None) -> dict[str, Any]:
     """Run one child process; return wall time, its peak RSS (MiB) and its stdout."""
-    full_env = dict(os.environ)
+    full_env = {**os.environ, **bytecode_env()}
     if env:
         full_env.update(env)
     start = time.perf_counter()
@@ -112,3 +122,37 @@ def ray_put_floor(dashboard_url: str, package: Path, repeat: int = 3) -> float:
             times.append(time.perf_counter() - start)
         resp.raise_for_status()
     return statistics.median(times)
+
+
+def ray_gcs_put_floor(gcs_address: str, package: Path, repeat: int = 3) -> float:
+    """Median seconds for the GCS to take one KV put of `package` through Ray's own client
+    (`_internal_kv_put`, as `ray.init` uploads): the floor of any push to the GCS address."""
+    from ray._raylet import GcsClient
+    from ray.experimental.internal_kv import _initialize_internal_kv, _internal_kv_put
+
+    _initialize_internal_kv(GcsClient(address=gcs_address))
+    data = package.read_bytes()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        _internal_kv_put(f"gcs://_ray_pkg_{os.urandom(8).hex()}.zip", data)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# Ray's driver path (`ray.init(runtime_env={"working_dir": ...})`): hash, zip, one GCS put.
+# argv: GCS address, directory. Timed from after the GCS client exists, like RAY_PUSH.
+RAY_DRIVER_PUSH = """
+import json, sys, time, tempfile, logging
+logging.disable(logging.WARNING)
+from ray._raylet import GcsClient
+from ray.experimental.internal_kv import _initialize_internal_kv
+from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+_initialize_internal_kv(GcsClient(address=sys.argv[1]))
+env = {"working_dir": sys.argv[2]}
+if len(sys.argv) > 3:
+    env["excludes"] = sys.argv[3:]
+t0 = time.perf_counter()
+env = upload_working_dir_if_needed(env, include_gitignore=True, scratch_dir=tempfile.mkdtemp())
+print(json.dumps({"uri": env["working_dir"], "total": time.perf_counter() - t0}))
+"""

@@ -47,7 +47,7 @@ _rtenv_rules() {
 _rtenv_push() {
     _arguments \
         '--to[Target\: http(s)\://dashboard-or-agent, file\:///shared/dir, or local (overrides --address).]' \
-        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--stage-to[Where to publish packages over the target'\''s upload limit (file\:///shared/dir or an rtenv agent URL); the runtime_env then points Ray at a URI its nodes fetch themselves.]' \
         '--output[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
         '-o[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
@@ -101,7 +101,7 @@ _rtenv_explain() {
         '--gpu-map[Query NVML for the GPU map.]' \
         '--no-gpu-map[Query NVML for the GPU map.]' \
         '--verify[Run a probe with this request on --address and diff.]' \
-        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--format[Output format.]:value:(text json dotenv shell)' \
         '-f[Output format.]:value:(text json dotenv shell)' \
         '--help[Show help and exit]' \
@@ -130,7 +130,7 @@ _rtenv_cache_purge() {
     _arguments \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
@@ -147,7 +147,7 @@ _rtenv_cache_ls() {
     _arguments \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
@@ -163,7 +163,7 @@ _rtenv_cache_gc() {
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray dashboard address (http\://host\:8265) or rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--yes[Do not ask for confirmation.]' \

@@ -24,8 +24,8 @@ AddressOpt = Annotated[
         "--address",
         envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"],
         show_envvar=True,
-        help="Ray dashboard address (http://host:8265) or rtenv agent URL. "
-        "Default: the embedded local store.",
+        help="Ray cluster: its GCS address (host:6379, the fastest push) or dashboard URL "
+        "(http://host:8265); or an rtenv agent URL. Default: the embedded local store.",
     ),
 ]
 

@@ -66,6 +66,8 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ rtenv push runtime_env.yaml --address http://127.0.0.1:8265 -o pushed.yaml
 
+        $ rtenv push runtime_env.yaml --address head:6379   # straight to the GCS, like ray.init
+
         $ rtenv push src/ --dry-run
 
         $ rtenv push runtime_env.yaml --address http://head:8265 --stage-to file:///nfs/rtenv

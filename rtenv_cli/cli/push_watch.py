@@ -13,13 +13,13 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                   on_change: str | None = None, quiet_ms: int = 200, max_wait_ms: int = 2000,
                   reconcile_s: float = 60.0, polling: bool = False) -> int:
     """Run a watch session; returns the exit code (0, or 130 on Ctrl-C)."""
+    from rtenv_cli.core.transport.resolve import resolve_target
     from rtenv_cli.core.watch.session import WatchSession
-    from rtenv_cli.core.watch.targets import resolve
     from rtenv_cli.render.output import Output
     from rtenv_cli.render.watch import WatchRenderer
 
     out = Output(fmt)
-    target = resolve(to, address)
+    target = resolve_target(to, address)
     renderer = WatchRenderer(out, verbose=verbose, label=str(path))
     session = WatchSession(path, target, quiet_s=quiet_ms / 1000, max_wait_s=max_wait_ms / 1000,
                            reconcile_s=reconcile_s, polling=polling or None,

@@ -27,6 +27,20 @@ def ray_executable() -> str:
     return str(candidate) if candidate.exists() else "ray"
 
 
+def worker_port_base(taken: list[int]) -> int:
+    """The start of 201 worker ports below the kernel's ephemeral range (where the free ports
+    above come from), so that none of them can be one of `taken`; varied per head."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    span = max(low - 10000 - 201, 1)
+    base = 10000 + (taken[-1] * 7919 + os.getpid()) % span
+    while any(base <= p <= base + 200 for p in taken):
+        base = 10000 + (base - 10000 + 211) % span
+    return base
+
+
 @dataclass
 class RayHead:
     num_cpus: int = 2
@@ -64,6 +78,7 @@ class RayHead:
         self.home = self.temp_dir / "home"
         self.home.mkdir()
         ports = free_ports(11)
+        workers = worker_port_base(ports)
         self.gcs_port, self.dashboard_port = ports[0], ports[1]
         args = [
             ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
@@ -73,8 +88,7 @@ class RayHead:
             f"--ray-client-server-port={ports[4]}", f"--dashboard-agent-listen-port={ports[5]}",
             f"--dashboard-agent-grpc-port={ports[6]}", f"--runtime-env-agent-port={ports[7]}",
             f"--metrics-export-port={ports[8]}",
-            f"--min-worker-port={20000 + ports[9] % 20000}",
-            f"--max-worker-port={20000 + ports[9] % 20000 + 200}",
+            f"--min-worker-port={workers}", f"--max-worker-port={workers + 200}",
             f"--temp-dir={self.temp_dir / 'ray'}", f"--num-cpus={self.num_cpus}",
             "--object-store-memory=200000000", "--include-dashboard=true",
         ]

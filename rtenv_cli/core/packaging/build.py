@@ -39,7 +39,7 @@ from rtenv_cli.core.packaging.hashing import (
 )
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
-from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_raw
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_run
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
@@ -255,9 +255,15 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
         while pending and (in_flight > limit or not isinstance(pending[0][1], Future)
                            or pending[0][1].done()):
             items, fut = pending.popleft()
-            if isinstance(fut, _Raw):  # a member of the previous zip
-                copy_raw(zf, previous.zf.fp, fut.info, items[0][1].filename)  # type: ignore[union-attr]
-                result.reused += 1
+            if isinstance(fut, _Raw):  # members of the previous zip, back to back there
+                run = [(fut.info, items[0][1])]
+                while pending and isinstance(pending[0][1], _Raw) and pending[0][1].info.\
+                        header_offset == previous.end_of(run[-1][0]):  # type: ignore[union-attr]
+                    more, nxt = pending.popleft()
+                    run.append((nxt.info, more[0][1]))  # type: ignore[union-attr]
+                    items = items + more
+                copy_run(zf, previous, run)  # type: ignore[arg-type]
+                result.reused += len(run)
             elif fut is None:  # a directory or a large file: written in order, here
                 e, info = items[0]
                 if e.is_dir:

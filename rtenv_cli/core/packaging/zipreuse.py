@@ -4,8 +4,10 @@ Ray's dashboard only takes whole zips, so a re-push after a one-file edit re-sen
 what it need not do is compress 10,000 unchanged files again. The last zip built for a source is
 kept (hard-linked) under `<rtenv home>/build/last/` with a sidecar naming each member's file
 stat (size, mtime_ns, inode, mode: the digest cache's key, so "unchanged" means what it means
-there). The next build copies those members' raw compressed bytes: the local header is written
-anew at the new offset, the data is copied without inflating or deflating.
+there). The next build copies those members' raw compressed bytes without inflating or
+deflating: a run of members that were adjacent in the previous zip is copied as one byte range
+(local headers hold no offsets, so they move verbatim; `os.copy_file_range` keeps the bytes in
+the kernel), and only their central-directory records are written anew with the new offsets.
 
 The stdlib `zipfile` has no public API for appending raw members, so `copy_raw` uses its
 source-documented internals (`ZipInfo.FileHeader`, `ZipFile.fp/filelist/NameToInfo/start_dir`),
@@ -67,14 +69,65 @@ class PreviousZip:
 
     zf: zipfile.ZipFile
     stats: dict[str, StatKey]  # member name -> stat of the file it was built from
+    _ends: dict[int, int] | None = None  # header offset -> where the member's bytes end
 
     def member(self, name: str, stat: StatKey) -> Any | None:
         if self.stats.get(name) != stat:
             return None
         return self.zf.NameToInfo.get(name)
 
+    def end_of(self, info: Any) -> int:
+        """The offset just past member `info` (its header, data and any data descriptor):
+        the next member's header, or the central directory."""
+        if self._ends is None:
+            starts = sorted(i.header_offset for i in self.zf.filelist)
+            self._ends = dict(zip(starts, [*starts[1:], self.zf.start_dir], strict=True))
+        return self._ends[info.header_offset]
+
     def close(self) -> None:
         self.zf.close()
+
+
+def copy_run(dst: Any, previous: PreviousZip, members: list[tuple[Any, Any]]) -> None:
+    """Append members of `previous` that lie back to back there, as one byte range, to ZipFile
+    `dst`. `members` pairs each previous ZipInfo with the new one (same name; its offset and
+    sizes are filled in here)."""
+    start = members[0][0].header_offset
+    end = previous.end_of(members[-1][0])
+    shift = dst.start_dir - start  # tracked: BufferedRandom.tell() flushes
+    for old, new in members:  # the central record says what the copied local header says
+        new.compress_type, new.flag_bits, new.CRC = old.compress_type, old.flag_bits, old.CRC
+        new.file_size, new.compress_size = old.file_size, old.compress_size
+        new.extract_version, new.extra = old.extract_version, old.extra
+        new.date_time, new.external_attr = old.date_time, old.external_attr
+        new.create_system, new.create_version = old.create_system, old.create_version
+        new.header_offset = old.header_offset + shift
+        dst.filelist.append(new)
+        dst.NameToInfo[new.filename] = new
+    dst.fp.flush()
+    _copy_range(previous.zf.fp, dst.fp, start, end - start, dst.start_dir)
+    dst.start_dir += end - start
+    dst.fp.seek(dst.start_dir)
+    dst._didModify = True
+
+
+def _copy_range(src: Any, dst: Any, offset: int, count: int, dst_offset: int) -> None:
+    src_fd, dst_fd = src.fileno(), dst.fileno()
+    done = 0
+    try:
+        while done < count:
+            n = os.copy_file_range(src_fd, dst_fd, count - done, offset + done, dst_offset + done)
+            if n == 0:
+                break
+            done += n
+    except (AttributeError, OSError):  # no copy_file_range here (or across these files)
+        while done < count:
+            chunk = os.pread(src_fd, min(_CHUNK, count - done), offset + done)
+            if not chunk:
+                break
+            done += os.pwrite(dst_fd, chunk, dst_offset + done)
+    if done != count:
+        raise PackagingError(f"previous package is truncated at offset {offset + done}")
 
 
 def _slot(root: Path, key: str) -> Path:

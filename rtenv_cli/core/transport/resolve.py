@@ -2,8 +2,11 @@
 else the embedded local store.
 
 `--to` accepts `file:///dir` (shared filesystem), `http(s)://` (an rtenv agent when it answers
-`/api/agent`, else a Ray dashboard), `ray://`-less host:port, or `local` (the embedded store).
-A Ray address that is a GCS address (`host:6379`, `auto`) is not the dashboard: we say so.
+`/api/agent`, else a Ray dashboard), `host:port` without a scheme, or `local` (the embedded store).
+Like Ray (`ray.init(address=...)`, RAY_ADDRESS, `ray job submit --address`), an address without
+a scheme names the cluster's GCS (`head:6379`): packages go there directly over gRPC, as
+`ray.init` uploads them (transport.ray_gcs). When that port answers HTTP/1 instead (a dashboard
+or an rtenv agent given without `http://`), it is taken as that HTTP server.
 """
 
 from __future__ import annotations
@@ -57,8 +60,15 @@ def target_for(dest: str, env: Mapping[str, str]) -> Any:
     if "://" in dest and not dest.startswith(("http://", "https://")):
         raise UsageError(f"unsupported push target {dest}",
                          hint="use http(s)://host:port, file:///dir or local")
-    url = dest if dest.startswith(("http://", "https://")) else f"http://{dest}"
-    return http_target(url, env)
+    if "://" not in dest:
+        from rtenv_cli.core.transport.grpc_unary import NotGrpcError
+        from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+        try:
+            return RayGcsTarget.connect(dest, env)
+        except NotGrpcError:
+            dest = f"http://{dest}"
+    return http_target(dest, env)
 
 
 def resolve_target(to: str | None, address: str | None, env: Mapping[str, str] | None = None

@@ -19,9 +19,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.zipreuse import copy_raw
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_run
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -62,35 +63,33 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     reused = compressed = 0
     digests: dict[str, bytes] = {}
     src_zip = None
+    run: list[tuple[zipfile.ZipInfo, zipfile.ZipInfo]] = []  # reusable neighbours, not yet copied
     try:
         if previous is not None and previous.path.exists():
-            src_zip = zipfile.ZipFile(previous.path)
+            src_zip = PreviousZip(zipfile.ZipFile(previous.path), {})
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED,
                              compresslevel=compresslevel, strict_timestamps=False) as zf:
+
+            def flush_run() -> None:
+                if run:
+                    copy_run(zf, src_zip, run)  # type: ignore[arg-type]
+                    run.clear()
+
             for entry in sorted(snap.files(), key=lambda e: e.relpath):
                 name = prefix + entry.relpath
                 digests[entry.relpath] = entry.digest
-                if (src_zip is not None and previous is not None
-                        and previous.digests.get(entry.relpath) == entry.digest
-                        and name in src_zip.NameToInfo):
-                    copy_raw(zf, src_zip.fp, src_zip.NameToInfo[name], name)
+                old = src_zip.zf.NameToInfo.get(name) if src_zip is not None else None
+                if (old is not None and previous is not None
+                        and previous.digests.get(entry.relpath) == entry.digest):
+                    if run and old.header_offset != src_zip.end_of(run[-1][0]):  # type: ignore[union-attr]
+                        flush_run()
+                    run.append((old, zipfile.ZipInfo(name)))
                     reused += 1
                     continue
-                info = zipfile.ZipInfo(name, _ZIP_EPOCH)
-                info.external_attr = (entry.mode & 0xFFFF) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                sha1 = hashlib.sha1(entry.relpath.encode())  # noqa: S324 - Ray's scheme
-                try:
-                    with (snap.root / entry.relpath).open("rb") as src, \
-                            zf.open(info, "w", force_zip64=entry.size > 1 << 30) as out:
-                        while chunk := src.read(_CHUNK):
-                            sha1.update(chunk)
-                            out.write(chunk)
-                except OSError as exc:
-                    raise ContentChanged(entry.relpath) from exc
-                if sha1.digest() != entry.digest:
-                    raise ContentChanged(entry.relpath)
+                flush_run()
+                _write_fresh(zf, snap.root, entry, name)
                 compressed += 1
+            flush_run()
             for rel in snap.leaf_dirs():
                 name = prefix + ("" if rel == "." else rel + "/")
                 if not name:
@@ -107,6 +106,27 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     finally:
         if src_zip is not None:
             src_zip.close()
+
+
+def _write_fresh(zf: Any, root: Path, entry: Any, name: str) -> None:
+    """Compress one file into `zf`, hashing it on the way; ContentChanged if it is no longer
+    what the snapshot hashed."""
+    import zipfile
+
+    info = zipfile.ZipInfo(name, _ZIP_EPOCH)
+    info.external_attr = (entry.mode & 0xFFFF) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    sha1 = hashlib.sha1(entry.relpath.encode())  # noqa: S324 - Ray's scheme
+    try:
+        with (root / entry.relpath).open("rb") as src, \
+                zf.open(info, "w", force_zip64=entry.size > 1 << 30) as out:
+            while chunk := src.read(_CHUNK):
+                sha1.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        raise ContentChanged(entry.relpath) from exc
+    if sha1.digest() != entry.digest:
+        raise ContentChanged(entry.relpath)
 
 
 def discard(built: BuiltZip | None, keep: BuiltZip | None = None) -> None:

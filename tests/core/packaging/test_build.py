@@ -123,6 +123,11 @@ def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: s
         assert ours.testzip() is None
         assert {i.filename: ours.read(i) for i in ours.infolist()} == \
             {i.filename: ray.read(i) for i in ray.infolist()}
+    kept = second.path.read_bytes()
+    second.path.unlink()
+    third = build_package(root, kind=kind, env={}, dest_dir=out)  # nothing changed
+    assert third.reused == 31
+    assert third.path.read_bytes() == kept  # byte ranges copied verbatim, offsets rewritten
 
 
 def test_many_small_files_through_worker_processes_equal_ray(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rtenv_cli.core.watch.targets import RayPackages, resolve
+from rtenv_cli.core.transport.resolve import resolve_target as resolve
 from tests.core.agent.conftest import agent_process
 from tests.core.watch.helpers import Running
 
@@ -38,9 +38,13 @@ def test_delta_to_a_real_agent_sends_only_the_changed_file(tree: Path, tmp_path:
 
 
 @pytest.mark.ray
-def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: Any) -> None:
-    target = resolve(None, ray_cluster.dashboard_url)
-    assert "Ray" in target.label
+@pytest.mark.parametrize("via", ["dashboard", "gcs"])
+def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: Any,
+                                                       via: str) -> None:
+    address = ray_cluster.dashboard_url if via == "dashboard" else ray_cluster.address
+    target = resolve(None, address)
+    assert type(target).__name__ == {"dashboard": "RayDashboardTarget",
+                                     "gcs": "RayGcsTarget"}[via]
     calls: list[str] = []
     original = target.exists
 
@@ -73,14 +77,3 @@ def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: 
     )
     proc = ray_cluster.run_driver(code)
     assert "VALUE=v2" in proc.stdout, proc.stderr[-2000:]
-
-
-def test_ray_target_refuses_over_the_http_limit(tmp_path: Path) -> None:
-    big = tmp_path / "big.zip"
-    with big.open("wb") as fh:
-        fh.truncate(100 * 1024 * 1024 + 1)
-    target = RayPackages("http://127.0.0.1:9")  # never contacted: refused before the PUT
-    from rtenv_cli.core.errors import PackageTooLargeError
-
-    with pytest.raises(PackageTooLargeError):
-        target.upload("gcs://_ray_pkg_0000000000000000.zip", big)

@@ -1,0 +1,107 @@
+"""Direct pushes to a real Ray 2.60 GCS: the calls Ray's driver makes, streamed over h2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import PackageTooLargeError, TransportError
+from rtenv_cli.core.transport.grpc_unary import (
+    NotGrpcError,
+    field_bytes,
+    field_varint,
+    parse_fields,
+    varint,
+)
+from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+from rtenv_cli.core.transport.resolve import resolve_target
+
+
+def fresh_uri() -> str:
+    return f"gcs://_ray_pkg_{os.urandom(8).hex()}.zip"
+
+
+def test_messages_parse_as_rays_own_protobufs() -> None:
+    from ray.core.generated import gcs_service_pb2 as pb
+
+    head = field_bytes(1, b"gcs://_ray_pkg_00.zip") + field_varint(3, 1)
+    value = os.urandom(300)
+    msg = pb.InternalKVPutRequest.FromString(head + varint(2 << 3 | 2) + varint(300) + value)
+    assert (msg.key, msg.value, msg.overwrite, msg.namespace) == (
+        b"gcs://_ray_pkg_00.zip", value, True, b"")
+    pin = pb.PinRuntimeEnvURIRequest.FromString(field_bytes(1, b"gcs://x.zip") +
+                                                field_varint(2, 600))
+    assert (pin.uri, pin.expiration_s) == ("gcs://x.zip", 600)
+    reply = pb.InternalKVExistsReply(exists=True)
+    reply.status.code = 5
+    reply.status.message = "nope"
+    fields = dict(parse_fields(reply.SerializeToString()))
+    assert fields[2] == 1
+    assert dict(parse_fields(fields[1])) == {1: 5, 2: b"nope"}  # type: ignore[arg-type]
+
+
+@pytest.mark.ray
+def test_upload_is_seen_by_the_dashboard_and_streams_large_files(ray_cluster,
+                                                                 tmp_path: Path) -> None:
+    target = RayGcsTarget.connect(ray_cluster.address)
+    uri = fresh_uri()
+    assert target.exists(uri) is False
+    package = tmp_path / "p.zip"
+    package.write_bytes(os.urandom(9 * 2**20 + 123))  # several chunks and flow-control windows
+    progress: list[int] = []
+    target.upload(uri, package, on_progress=progress.append)
+    assert sum(progress) == package.stat().st_size
+    assert len(progress) > 1
+    assert target.exists(uri) is True
+    # the same key Ray's dashboard and nodes read
+    import requests
+
+    resp = requests.get(f"{ray_cluster.dashboard_url}/api/packages/gcs/{uri[6:]}", timeout=30)
+    assert resp.status_code == 200
+    target.close()
+
+
+@pytest.mark.ray
+def test_an_http_port_without_scheme_is_taken_as_the_dashboard(ray_cluster) -> None:
+    with pytest.raises(NotGrpcError):
+        RayGcsTarget.connect(ray_cluster.dashboard_url.removeprefix("http://"))
+    target = resolve_target(None, ray_cluster.dashboard_url.removeprefix("http://"), {})
+    assert isinstance(target, RayDashboardTarget)
+    assert isinstance(resolve_target(None, ray_cluster.address, {}), RayGcsTarget)
+
+
+@pytest.mark.ray
+def test_token_auth(ray_cluster_token, tmp_path: Path) -> None:
+    uri = fresh_uri()
+    with pytest.raises(TransportError) as missing:
+        RayGcsTarget(ray_cluster_token.address, env={"HOME": str(tmp_path)}).exists(uri)
+    assert "RAY_AUTH_TOKEN" in (missing.value.hint or "")
+    with pytest.raises(TransportError, match="refused"):
+        RayGcsTarget(ray_cluster_token.address, env={"RAY_AUTH_TOKEN": "x" * 32}).exists(uri)
+    good = RayGcsTarget(ray_cluster_token.address, env={"RAY_AUTH_TOKEN": ray_cluster_token.token})
+    package = tmp_path / "p.zip"
+    package.write_bytes(b"PK-not-really-a-zip")
+    assert good.exists(uri) is False
+    good.upload(uri, package)
+    assert good.exists(uri) is True
+
+
+def test_size_is_checked_before_connecting(tmp_path: Path) -> None:
+    package = tmp_path / "p.zip"
+    package.write_bytes(b"x" * 10_000)
+    # port 9 (discard) is never contacted: the check comes first
+    target = RayGcsTarget("127.0.0.1:9", env={"RAY_max_grpc_message_size": "8192"})
+    with pytest.raises(PackageTooLargeError, match="upload limit"):
+        target.upload(fresh_uri(), package)
+
+
+def test_unreachable_gcs_is_a_clear_error() -> None:
+    from tests.support.ports import free_port
+
+    with pytest.raises(TransportError) as info:
+        RayGcsTarget(f"127.0.0.1:{free_port()}", env={}).exists(fresh_uri())
+    assert "cannot reach" in info.value.message
+    assert "6379" in (info.value.hint or "")
