@@ -360,6 +360,18 @@ def app_from_env():  # type: ignore[no-untyped-def]
     return create_app(AgentConfig(root=Path(root) if root else None, **data))
 
 
+def _quiet_gc() -> None:
+    """Keep the cyclic GC off the request path: everything allocated at start-up (modules, the
+    app, the store) is moved out of its reach, and young collections run every 50,000 instead of
+    700 allocations. The hot path allocates little that forms cycles, so memory is unchanged;
+    what goes away is the millisecond pause of a full collection landing inside a request."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def serve(config: AgentConfig) -> None:
     """Run the agent in the foreground until SIGINT/SIGTERM.
 
@@ -373,7 +385,9 @@ def serve(config: AgentConfig) -> None:
     common = {"host": config.host, "port": config.port, "log_level": "warning",
               "access_log": False, "timeout_graceful_shutdown": 5}
     if config.workers <= 1:
-        uvicorn.run(create_app(config), **common)  # type: ignore[arg-type]
+        app = create_app(config)
+        _quiet_gc()
+        uvicorn.run(app, **common)  # type: ignore[arg-type]
         return
     fields = {k: v for k, v in config.__dict__.items() if k != "workers"}
     fields["root"] = str(config.root) if config.root is not None else None
