@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -257,6 +258,9 @@ def _api_name(api: str) -> str:
 
 
 def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
+    packscan = sys.modules.get("rtenv_cli.core.lint.packscan")
+    if packscan is not None:  # walks are shared by one file's rules, never across files: a
+        packscan.forget()  # long-running caller (watch) re-validates an edited tree
     if doc.error is not None:
         span = doc.error.span
         diag = Diagnostic("RTE001", Severity.ERROR, f"{doc.error.kind}: {doc.error.message}",

@@ -128,7 +128,12 @@ def file_uri(path: Path) -> str:
     return uri_for_acc(acc_of([_digest(path, path.name, False)]))
 
 
-_cache: dict[tuple[Any, ...], Walked] = {}
+_cache: dict[tuple[Any, ...], Walked] = {}  # for the rules of one file (engine calls forget())
+
+
+def forget() -> None:
+    """Drop the walks cached so far: the tree may have changed since."""
+    _cache.clear()
 
 
 def cached_walk(root: Path, kind: str, excludes: Sequence[str],

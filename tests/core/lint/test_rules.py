@@ -138,6 +138,17 @@ def test_excludes_everything_and_size(tmp_path: Path) -> None:
     assert "big.bin" in big.message
 
 
+def test_revalidating_in_one_process_sees_an_edited_tree(tmp_path: Path) -> None:
+    """A long-running caller (watch) validates again after edits: no walk is reused."""
+    (tmp_path / "proj" / "lib").mkdir(parents=True)
+    (tmp_path / "proj" / "lib" / "m.py").write_text("x = 1\n")
+    before = check("working_dir: proj\n", tmp_path)
+    assert "RTE121" not in {d.code for d in before.diagnostics}
+    (tmp_path / "proj" / ".gitignore").write_text("lib/\n")
+    after = check("working_dir: proj\n", tmp_path)
+    assert "RTE121" in {d.code for d in after.diagnostics}
+
+
 def test_gitignore_dropping_python(tmp_path: Path) -> None:
     (tmp_path / "proj" / "lib").mkdir(parents=True)
     (tmp_path / "proj" / "main.py").write_text("import lib.m\n")
