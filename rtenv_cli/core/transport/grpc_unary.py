@@ -127,7 +127,13 @@ class Channel:
         if len(first) < 9 or first[3] != 4:  # noqa: PLR2004 - frame type 4 is SETTINGS
             self.close()
             raise NotGrpcError(f"{self.authority} does not speak HTTP/2")
-        self._events(first)
+        import h2.exceptions
+
+        try:
+            self._events(first)
+        except h2.exceptions.H2Error as exc:
+            self.close()
+            raise NotGrpcError(f"{self.authority} does not speak HTTP/2: {exc}") from exc
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
