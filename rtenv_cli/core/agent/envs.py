@@ -92,11 +92,15 @@ def _archive_kind(uri: str) -> str:
     return "https" if uri.startswith(("http://", "https://")) else uri.split("://", 1)[0]
 
 
+_TOUCH_EVERY_S = 1.0
+
+
 class Environments:
     def __init__(self, store: Store) -> None:
         self.store = store
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
+        self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
 
     def uv_cache(self) -> Path:
         """uv's cache, shared by every venv of this store (its files are hardlinked into them,
@@ -254,21 +258,29 @@ class Environments:
         start = pid_start_time(pid) if pid is not None else None
         expires = now + lease_s if lease_s else None
         index = self.store.index
+        # last use is kept to the second: a hit within a second of this process's previous write
+        # of it adds only its references (fewer pages per commit on the hot path); envs rows are
+        # never deleted, so one this process wrote is still there
+        stale = [k for k in (env_key, *keys) if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S]
         with index.tx() as db:
             present = {r[0] for r in db.execute(
                 f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(keys))})",  # noqa: S608 - placeholders only
                 keys)} if keys else set()
             if present != set(keys):
                 return False
-            db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                       "last_used_at=excluded.last_used_at",
-                       (env_key, json.dumps(spec, sort_keys=True), now, now))
-            for key in keys:
-                db.execute("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
-                           (env_key, key, holder, pid, start, expires, now))
-            if keys:
+            if env_key in stale:
+                db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                           "last_used_at=excluded.last_used_at",
+                           (env_key, json.dumps(spec, sort_keys=True), now, now))
+            db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
+                           [(env_key, key, holder, pid, start, expires, now) for key in keys])
+            touch = [k for k in keys if k in stale]
+            if touch:
                 db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
-                           f"({','.join('?' * len(keys))})", (now, *keys))
+                           f"({','.join('?' * len(touch))})", (now, *touch))
+        if len(self._touched) > 65536:  # noqa: PLR2004 - a bound, not a tuning knob
+            self._touched.clear()
+        self._touched.update(dict.fromkeys(stale, now))
         return True
 
     def release(self, env_key: str, holder: str) -> int:

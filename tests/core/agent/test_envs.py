@@ -90,6 +90,27 @@ def test_file_uri_zip_loses_its_single_top_level_dir_like_ray(tmp_path: Path) ->
     assert zpath.exists()  # the shared file is read, never consumed
 
 
+def test_hits_record_references_always_and_last_use_to_the_second(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.agent import envs as envs_mod
+
+    store = Store(tmp_path / "store")
+    _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    spec = {"working_dir": f"file://{zpath}"}
+    first = envs.get_or_create(spec, holder="a")
+    (key,) = first.entries
+    used = store.index.get(key).last_used_at  # type: ignore[union-attr]
+    envs.get_or_create(spec, holder="b")  # within the second: references only
+    assert store.index.get(key).last_used_at == used  # type: ignore[union-attr]
+    monkeypatch.setattr(envs_mod, "_TOUCH_EVERY_S", 0.0)
+    time.sleep(0.01)
+    envs.get_or_create(spec, holder="c")
+    assert store.index.get(key).last_used_at > used  # type: ignore[union-attr]
+    [env] = envs.list_envs()
+    assert env["holders"] == 3
+
+
 @pytest.mark.parametrize("field", ["conda", "container", "image_uri"])
 def test_unsupported_fields_are_refused(tmp_path: Path, field: str) -> None:
     with pytest.raises(UnsupportedError, match="not supported by the rtenv agent"):
