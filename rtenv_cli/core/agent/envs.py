@@ -11,16 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.agent import builders
 from rtenv_cli.core.agent.index import pid_start_time
 from rtenv_cli.core.agent.store import Store, safe_key
 from rtenv_cli.core.agent.unpack import extract
-from rtenv_cli.core.errors import AgentError, PackagingError, UnsupportedError
+from rtenv_cli.core.errors import AgentError, PackagingError, RtenvError, UnsupportedError
+
+if TYPE_CHECKING:
+    import sqlite3
 
 UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
 IGNORED = ("excludes", "config", "_ray_commit", "_inject_current_ray", "worker_process_setup_hook")
@@ -198,9 +201,26 @@ class Environments:
         return self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
                                    base_dir=None, build=False)
 
+    def try_hits(self, requests: Sequence[Mapping[str, Any]]) -> list[EnvHandle | None]:
+        """`try_hit` for several requests (each `runtime_env`, `holder`, `pid`, `lease_s`) in
+        one transaction: the server batches the hits that arrive together, so they share one
+        commit. A request that is not a plain hit (a miss, an error) gets None."""
+        results: list[EnvHandle | None] = []
+        touched: list[str] = []
+        with self.store.index.tx() as db:
+            for req in requests:
+                try:
+                    results.append(self._get_or_create(**req, base_dir=None, build=False,
+                                                       db=db, touched=touched))
+                except RtenvError:
+                    results.append(None)
+        self._remember_touched(touched)
+        return results
+
     def _get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                        pid: int | None, lease_s: float | None, base_dir: Path | None,
-                       build: bool) -> EnvHandle | None:
+                       build: bool, db: sqlite3.Connection | None = None,
+                       touched: list[str] | None = None) -> EnvHandle | None:
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
             raise UnsupportedError(
@@ -238,7 +258,8 @@ class Environments:
                     built += [venv_key] if fresh else []
             spec = {"entries": keys, "env_vars": env_vars}
             env_key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
-            if self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s):
+            if self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s, db=db,
+                             touched=touched):
                 root = self.store.root
                 return EnvHandle(
                     key=env_key, holder=holder,
@@ -253,35 +274,49 @@ class Environments:
                          hint="a garbage collection is racing this create; retry")
 
     def _acquire(self, env_key: str, spec: dict[str, Any], keys: list[str], holder: str, *,
-                 pid: int | None, lease_s: float | None) -> bool:
+                 pid: int | None, lease_s: float | None, db: sqlite3.Connection | None = None,
+                 touched: list[str] | None = None) -> bool:
+        """Hold `keys` for `holder` if they all exist, in one transaction (`db`'s, when the
+        caller has one open: then the keys whose last use was written go to `touched`, to be
+        remembered once it commits)."""
+        if db is None:
+            done: list[str] = []
+            with self.store.index.tx() as own:
+                held = self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s,
+                                     db=own, touched=done)
+            self._remember_touched(done)
+            return held
         now = time.time()
         start = pid_start_time(pid) if pid is not None else None
         expires = now + lease_s if lease_s else None
-        index = self.store.index
         # last use is kept to the second: a hit within a second of this process's previous write
         # of it adds only its references (fewer pages per commit on the hot path); envs rows are
         # never deleted, so one this process wrote is still there
-        stale = [k for k in (env_key, *keys) if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S]
-        with index.tx() as db:
-            present = {r[0] for r in db.execute(
-                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(keys))})",  # noqa: S608 - placeholders only
-                keys)} if keys else set()
-            if present != set(keys):
-                return False
-            if env_key in stale:
-                db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                           "last_used_at=excluded.last_used_at",
-                           (env_key, json.dumps(spec, sort_keys=True), now, now))
-            db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
-                           [(env_key, key, holder, pid, start, expires, now) for key in keys])
-            touch = [k for k in keys if k in stale]
-            if touch:
-                db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
-                           f"({','.join('?' * len(touch))})", (now, *touch))
+        stale = [k for k in (env_key, *keys) if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S
+                 and k not in (touched or ())]
+        present = {r[0] for r in db.execute(
+            f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(keys))})",  # noqa: S608 - placeholders only
+            keys)} if keys else set()
+        if present != set(keys):
+            return False
+        if env_key in stale:
+            db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                       "last_used_at=excluded.last_used_at",
+                       (env_key, json.dumps(spec, sort_keys=True), now, now))
+        db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
+                       [(env_key, key, holder, pid, start, expires, now) for key in keys])
+        touch = [k for k in keys if k in stale]
+        if touch:
+            db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
+                       f"({','.join('?' * len(touch))})", (now, *touch))
+        if touched is not None:
+            touched.extend(stale)
+        return True
+
+    def _remember_touched(self, keys: list[str]) -> None:
         if len(self._touched) > 65536:  # noqa: PLR2004 - a bound, not a tuning knob
             self._touched.clear()
-        self._touched.update(dict.fromkeys(stale, now))
-        return True
+        self._touched.update(dict.fromkeys(keys, time.time()))
 
     def release(self, env_key: str, holder: str) -> int:
         """Drop `holder`'s references to an environment; the entries stay cached."""

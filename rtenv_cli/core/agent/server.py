@@ -9,6 +9,7 @@ constant time); binding anything but loopback requires a token.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -301,11 +302,12 @@ class _HitsFirst:
     def __init__(self, app: Any, env_request: Any, authorized: Any, envs: Any) -> None:
         self.app, self.env_request, self.authorized, self.envs = (app, env_request, authorized,
                                                                   envs)
+        self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
-    def _hit(self, scope: dict[str, Any], body: bytes) -> Any:
+    async def _hit(self, scope: dict[str, Any], body: bytes) -> Any:
         headers = dict(scope.get("headers") or ())
         if self.authorized(headers.get(b"authorization", b"").decode("latin-1")) is not None:
             return None
@@ -313,10 +315,26 @@ class _HitsFirst:
             data = json.loads(body or b"{}")
             if not isinstance(data, dict):
                 return None
-            client = (scope.get("client") or ("",))[0]
-            return self.envs.try_hit(**self.env_request(data, client))
+            args = self.env_request(data, (scope.get("client") or ("",))[0])
         except (ValueError, RtenvError):
             return None  # Starlette's endpoint answers it, with the proper error
+        # group commit: the hits read in one turn of the event loop share one transaction
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._batch.append((args, done))
+        if len(self._batch) == 1:
+            loop.call_soon(self._commit_batch)
+        return await done
+
+    def _commit_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        try:
+            results = self.envs.try_hits([args for args, _done in batch])
+        except Exception:  # e.g. SQLite busy: the slow path answers each request properly
+            results = [None] * len(batch)
+        for (_args, done), result in zip(batch, results, strict=True):
+            if not done.done():
+                done.set_result(result)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not (scope["type"] == "http" and scope["method"] == "POST"
@@ -330,7 +348,7 @@ class _HitsFirst:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        handle = self._hit(scope, body)
+        handle = await self._hit(scope, body)
         if handle is None:
             replayed = False
 

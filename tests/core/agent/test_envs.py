@@ -111,6 +111,26 @@ def test_hits_record_references_always_and_last_use_to_the_second(
     assert env["holders"] == 3
 
 
+def test_try_hits_answers_each_request_in_one_transaction(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    spec = {"working_dir": f"file://{zpath}"}
+    built = envs.get_or_create(spec, holder="a")
+    hit, miss, bad = envs.try_hits([
+        {"runtime_env": spec, "holder": "b", "pid": None, "lease_s": None},
+        {"runtime_env": {"working_dir": f"file://{tmp_path}/absent.zip"}, "holder": "c",
+         "pid": None, "lease_s": None},
+        {"runtime_env": {"conda": "x"}, "holder": "d", "pid": None, "lease_s": None},
+    ])
+    assert hit is not None
+    assert (hit.key, hit.working_dir, hit.built) == (built.key, built.working_dir, ())
+    assert miss is None  # not built yet: the caller builds it
+    assert bad is None  # an error: the caller's slow path reports it
+    [env] = envs.list_envs()
+    assert env["holders"] == 2
+
+
 @pytest.mark.parametrize("field", ["conda", "container", "image_uri"])
 def test_unsupported_fields_are_refused(tmp_path: Path, field: str) -> None:
     with pytest.raises(UnsupportedError, match="not supported by the rtenv agent"):

@@ -212,6 +212,36 @@ def test_cache_hits_answered_early_keep_auth_and_errors(tmp_path: Path) -> None:
         assert missing.status_code == 400
 
 
+def test_concurrent_hits_share_commits_and_each_holds_its_reference(tmp_path: Path) -> None:
+    """Hits that arrive together are committed together (one transaction per event-loop turn);
+    each still gets its answer and its own reference, and a miss among them is built."""
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "A = 1\n"}), tmp_path)
+    other, other_zip = ray_package(make_tree(tmp_path / "wd2", {"b.py": "B = 1\n"}), tmp_path)
+    with agent_process(tmp_path / "s") as agent:
+        AgentTarget(agent.url).upload(uri, zpath)
+        AgentTarget(agent.url).upload(other, other_zip)
+        url = f"{agent.url}/api/envs"
+        first = requests.post(url, json={"runtime_env": {"working_dir": uri}, "holder": "h0"},
+                              timeout=30).json()
+
+        def post(i: int) -> dict:
+            wd = other if i == 7 else uri  # one miss in the crowd
+            resp = requests.post(url, json={"runtime_env": {"working_dir": wd},
+                                            "holder": f"h{i + 1}"}, timeout=60)
+            assert resp.status_code == 200, resp.text
+            return dict(resp.json())
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(post, range(48)))
+        hits = [a for i, a in enumerate(answers) if i != 7]
+        assert {a["key"] for a in hits} == {first["key"]}
+        assert all(a["built"] == [] for a in hits)
+        assert answers[7]["built"]  # the miss was built by the slow path
+        envs = requests.get(f"{agent.url}/api/envs", timeout=30).json()["envs"]
+        holders = {e["key"]: e["holders"] for e in envs}
+        assert holders[first["key"]] == 48  # h0 and 47 hits, each its own reference
+
+
 def test_token_required_and_constant_time_checked(tmp_path: Path) -> None:
     with agent_process(tmp_path / "s", token=TOKEN) as agent:
         url = f"{agent.url}/api/agent"
