@@ -46,7 +46,7 @@ _rtenv() {
         " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
         " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
-        " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
+        " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
         " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
         " push") COMPREPLY=($(compgen -W '--to --address --stage-to --output -o --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;

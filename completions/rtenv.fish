@@ -61,6 +61,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from explain' -l resource -d 'NAME=
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l gpu-vendor -x -a 'nvidia amd intel metax apple' -d 'Vendor behind the GPU resource.'
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l accelerator-type -d ''
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l job-runtime-env -d 'Job-level runtime_env merged under RUNTIME_ENV.'
+complete -c rtenv -n '__fish_seen_subcommand_from explain' -l app -d 'With a Serve config as RUNTIME_ENV: the application whose runtime_env to explain (needed when there are several).'
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l node-env -d 'K=V in the raylet'\''s environment. Repeatable.'
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l node-env-file -d 'dotenv file with the raylet'\''s environment.'
 complete -c rtenv -n '__fish_seen_subcommand_from explain' -l node-env-from-current -d 'Use this shell'\''s environment as the raylet'\''s.'

@@ -93,6 +93,7 @@ _rtenv_explain() {
         '--gpu-vendor[Vendor behind the GPU resource.]:value:(nvidia amd intel metax apple)' \
         '--accelerator-type[]' \
         '--job-runtime-env[Job-level runtime_env merged under RUNTIME_ENV.]' \
+        '--app[With a Serve config as RUNTIME_ENV\: the application whose runtime_env to explain (needed when there are several).]' \
         '--node-env[K=V in the raylet'\''s environment. Repeatable.]' \
         '--node-env-file[dotenv file with the raylet'\''s environment.]' \
         '--node-env-from-current[Use this shell'\''s environment as the raylet'\''s.]' \

@@ -50,6 +50,9 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     accelerator_type: Annotated[str | None, typer.Option("--accelerator-type")] = None,
     job_runtime_env: Annotated[Path | None, typer.Option(
         "--job-runtime-env", help="Job-level runtime_env merged under RUNTIME_ENV.")] = None,
+    app: Annotated[str | None, typer.Option(
+        "--app", help="With a Serve config as RUNTIME_ENV: the application whose runtime_env "
+        "to explain (needed when there are several).")] = None,
     node_env: Annotated[list[str] | None, typer.Option(
         "--node-env", help="K=V in the raylet's environment. Repeatable.")] = None,
     node_env_file: Annotated[Path | None, typer.Option(
@@ -77,6 +80,8 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         $ rtenv explain --kind actor --num-cpus 0.5 --resource TPU=4 --format json
 
         $ rtenv explain task_env.yaml --job-runtime-env job_env.yaml --format shell
+
+        $ rtenv explain serve_config.yaml --app llm --num-gpus 1
     """
     from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.explain import service
@@ -88,7 +93,7 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     req = service.build_request(
         runtime_env=runtime_env, job_runtime_env=job_runtime_env, kind=kind.value,
         num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=resource or [],
-        gpu_vendor=gpu_vendor.value, accelerator_type=accelerator_type, node_env=node)
+        gpu_vendor=gpu_vendor.value, accelerator_type=accelerator_type, node_env=node, app=app)
     result = service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
     out = Output("json" if fmt is ExplainFormat.json else "text")
     if verify:

@@ -33,6 +33,38 @@ def test_json_shape_and_sources(tmp_path) -> None:
     assert d["env"]["OMP_NUM_THREADS"] == "1"
 
 
+SERVE = """\
+applications:
+  - name: llm
+    import_path: llm:app
+    runtime_env: {env_vars: {MODEL: big}}
+  - name: web
+    import_path: web:app
+    runtime_env: {env_vars: {MODEL: none, PORT: "80"}}
+"""
+
+
+def test_serve_config_application_by_name(tmp_path) -> None:
+    cfg = write(tmp_path, "serve.yaml", SERVE)
+    web = run_cli(["explain", str(cfg), "--app", "web", "--format", "json"])
+    assert web.exit_code == 0, web.stderr
+    assert (web.json["env"]["MODEL"], web.json["env"]["PORT"]) == ("none", "80")
+    assert "applications" not in web.json["env"]
+    unnamed = run_cli(["explain", str(cfg)])
+    assert unnamed.exit_code == 2
+    assert "2 applications" in unnamed.stderr
+    assert "llm, web" in unnamed.stderr
+    wrong = run_cli(["explain", str(cfg), "--app", "nope"])
+    assert wrong.exit_code == 2
+    assert "llm, web" in wrong.stderr
+    single = write(tmp_path, "one.yaml", SERVE.split("  - name: web", maxsplit=1)[0])
+    only = run_cli(["explain", str(single), "--format", "json"])
+    assert only.exit_code == 0, only.stderr
+    assert only.json["env"]["MODEL"] == "big"
+    plain = write(tmp_path, "plain.yaml", "env_vars: {A: '1'}\n")
+    assert run_cli(["explain", str(plain), "--app", "llm"]).exit_code == 2
+
+
 def test_validation_errors_exit_1() -> None:
     r = run_cli(["explain", "--num-gpus", "1.5", "--resource", "TPU=3", "-f", "json"])
     assert r.exit_code == 1

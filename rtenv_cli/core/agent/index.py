@@ -73,6 +73,20 @@ def pid_alive(pid: int, start: str | None) -> bool:
     return current is None or current == start
 
 
+@contextmanager
+def _flocked(fd: int) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: SQLite's own locking alone
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class Index:
     """One connection per thread; writes in short BEGIN IMMEDIATE transactions."""
 
@@ -82,6 +96,10 @@ class Index:
         # one writer at a time in this process: SQLite's own busy handler backs off by sleeping
         # (1, 2, 5, 10 ms...), which would turn contention between threads into latency spikes
         self._write_lock = threading.Lock()
+        # ... and one writer at a time across processes (`rtenv agent --workers N`, the CLI): a
+        # blocking flock wakes the next writer when the lock is released, where SQLite's busy
+        # handler would poll with sleeps of 1-100 ms
+        self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o644)
         self._autocheckpoint = True
         self.conn().executescript(SCHEMA)
 
@@ -121,7 +139,7 @@ class Index:
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         db = self.conn()
-        with self._write_lock:
+        with self._write_lock, _flocked(self._lock_fd):
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db

@@ -18,7 +18,7 @@ from rtenv_cli.core.explain.allocation import (
 from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, predict
 
 
-def load_runtime_env(path: Path) -> dict[str, object]:
+def load_runtime_env(path: Path, app: str | None = None) -> dict[str, object]:
     # Not the composer-based spec loader: explain needs no positions and must start fast, so
     # JSON goes through json and YAML through PyYAML's C safe loader (same YAML 1.1 semantics).
     try:
@@ -43,7 +43,12 @@ def load_runtime_env(path: Path) -> dict[str, object]:
             raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
                               hint="fix the syntax (rtenv validate shows where)") from None
         raise
-    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
+    if isinstance(data, dict) and isinstance(data.get("applications"), list):
+        data = _serve_app_env(path, data["applications"], app)
+    elif app is not None:
+        raise UsageError(f"--app {app}: {path} is not a Serve config (no `applications:`)",
+                         path=str(path), hint="drop --app for a runtime_env or job file")
+    elif isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
         data = data["runtime_env"]  # a job spec holding a runtime_env
     if data is None:
         return {}
@@ -51,6 +56,26 @@ def load_runtime_env(path: Path) -> dict[str, object]:
         raise ConfigError(f"{path}: a runtime_env must be a mapping", path=str(path),
                           hint="write keys like env_vars:, working_dir:")
     return data
+
+
+def _serve_app_env(path: Path, applications: list[object], app: str | None) -> object:
+    """The runtime_env of one application of a Serve config (`serve deploy` file): the one
+    named `app`, or the only one."""
+    apps = [a for a in applications if isinstance(a, dict)]
+    names = [str(a.get("name", "default")) for a in apps]  # Serve's default app name
+    listed = ", ".join(names) or "none"
+    if app is None:
+        if len(apps) != 1:
+            raise UsageError(f"{path} is a Serve config with {len(apps)} applications",
+                             path=str(path), hint=f"pick one with --app NAME ({listed})")
+        chosen = apps[0]
+    else:
+        matches = [a for a, name in zip(apps, names, strict=True) if name == app]
+        if not matches:
+            raise UsageError(f"{path}: no Serve application named {app!r}", path=str(path),
+                             hint=f"the applications are: {listed}")
+        chosen = matches[0]
+    return chosen.get("runtime_env")
 
 
 def node_env_from(pairs: Sequence[str], env_file: Path | None,
@@ -81,7 +106,8 @@ def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | No
                   kind: str = "task", num_cpus: float | None = None, gpus: str | None = None,
                   num_gpus: float | None = None, resources: Sequence[str] = (),
                   gpu_vendor: str = "nvidia", accelerator_type: str | None = None,
-                  node_env: Mapping[str, str] | None = None) -> ExplainRequest:
+                  node_env: Mapping[str, str] | None = None,
+                  app: str | None = None) -> ExplainRequest:
     if gpus is not None and num_gpus is not None:
         raise UsageError("give --gpus or --num-gpus, not both")
     reqs: list[ResourceRequest] = []
@@ -92,7 +118,10 @@ def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | No
             raise UsageError("--num-gpus must be >= 0")
         reqs.append(request_from_amount("GPU", num_gpus))
     reqs += [parse_resource_arg(r) for r in resources]
-    task = load_runtime_env(runtime_env) if runtime_env else None
+    task = load_runtime_env(runtime_env, app) if runtime_env else None
+    if app is not None and runtime_env is None:
+        raise UsageError("--app needs a Serve config file", hint="rtenv explain serve.yaml "
+                         "--app NAME")
     job = load_runtime_env(job_runtime_env) if job_runtime_env else None
     if job is None and task is not None:
         job, task = task, None  # a single file is the job-level runtime_env

@@ -219,3 +219,27 @@ def test_sigkill_at_random_points_keeps_the_store_consistent(tmp_path: Path) -> 
         indexed = {e.path for e in entries}
         assert {f"entries/{p.name}" for p in (root / "entries").iterdir()} <= indexed
     assert sum(1 for e in Store(root).index.all() if e.kind == "uv") >= 8  # work was done
+
+
+def test_writers_in_several_processes_take_turns(tmp_path: Path) -> None:
+    """Index writes from separate processes (agent workers, the CLI) queue on one file lock
+    instead of failing with 'database is locked' or sleeping in SQLite's busy handler."""
+    store = Store(tmp_path / "store")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from rtenv_cli.core.agent.store import Store\n"
+        "index = Store(Path(sys.argv[1])).index\n"
+        "for i in range(300):\n"
+        "    with index.tx() as db:\n"
+        "        db.execute('INSERT INTO envs VALUES (?,?,?,?)',\n"
+        "                   (sys.argv[2] + str(i), '{}', 0, 0))\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(store.root), f"p{n}-"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _out, err in outs]
+    count = store.index.conn().execute("SELECT COUNT(*) FROM envs").fetchone()[0]
+    assert count == 900
+    assert (store.root / "index.sqlite.wlock").exists()
