@@ -81,7 +81,7 @@ class RayGcsTarget:
         return self._channel
 
     def _call(self, method: str, message: bytes, *, tail: Path | None = None,
-              on_progress: Callable[[int], None] | None = None) -> bytes:
+              tail_size: int = 0, on_progress: Callable[[int], None] | None = None) -> bytes:
         """One call; a broken connection (UNAVAILABLE: the GCS restarting, an idle connection
         closed) is retried on a new one with backoff, the file sent again from its start."""
         delay = 0.5
@@ -90,8 +90,7 @@ class RayGcsTarget:
                 if tail is None:
                     return self.channel().unary(method, message)
                 with tail.open("rb") as fh:
-                    return self.channel().unary(method, message, tail=fh,
-                                                tail_size=tail.stat().st_size,
+                    return self.channel().unary(method, message, tail=fh, tail_size=tail_size,
                                                 on_progress=on_progress)
             except NotGrpcError as exc:
                 raise TransportError(f"{self.address} is not a Ray GCS: it answers HTTP/1",
@@ -143,7 +142,8 @@ class RayGcsTarget:
                                   self.label)
         # key, overwrite, then the value last so that its bytes can follow from the file
         head = field_bytes(1, uri.encode()) + field_varint(3, 1) + varint(2 << 3 | 2) + varint(size)
-        reply = self._call(_KV + "InternalKVPut", head, tail=path, on_progress=on_progress)
+        reply = self._call(_KV + "InternalKVPut", head, tail=path, tail_size=size,
+                           on_progress=on_progress)
         _check_status(reply, 1, self.label)
 
     def published_uri(self, uri: str) -> str:
