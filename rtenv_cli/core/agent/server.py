@@ -295,9 +295,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
 class _HitsFirst:
     """The ASGI app, with cache hits of `POST /api/envs` answered before Starlette's routing and
     middleware: a hit is the agent's hot path (raylets and `rtenv run`s asking for environments
-    that exist), and the stack costs about as much as the hit itself. Anything else, a miss or
-    an error included, goes to Starlette with the body replayed, so behaviour stays one. Other
-    attributes (routes, state) are the Starlette app's."""
+    that exist), and the stack costs about as much as the hit itself. Hits read in the same turn
+    of the event loop are committed together (group commit: one SQLite transaction). Anything
+    else, a miss or an error included, goes to Starlette with the body replayed, so behaviour
+    stays one. Other attributes (routes, state) are the Starlette app's."""
 
     def __init__(self, app: Any, env_request: Any, authorized: Any, envs: Any) -> None:
         self.app, self.env_request, self.authorized, self.envs = (app, env_request, authorized,
@@ -375,14 +376,16 @@ def app_from_env():  # type: ignore[no-untyped-def]
     """uvicorn's app factory in each worker process of `rtenv agent --workers N`."""
     data = json.loads(os.environ[_CONFIG_ENV])
     root = data.pop("root")
-    return create_app(AgentConfig(root=Path(root) if root else None, **data))
+    app = create_app(AgentConfig(root=Path(root) if root else None, **data))
+    _quiet_gc()
+    return app
 
 
 def _quiet_gc() -> None:
     """Keep the cyclic GC off the request path: everything allocated at start-up (modules, the
     app, the store) is moved out of its reach, and young collections run every 50,000 instead of
-    700 allocations. The hot path allocates little that forms cycles, so memory is unchanged;
-    what goes away is the millisecond pause of a full collection landing inside a request."""
+    700 allocations. The hot path allocates little that forms cycles; what goes away is the
+    millisecond pause of a collection over the whole heap landing inside a request."""
     import gc
 
     gc.collect()
