@@ -1,4 +1,5 @@
-"""The push target protocol every transport implements (Ray dashboard, agent, store, file://)."""
+"""The push target protocol every transport implements (Ray GCS or dashboard, agent, store,
+file://)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ PIN_SECONDS = 600  # RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S default
 @runtime_checkable
 class Target(Protocol):
     label: str  # shown to users, e.g. "Ray cluster http://127.0.0.1:8265"
-    max_upload_bytes: int | None  # 100 MiB for Ray's dashboard; None = no limit
+    max_upload_bytes: int | None  # 100 MiB for Ray's dashboard, 512 MiB its GCS; None = no limit
 
     def exists(self, uri: str) -> bool:
         """Whether the target holds `uri` (for Ray: GET, which also pins it for 10 minutes)."""
