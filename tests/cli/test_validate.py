@@ -155,6 +155,7 @@ def test_as_a_real_process(tmp_path: Path) -> None:
                  max_leaves=10).map(lambda v: json.dumps(v).encode()),
 ))
 @example(b'{"":"\\ud800"}')  # a lone surrogate: once an internal error writing the JSON
+@example(b'{"pip":"\\u0000"}')  # a NUL in a requirements path: once an internal error
 def test_arbitrary_bytes_never_crash(data: bytes) -> None:
     result = run_cli(["validate", "-", "--format", "json"], input=data.decode("latin-1"))
     assert result.exit_code in (0, 1, 2)

@@ -35,7 +35,7 @@ def _from_file(ctx: Context, value: str, path: tuple[Any, ...]) -> list[Requirem
     file = Path(value) if Path(value).is_absolute() else ctx.base_dir / value
     try:
         lines = file.read_text().strip().split("\n")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # ValueError: undecodable, or a NUL in the path
         return []
     return [Requirement(line, path, f"{value}:{i + 1}") for i, line in enumerate(lines)]
 
