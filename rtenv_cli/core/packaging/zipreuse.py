@@ -16,6 +16,7 @@ stable since Python 3.6; the central directory is still written by `ZipFile.clos
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -140,6 +141,9 @@ def _slot(root: Path, key: str) -> Path:
 def open_previous(root: Path, key: str) -> PreviousZip | None:
     """The last zip built for (root, key), or None (none yet, or unreadable: build afresh)."""
     slot = _slot(root, key)
+    pending = _pending.pop(slot, None)
+    if pending is not None:  # this process's last build of the same source is still filing
+        pending.join()
     try:
         stats = {k: tuple(v) for k, v in json.loads(slot.with_suffix(".json").read_text()).items()}
         zf = zipfile.ZipFile(slot.with_suffix(".zip"))
@@ -152,8 +156,6 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
     """Keep `built` (hard link, else copy) as the previous zip of (root, key); best effort."""
     import shutil
 
-    from rtenv_cli.core.fsutil import atomic_write_text
-
     slot = _slot(root, key)
     try:
         slot.parent.mkdir(parents=True, exist_ok=True)
@@ -163,10 +165,32 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
             os.link(built, tmp)
         except OSError:
             shutil.copyfile(built, tmp)
-        # zip first, then the sidecar: a crash in between leaves the older sidecar beside the
-        # newer zip, and a file whose stat still matches the older build is unchanged in the
-        # newer one too, so a reused member is still the file's content
+        # the old zip keeps a second name until a thread drops it: freeing its pages takes
+        # tens of milliseconds, which then overlap the upload instead of preceding it
+        with contextlib.suppress(OSError):  # none yet
+            os.link(slot.with_suffix(".zip"), slot.with_suffix(f".{os.getpid()}.old"))
         os.replace(tmp, slot.with_suffix(".zip"))
-        atomic_write_text(slot.with_suffix(".json"), json.dumps(stats))
     except OSError:
-        pass
+        return
+    import threading
+
+    # zip first, then the sidecar (written by the thread, also off the upload's path): a crash
+    # in between leaves the older sidecar beside the newer zip, and a file whose stat still
+    # matches the older build is unchanged in the newer one too, so a reused member is still
+    # the file's content. Not a daemon: the process exits once both are done.
+    thread = threading.Thread(target=_finish_remember, args=(slot, stats),
+                              name="rtenv-remember-zip")
+    _pending[slot] = thread
+    thread.start()
+
+
+_pending: dict[Path, Any] = {}  # slot -> the thread still writing its sidecar
+
+
+def _finish_remember(slot: Path, stats: dict[str, StatKey]) -> None:
+    from rtenv_cli.core.fsutil import atomic_write_text
+
+    with contextlib.suppress(OSError):
+        atomic_write_text(slot.with_suffix(".json"), json.dumps(stats))
+    for stale in slot.parent.glob("*.old"):  # this run's old zip, and any a crash left
+        stale.unlink(missing_ok=True)
