@@ -39,7 +39,7 @@ from rtenv_cli.core.packaging.hashing import (
 )
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
-from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_run
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, RawRuns
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
@@ -255,16 +255,15 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
         while pending and (in_flight > limit or not isinstance(pending[0][1], Future)
                            or pending[0][1].done()):
             items, fut = pending.popleft()
-            if isinstance(fut, _Raw):  # members of the previous zip, back to back there
-                run = [(fut.info, items[0][1])]
-                while pending and isinstance(pending[0][1], _Raw) and pending[0][1].info.\
-                        header_offset == previous.end_of(run[-1][0]):  # type: ignore[union-attr]
-                    more, nxt = pending.popleft()
-                    run.append((nxt.info, more[0][1]))  # type: ignore[union-attr]
-                    items = items + more
-                copy_run(zf, previous, run)  # type: ignore[arg-type]
-                result.reused += len(run)
-            elif fut is None:  # a directory or a large file: written in order, here
+            if isinstance(fut, _Raw):  # a member of the previous zip
+                runs.add(fut.info, items[0][1])  # type: ignore[union-attr]
+                result.reused += 1
+                if on_progress:
+                    on_progress(items[0][0].size)
+                continue
+            if runs is not None:
+                runs.flush()  # the previous members gathered so far go first
+            if fut is None:  # a directory or a large file: written in order, here
                 e, info = items[0]
                 if e.is_dir:
                     zf.writestr(info, b"")
@@ -295,6 +294,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     small = sum(1 for e, _i, raw in plan if raw is None and not e.is_dir and e.size <= _SMALL)
     with open(out, "w+b", buffering=1 << 20) as fh, \
             zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
+        runs = RawRuns(zf, previous) if previous is not None else None
         for e, info, raw in plan:
             if raw is None and not e.is_dir and e.size <= _SMALL:
                 batch.append((e, info))
@@ -308,6 +308,8 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
             drain(zf, _WINDOW)
         flush_batch(pool)
         drain(zf, -1)
+        if runs is not None:
+            runs.flush()
     return result
 
 

@@ -9,9 +9,10 @@ deflating: a run of members that were adjacent in the previous zip is copied as 
 (local headers hold no offsets, so they move verbatim; `os.copy_file_range` keeps the bytes in
 the kernel), and only their central-directory records are written anew with the new offsets.
 
-The stdlib `zipfile` has no public API for appending raw members, so `copy_raw` uses its
-source-documented internals (`ZipInfo.FileHeader`, `ZipFile.fp/filelist/NameToInfo/start_dir`),
-stable since Python 3.6; the central directory is still written by `ZipFile.close()`.
+The stdlib `zipfile` has no public API for appending raw members, so `copy_raw` and `copy_run`
+use its source-documented internals (`ZipInfo.FileHeader`,
+`ZipFile.fp/filelist/NameToInfo/start_dir`), stable since Python 3.6; the central directory is
+still written by `ZipFile.close()`.
 """
 
 from __future__ import annotations
@@ -87,6 +88,27 @@ class PreviousZip:
 
     def close(self) -> None:
         self.zf.close()
+
+
+class RawRuns:
+    """Members of `previous` to append raw to ZipFile `dst`, in order: neighbours there are
+    gathered and copied as one byte range (`copy_run`). `flush()` before anything else is
+    written to `dst`, and before it is closed."""
+
+    def __init__(self, dst: Any, previous: PreviousZip) -> None:
+        self.dst, self.previous = dst, previous
+        self.run: list[tuple[Any, Any]] = []
+
+    def add(self, old: Any, new: Any) -> None:
+        """Append member `old` of `previous` as `new` (same name)."""
+        if self.run and old.header_offset != self.previous.end_of(self.run[-1][0]):
+            self.flush()
+        self.run.append((old, new))
+
+    def flush(self) -> None:
+        if self.run:
+            copy_run(self.dst, self.previous, self.run)
+            self.run = []
 
 
 def copy_run(dst: Any, previous: PreviousZip, members: list[tuple[Any, Any]]) -> None:

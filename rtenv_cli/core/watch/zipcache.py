@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.zipreuse import PreviousZip, copy_run
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, RawRuns
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -63,33 +63,27 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     reused = compressed = 0
     digests: dict[str, bytes] = {}
     src_zip = None
-    run: list[tuple[zipfile.ZipInfo, zipfile.ZipInfo]] = []  # reusable neighbours, not yet copied
     try:
         if previous is not None and previous.path.exists():
             src_zip = PreviousZip(zipfile.ZipFile(previous.path), {})
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED,
                              compresslevel=compresslevel, strict_timestamps=False) as zf:
-
-            def flush_run() -> None:
-                if run:
-                    copy_run(zf, src_zip, run)  # type: ignore[arg-type]
-                    run.clear()
-
+            runs = RawRuns(zf, src_zip) if src_zip is not None else None
             for entry in sorted(snap.files(), key=lambda e: e.relpath):
                 name = prefix + entry.relpath
                 digests[entry.relpath] = entry.digest
                 old = src_zip.zf.NameToInfo.get(name) if src_zip is not None else None
-                if (old is not None and previous is not None
+                if (runs is not None and old is not None and previous is not None
                         and previous.digests.get(entry.relpath) == entry.digest):
-                    if run and old.header_offset != src_zip.end_of(run[-1][0]):  # type: ignore[union-attr]
-                        flush_run()
-                    run.append((old, zipfile.ZipInfo(name)))
+                    runs.add(old, zipfile.ZipInfo(name))
                     reused += 1
                     continue
-                flush_run()
+                if runs is not None:
+                    runs.flush()
                 _write_fresh(zf, snap.root, entry, name)
                 compressed += 1
-            flush_run()
+            if runs is not None:
+                runs.flush()
             for rel in snap.leaf_dirs():
                 name = prefix + ("" if rel == "." else rel + "/")
                 if not name:
