@@ -192,19 +192,11 @@ class Environments:
         assert handle is not None  # noqa: S101 - build=True never returns None
         return handle
 
-    def try_hit(self, runtime_env: Mapping[str, Any], *, holder: str, pid: int | None = None,
-                lease_s: float | None = None) -> EnvHandle | None:
-        """The environment if every entry is already built (no build, no wait), else None.
-
-        One short transaction: cheap enough for the server's event loop.
-        """
-        return self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
-                                   base_dir=None, build=False)
-
     def try_hits(self, requests: Sequence[Mapping[str, Any]]) -> list[EnvHandle | None]:
-        """`try_hit` for several requests (each `runtime_env`, `holder`, `pid`, `lease_s`) in
-        one transaction: the server batches the hits that arrive together, so they share one
-        commit. A request that is not a plain hit (a miss, an error) gets None."""
+        """For each request (`runtime_env`, `holder`, `pid`, `lease_s`), the environment if
+        every entry is already built (no build, no wait), else None (a miss, an error): all in
+        one short transaction, cheap enough for the server's event loop, which batches the hits
+        that arrive together so they share one commit."""
         results: list[EnvHandle | None] = []
         touched: list[str] = []
         with self.store.index.tx() as db:
