@@ -140,7 +140,7 @@ class RayDashboardTarget:
 
     # -- Target -------------------------------------------------------------------------------
     def exists(self, uri: str) -> bool:
-        resp = self._call("GET", _name(uri))
+        resp = self._call("GET", package_name(uri))
         if resp.status_code == 200:  # noqa: PLR2004
             return True
         if resp.status_code == 404:  # noqa: PLR2004
@@ -155,7 +155,7 @@ class RayDashboardTarget:
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:
             raise too_large_error(uri, size, self.max_upload_bytes, self.offenders.get(uri),
                                   self.label)
-        resp = self._call("PUT", _name(uri), body_path=path)
+        resp = self._call("PUT", package_name(uri), body_path=path)
         text = resp.text[:300] if resp.status_code != 200 else ""  # noqa: PLR2004
         if resp.status_code == 413 or (resp.status_code == 500  # noqa: PLR2004
                                        and "EntityTooLarge" in text):
@@ -170,7 +170,8 @@ class RayDashboardTarget:
         return uri
 
 
-def _name(uri: str) -> str:
+def package_name(uri: str) -> str:
+    """`_ray_pkg_<hash>.zip` of a gcs:// URI; any other URI cannot go to a Ray cluster."""
     if not uri.startswith("gcs://"):
         raise TransportError(f"only gcs:// packages can be pushed to a Ray cluster, not {uri}")
     return uri.removeprefix("gcs://")

@@ -30,7 +30,7 @@ from rtenv_cli.core.transport.grpc_unary import (
     parse_fields,
     varint,
 )
-from rtenv_cli.core.transport.ray_dashboard import load_token, too_large_error
+from rtenv_cli.core.transport.ray_dashboard import load_token, package_name, too_large_error
 
 _KV = "/ray.rpc.InternalKVGcsService/"
 _PIN = "/ray.rpc.RuntimeEnvGcsService/PinRuntimeEnvURI"
@@ -126,7 +126,7 @@ class RayGcsTarget:
     # -- Target -------------------------------------------------------------------------------
     def exists(self, uri: str) -> bool:
         """Pin `uri` for 10 minutes, then ask whether the GCS holds it (the dashboard's GET)."""
-        _gcs_uri(uri)
+        package_name(uri)  # refuses anything but gcs://
         self._pin(uri)
         reply = self._call(_KV + "InternalKVExists", field_bytes(1, uri.encode()))
         _check_status(reply, 1, self.label)
@@ -134,7 +134,7 @@ class RayGcsTarget:
 
     def upload(self, uri: str, path: Path, *,
                on_progress: Callable[[int], None] | None = None) -> None:
-        _gcs_uri(uri)
+        package_name(uri)  # refuses anything but gcs://
         path = Path(path)
         size = path.stat().st_size
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:
@@ -153,11 +153,6 @@ class RayGcsTarget:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
-
-
-def _gcs_uri(uri: str) -> None:
-    if not uri.startswith("gcs://"):
-        raise TransportError(f"only gcs:// packages can be pushed to a Ray cluster, not {uri}")
 
 
 def _check_status(reply: bytes, number: int, label: str) -> None:
