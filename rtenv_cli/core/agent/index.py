@@ -16,6 +16,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY, kind TEXT NOT NULL, uri TEXT NOT NULL, label TEXT NOT NULL,
@@ -75,9 +80,7 @@ def pid_alive(pid: int, start: str | None) -> bool:
 
 @contextmanager
 def _flocked(fd: int) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: SQLite's own locking alone
+    if fcntl is None:  # not POSIX: SQLite's own locking alone
         yield
         return
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -98,7 +101,8 @@ class Index:
         self._write_lock = threading.Lock()
         # ... and one writer at a time across processes (`rtenv agent --workers N`, the CLI): a
         # blocking flock wakes the next writer when the lock is released, where SQLite's busy
-        # handler would poll with sleeps of 1-100 ms
+        # handler would poll with sleeps of 1-100 ms (and filelock, used for the per-key build
+        # locks, polls too: hence flock(2) itself here)
         self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o644)
         self._autocheckpoint = True
         self.conn().executescript(SCHEMA)
