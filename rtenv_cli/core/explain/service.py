@@ -43,13 +43,16 @@ def load_runtime_env(path: Path, app: str | None = None) -> dict[str, object]:
             raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
                               hint="fix the syntax (rtenv validate shows where)") from None
         raise
-    if isinstance(data, dict) and isinstance(data.get("applications"), list):
-        data = _serve_app_env(path, data["applications"], app)
+    from rtenv_cli.core.spec.locate import document_kind  # the shapes validate recognises
+
+    kind = document_kind(data)
+    if kind == "serve":
+        data = _serve_app_env(path, data["applications"], app)  # type: ignore[index]
     elif app is not None:
         raise UsageError(f"--app {app}: {path} is not a Serve config (no `applications:`)",
                          path=str(path), hint="drop --app for a runtime_env or job file")
-    elif isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
-        data = data["runtime_env"]  # a job spec holding a runtime_env
+    elif kind == "job":
+        data = data["runtime_env"]  # type: ignore[index]
     if data is None:
         return {}
     if not isinstance(data, dict):
