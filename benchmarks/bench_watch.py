@@ -35,6 +35,7 @@ from benchmarks.common import (
     bytecode_env,
     ray_gcs_put_floor,
     ray_put_floor,
+    run_measured,
 )
 
 B = "watch"
@@ -158,10 +159,11 @@ def _ray_repush(dashboard: str, root: Path, n: int) -> tuple[list[float], int]:
 
 
 def child_json(code: str, *args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         check=True, timeout=600,
-                         env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **bytecode_env()))
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    """Run `code` in a fresh interpreter the way every benchmark child runs; its last line."""
+    res = run_measured([sys.executable, "-c", code, *args], env={"RAY_USAGE_STATS_ENABLED": "0"})
+    if res["returncode"] != 0:
+        raise RuntimeError(res["stderr"][-3000:])
+    return dict(json.loads(res["stdout"].strip().splitlines()[-1]))
 
 
 def _client_share(tree: Path, n: int) -> list[float]:
