@@ -300,35 +300,41 @@ def _cgroup(req: RunRequest, notify: Callable[[str, str | None], None]) -> Any:
 
 def _spawn(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
            notify: Callable[[str, str | None], None]) -> int:
-    try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd,
-                                preexec_fn=group.join if group is not None else None)  # noqa: PLW1509 - only writes our pid to cgroup.procs
-    except FileNotFoundError:
-        notify(f"command not found: {command[0]}", None)
-        return 127
-    except PermissionError:
-        notify(f"permission denied: {command[0]}", None)
-        return 126
-    except subprocess.SubprocessError as exc:  # joining the cgroup failed in the child
-        notify(f"cannot put the command in its cgroup ({exc}); running without resource "
-               "limits", None)
-        group.remove()
-        return _spawn(command, env, cwd, None, notify)
+    # The handlers go in BEFORE the child exists, so a signal sent between Popen returning and
+    # the handlers being installed cannot kill us while the child runs on; until the child
+    # exists a signal waits in `early`. exec() resets caught signals to the default, so the
+    # child starts with default dispositions, except those ignored when we were started
+    # (`nohup`, `cmd &`): we leave those ignored, for us and for the child, as a shell does.
+    child: list[subprocess.Popen[bytes]] = []
+    early: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        if not child:
+            early.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
+            child[0].send_signal(signum)
 
-    # SIGINT from a terminal reaches the child directly (same foreground process group); only
-    # forward it when there is no terminal, i.e. when someone `kill -INT`s us
-    forwarded = list(FORWARDED) + ([] if sys.stdin is not None and sys.stdin.isatty()
-                                   else [signal.SIGINT])
+    def swallow(_signum: int, _frame: object) -> None:
+        """SIGINT from a terminal reaches the child directly (same foreground process group):
+        we wait for it to exit instead of dying first. A handler, not SIG_IGN, which the child
+        would inherit."""
+
+    # forward SIGINT only when there is no terminal, i.e. when someone `kill -INT`s us
+    tty = sys.stdin is not None and sys.stdin.isatty()
     previous = {}
-    for sig in forwarded:
-        previous[sig] = signal.signal(sig, forward)
-    if signal.SIGINT not in previous:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (*FORWARDED, signal.SIGINT):
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, swallow if sig == signal.SIGINT and tty
+                                          else forward)
     try:
+        started = _popen(command, env, cwd, group, notify)
+        if isinstance(started, int):
+            return started
+        proc, group = started
+        child.append(proc)
+        for signum in early:
+            forward(signum, None)
         code = proc.wait()
     finally:
         for sig, handler in previous.items():
@@ -336,3 +342,26 @@ def _spawn(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
     if group is not None and group.oom_killed():
         notify("the command was killed by its memory limit (--memory)", None)
     return 128 - code if code < 0 else code
+
+
+def _popen(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
+           notify: Callable[[str, str | None], None]
+           ) -> tuple[subprocess.Popen[bytes], Any] | int:
+    """The started child and the cgroup it is in (None when it could not join one), or the
+    exit status a shell gives when a command cannot start (127/126)."""
+    try:
+        return subprocess.Popen(command, env=env, cwd=cwd,
+                                preexec_fn=group.join if group is not None else None), group  # noqa: PLW1509 - only writes our pid to cgroup.procs
+    except FileNotFoundError:
+        notify(f"command not found: {command[0]}", None)
+        return 127
+    except PermissionError:
+        notify(f"permission denied: {command[0]}", None)
+        return 126
+    except subprocess.SubprocessError as exc:  # joining the cgroup failed in the child
+        if group is None:
+            raise
+        notify(f"cannot put the command in its cgroup ({exc}); running without resource "
+               "limits", None)
+        group.remove()
+        return _popen(command, env, cwd, None, notify)

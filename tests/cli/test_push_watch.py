@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests.core.watch.helpers import wait_for
-from tests.support.cli import default_sigint, run_cli
+from tests.support.cli import default_signals, run_cli
 
 KEYS = {"uri", "added", "modified", "removed", "bytes_sent", "elapsed_ms", "trigger"}
 
@@ -64,7 +64,7 @@ def test_watch_json_lines_on_change_and_ctrl_c(tmp_path: Path) -> None:
         [sys.executable, "-m", "rtenv_cli", "push", "--watch", str(src), "--format", "json",
          "--quiet-ms", "100", "--on-change", cmd],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True, preexec_fn=default_sigint)  # noqa: PLW1509 - one signal() call
+        start_new_session=True, preexec_fn=default_signals)  # noqa: PLW1509 - only signal() calls
     try:
         first = _read_json_line(proc)
         assert first["trigger"] == "initial"

@@ -10,14 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import default_sigint, run_cli, run_process
+from tests.support.cli import default_signals, run_cli, run_process
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _rtenv(args: list[str], **kw: object) -> subprocess.Popen[str]:
+    kw.setdefault("preexec_fn", default_signals)
     return subprocess.Popen([sys.executable, "-m", "rtenv_cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+
+
+def _exit_code(proc: subprocess.Popen[str], timeout: float = 20) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"rtenv run did not exit in {timeout} s; stderr: {err!r}") from None
 
 
 def test_quickstart_runs_on_the_embedded_default() -> None:
@@ -54,7 +64,7 @@ def test_sigterm_is_forwarded() -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 42
+        assert _exit_code(proc) == 42
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -62,16 +72,32 @@ def test_sigterm_is_forwarded() -> None:
 
 def test_sigint_is_forwarded_without_a_terminal() -> None:
     code = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
-    proc = _rtenv(["run", "--", sys.executable, "-c", code], stdin=subprocess.DEVNULL,
-                  preexec_fn=default_sigint)
+    proc = _rtenv(["run", "--", sys.executable, "-c", code], stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 130  # KeyboardInterrupt dies by SIGINT: 128 + 2
+        assert _exit_code(proc) == 130  # KeyboardInterrupt dies by SIGINT: 128 + 2
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_signal_ignored_at_start_stays_ignored_like_nohup() -> None:
+    code = ("import signal\n"
+            "print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN,"
+            " signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)\n")
+
+    def nohup() -> None:
+        default_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = _rtenv(["run", "--", sys.executable, "-c", code], preexec_fn=nohup)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    # SIGHUP stays ignored in the command (nohup's promise); SIGTERM, which rtenv forwards,
+    # reaches the command at its default
+    assert out.split() == ["True", "False"]
 
 
 def _v1_writable() -> bool:

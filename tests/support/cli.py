@@ -48,9 +48,11 @@ def run_process(args: list[str], *, input: str | None = None,
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def default_sigint() -> None:
-    """`preexec_fn` for children that a test interrupts: a background job of a non-interactive
-    shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+def default_signals() -> None:
+    """`preexec_fn` for children that a test signals: a background job of a non-interactive
+    shell (or a CI harness) may start us with SIGINT/SIGTERM/SIGHUP ignored, and an ignored
+    signal stays ignored in every child (Python then installs no KeyboardInterrupt handler)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

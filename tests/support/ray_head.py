@@ -156,12 +156,17 @@ class RayHead:
         return (self.temp_dir / "ray" / "session_latest").resolve()
 
     def stop(self) -> None:
-        """Kill the process group we started (SIGTERM, then SIGKILL)."""
+        """Kill the process group we started (SIGTERM, then SIGKILL).
+
+        Ray's processes exit on SIGTERM, but `ray start --block` itself does not (it sits in its
+        monitor loop until killed), so waiting long for it only costs time: a few seconds' grace
+        for the rest of the group, then SIGKILL.
+        """
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)

@@ -17,7 +17,7 @@ from rtenv_cli.core.errors import OperationError
 from rtenv_cli.core.explain.worker_env import SRC_NODE, EnvPreview, ExplainRequest, predict
 
 _PROBE = r'''
-import json, os, sys, ray
+import json, os, sys, time, ray
 spec = json.loads(sys.argv[1])
 ray.init(address=spec["address"], runtime_env=spec["job"] or None, log_to_driver=False)
 
@@ -33,8 +33,25 @@ class ProbeActor:
     def read(self):
         return read()
 
+def settle(previous):
+    # A finished task's worker lease and a killed actor's resources go back to the raylet
+    # asynchronously: without this the next probe can get GPU 1 while GPU 0 is still being
+    # returned. Wait until everything the last probe held is free again in the GCS's view, which
+    # trails the raylet by one report period (100 ms): hence the sleep before looking.
+    if not previous:
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        free, total = ray.available_resources(), ray.cluster_resources()
+        if all(free.get(k, 0) >= total.get(k, 0) for k in previous):
+            return
+
 out = []
+held = []
 for p in spec["probes"]:
+    settle(held)
+    held = [k for k, v in p["resources"].items() if v] + (["GPU"] if p["num_gpus"] else [])
     opts = {"resources": p["resources"]}
     if p["num_cpus"] is not None:
         opts["num_cpus"] = p["num_cpus"]
