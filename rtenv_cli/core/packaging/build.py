@@ -17,6 +17,7 @@ top-level directory from remote (`file://`, `https://`) zips, and only from thos
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import zlib
@@ -39,7 +40,7 @@ from rtenv_cli.core.packaging.hashing import (
 )
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
-from rtenv_cli.core.packaging.zipreuse import PreviousZip, RawRuns
+from rtenv_cli.core.packaging.zipreuse import PreviousZip
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
@@ -183,10 +184,6 @@ def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
             sha256.hexdigest())
 
 
-class _Raw(NamedTuple):
-    info: Any  # the previous zip's ZipInfo of an unchanged file
-
-
 def _stat_key(e: Entry) -> tuple[int, int, int, int]:
     return (e.size, e.mtime_ns, e.ino, e.mode)
 
@@ -225,21 +222,18 @@ def _pool(small_files: int) -> Any:
 
 def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one pass
                on_progress: Callable[[int], None] | None,
-               previous: PreviousZip | None = None) -> _ZipPass:
-    """Write the zip, hashing every file it reads on the same read.
-
-    Members of `previous` (the last build of this source) whose file stat is unchanged are
-    copied raw, neither read from the tree nor compressed again. Small files are prepared
-    (read, hashed, deflated) in worker batches; the writer appends them in order.
+               entries: Sequence[Entry] | None = None) -> _ZipPass:
+    """Write the zip of `entries` (default: every entry of the scan that goes in the zip),
+    hashing every file it reads on the same read. Small files are prepared (read, hashed,
+    deflated) in worker batches; the writer appends them in order.
     """
     import zipfile
     from collections import deque
     from concurrent.futures import Future
 
     result = _ZipPass()
-    # (entries with their ZipInfo, future of a worker batch | _Raw | None for in-order work)
-    pending: deque[tuple[list[tuple[Entry, Any]], Future[list[_Prepared]] | _Raw | None]] = \
-        deque()
+    # (entries with their ZipInfo, future of a worker batch | None for in-order work)
+    pending: deque[tuple[list[tuple[Entry, Any]], Future[list[_Prepared]] | None]] = deque()
     in_flight = 0
     batch: list[tuple[Entry, Any]] = []
     batch_bytes = 0
@@ -255,14 +249,6 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
         while pending and (in_flight > limit or not isinstance(pending[0][1], Future)
                            or pending[0][1].done()):
             items, fut = pending.popleft()
-            if isinstance(fut, _Raw):  # a member of the previous zip
-                runs.add(fut.info, items[0][1])  # type: ignore[union-attr]
-                result.reused += 1
-                if on_progress:
-                    on_progress(items[0][0].size)
-                continue
-            if runs is not None:
-                runs.flush()  # the previous members gathered so far go first
             if fut is None:  # a directory or a large file: written in order, here
                 e, info = items[0]
                 if e.is_dir:
@@ -285,18 +271,13 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
             pending.append((batch, pool.submit(_prepare_batch, [e for e, _i in batch])))
             batch, batch_bytes = [], 0
 
-    plan = []  # (entry, ZipInfo, the previous zip's member or None), in scan order
-    for e in scan.entries:
-        if e.in_zip:
-            info = _info(e, scan, prefix)
-            plan.append((e, info, previous.member(info.filename, _stat_key(e))
-                         if previous is not None and not e.is_dir else None))
-    small = sum(1 for e, _i, raw in plan if raw is None and not e.is_dir and e.size <= _SMALL)
+    plan = [(e, _info(e, scan, prefix))
+            for e in (entries if entries is not None else scan.entries) if e.in_zip]
+    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
     with open(out, "w+b", buffering=1 << 20) as fh, \
             zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
-        runs = RawRuns(zf, previous) if previous is not None else None
-        for e, info, raw in plan:
-            if raw is None and not e.is_dir and e.size <= _SMALL:
+        for e, info in plan:
+            if not e.is_dir and e.size <= _SMALL:
                 batch.append((e, info))
                 batch_bytes += e.size
                 in_flight += e.size
@@ -304,12 +285,43 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
                     flush_batch(pool)
             else:
                 flush_batch(pool)  # keep the zip in scan order
-                pending.append(([(e, info)], _Raw(raw) if raw is not None else None))
+                pending.append(([(e, info)], None))
             drain(zf, _WINDOW)
         flush_batch(pool)
         drain(zf, -1)
-        if runs is not None:
-            runs.flush()
+    return result
+
+
+def _rebuild(scan: PackageScan, out: Path, prefix: str,
+             on_progress: Callable[[int], None] | None, previous: PreviousZip) -> _ZipPass:
+    """Write the zip reusing `previous` (the last build of this source): only the files whose
+    stat changed are read and compressed, into a zip of their own; `zipreuse.splice` then
+    assembles both in scan order. Unspliceable (zip64) propagates: the caller builds afresh."""
+    parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
+    fresh: list[Entry] = []
+    reused_bytes = 0
+    for e in scan.entries:
+        if not e.in_zip:
+            continue
+        name = arcname(e, scan, prefix)
+        old = not e.is_dir and previous.reusable(name, _stat_key(e))
+        parts.append((name, old))
+        if old:
+            reused_bytes += e.size
+        else:
+            fresh.append(e)
+    if on_progress and reused_bytes:
+        on_progress(reused_bytes)
+    part = out.with_name(out.name + ".changed")
+    try:
+        result = _write_zip(scan, part, prefix, on_progress, fresh)
+        new = zipreuse.ZipIndex.read(part)
+        if new is None:
+            raise zipreuse.Unspliceable("the changed files need zip64")
+        zipreuse.splice(out, [(previous.index if old else new, name) for name, old in parts])
+    finally:
+        part.unlink(missing_ok=True)
+    result.reused = len(parts) - len(fresh)
     return result
 
 
@@ -343,13 +355,15 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
     try:
-        zip_pass = _write_zip(scan, tmp, prefix, on_progress, previous)
+        zip_pass = None
+        if previous is not None:
+            with contextlib.suppress(zipreuse.Unspliceable):
+                zip_pass = _rebuild(scan, tmp, prefix, on_progress, previous)
+        if zip_pass is None:
+            zip_pass = _write_zip(scan, tmp, prefix, on_progress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    finally:
-        if previous is not None:
-            previous.close()
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])

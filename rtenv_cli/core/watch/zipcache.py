@@ -1,14 +1,11 @@
 """Rebuild a package zip reusing the already-compressed members of unchanged files.
 
-Ray's dashboard only takes whole zips, so each re-push to Ray re-sends everything; what can be
-saved is the client-side work. A member whose (relpath, digest) is unchanged since the previous
-build is copied as raw compressed bytes from the previous zip: its local header is re-written at
-the new offset and its data copied without inflating or deflating. The stdlib `zipfile` has no
-public API for that, so this uses its documented-by-source internals (`ZipInfo.FileHeader`,
-`ZipFile.fp/filelist/NameToInfo/start_dir`), which have been stable since Python 3.6; the central
-directory is still written by `ZipFile.close()`. Changed files are compressed fresh, and the
-content read is hashed on the way: if it no longer matches the snapshot digest (the file changed
-after it was hashed) ContentChanged is raised and nothing is published.
+Ray only takes whole zips, so each re-push to Ray re-sends everything; what can be saved is the
+client-side work. The changed files (their (relpath, digest) differs from the previous build's)
+are compressed fresh into a zip of their own, hashed on the way: if what is read no longer
+matches the snapshot digest (the file changed after it was hashed) ContentChanged is raised and
+nothing is published. `zipreuse.splice` then assembles the package from both zips, unchanged
+members copied verbatim as byte ranges of the previous zip.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.zipreuse import PreviousZip, RawRuns
+from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -52,54 +49,66 @@ class BuiltZip:
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
               *, compresslevel: int = 1) -> BuiltZip:
     """Write `snap` as Ray's zip layout under `dest_dir/_ray_pkg_<h>.zip`."""
-    import zipfile
-
     uri = snap.uri
     prefix = f"{snap.name}/" if snap.kind == "py_module" else ""
     dest_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=".building-", suffix=".zip", dir=dest_dir)
     os.close(fd)
     tmp = Path(tmp_name)
-    reused = compressed = 0
+    part = tmp.with_name(tmp.name + ".changed")
+    index = ZipIndex.read(previous.path) if previous is not None else None
     digests: dict[str, bytes] = {}
-    src_zip = None
+    members: list[tuple[str, Any]] = []  # (name, snapshot entry), in zip order: files, dirs
+    reuse: set[str] = set()  # names copied from the previous zip
+    for entry in sorted(snap.files(), key=lambda e: e.relpath):
+        name = prefix + entry.relpath
+        digests[entry.relpath] = entry.digest
+        members.append((name, entry))
+        if (index is not None and previous is not None and name in index.members
+                and previous.digests.get(entry.relpath) == entry.digest):
+            reuse.add(name)
+    for rel in snap.leaf_dirs():
+        # Ray's empty working_dir zip holds a single "./" entry
+        members.append((prefix + ("" if rel == "." else rel + "/") or "./", snap.entries[rel]))
     try:
-        if previous is not None and previous.path.exists():
-            src_zip = PreviousZip(zipfile.ZipFile(previous.path), {})
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED,
-                             compresslevel=compresslevel, strict_timestamps=False) as zf:
-            runs = RawRuns(zf, src_zip) if src_zip is not None else None
-            for entry in sorted(snap.files(), key=lambda e: e.relpath):
-                name = prefix + entry.relpath
-                digests[entry.relpath] = entry.digest
-                old = src_zip.zf.NameToInfo.get(name) if src_zip is not None else None
-                if (runs is not None and old is not None and previous is not None
-                        and previous.digests.get(entry.relpath) == entry.digest):
-                    runs.add(old, zipfile.ZipInfo(name))
-                    reused += 1
-                    continue
-                if runs is not None:
-                    runs.flush()
-                _write_fresh(zf, snap.root, entry, name)
-                compressed += 1
-            if runs is not None:
-                runs.flush()
-            for rel in snap.leaf_dirs():
-                name = prefix + ("" if rel == "." else rel + "/")
-                if not name:
-                    name = "./"  # Ray's empty working_dir zip holds a single "./" entry
-                info = zipfile.ZipInfo(name, _ZIP_EPOCH)
-                info.external_attr = ((snap.entries[rel].mode & 0xFFFF) << 16) | 0x10
-                zf.writestr(info, b"")
+        try:
+            if index is None:
+                raise Unspliceable("no previous zip")
+            _write_members(part, snap.root, [m for m in members if m[0] not in reuse],
+                           compresslevel)
+            new = ZipIndex.read(part)
+            if new is None:
+                raise Unspliceable("the changed files need zip64")
+            splice(tmp, [(index if name in reuse else new, name) for name, _e in members])
+        except Unspliceable:
+            reuse.clear()
+            _write_members(tmp, snap.root, members, compresslevel)
         final = dest_dir / uri.removeprefix("gcs://")
         tmp.replace(final)
-        return BuiltZip(uri, final, final.stat().st_size, reused, compressed, digests)
+        fresh_files = sum(1 for name, _e in members if name not in reuse
+                          and not name.endswith("/"))
+        return BuiltZip(uri, final, final.stat().st_size, len(reuse), fresh_files, digests)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     finally:
-        if src_zip is not None:
-            src_zip.close()
+        part.unlink(missing_ok=True)
+
+
+def _write_members(out: Path, root: Path, members: list[tuple[str, Any]],
+                   compresslevel: int) -> None:
+    """A zip of `members`: files compressed fresh (and checked), directories as empty members."""
+    import zipfile
+
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED,
+                         compresslevel=compresslevel, strict_timestamps=False) as zf:
+        for name, entry in members:
+            if name.endswith("/"):
+                info = zipfile.ZipInfo(name, _ZIP_EPOCH)
+                info.external_attr = ((entry.mode & 0xFFFF) << 16) | 0x10
+                zf.writestr(info, b"")
+            else:
+                _write_fresh(zf, root, entry, name)
 
 
 def _write_fresh(zf: Any, root: Path, entry: Any, name: str) -> None:

@@ -124,6 +124,9 @@ def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: s
         assert {i.filename: ours.read(i) for i in ours.infolist()} == \
             {i.filename: ray.read(i) for i in ray.infolist()}
     kept = second.path.read_bytes()
+    cold = build_package(root, kind=kind, env={}, dest_dir=tmp_path / "cold", use_cache=False)
+    assert cold.reused == 0
+    assert cold.path.read_bytes() == kept  # the spliced rebuild is what a fresh build writes
     second.path.unlink()
     third = build_package(root, kind=kind, env={}, dest_dir=out)  # nothing changed
     assert third.reused == 31

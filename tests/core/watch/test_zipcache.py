@@ -26,6 +26,9 @@ def test_rebuild_reuses_compressed_members(tmp_path: Path) -> None:
     second = build_zip(snap, tmp_path / "out", first)
     assert (second.reused, second.compressed) == (19, 1)
     verify_package(second.path.name, second.path)
+    fresh = build_zip(snap, tmp_path / "fresh")  # no previous zip: every member written anew
+    assert fresh.compressed == 20
+    assert fresh.path.read_bytes() == second.path.read_bytes()
     with zipfile.ZipFile(second.path) as zf:
         assert zf.testzip() is None
         assert zf.read("d/f3.txt") == b"new content\n"

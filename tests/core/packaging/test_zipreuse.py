@@ -1,0 +1,93 @@
+"""zipreuse: reading a central directory without zipfile objects, and splicing members."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.packaging import zipreuse
+from rtenv_cli.core.packaging.build import build_package
+from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice
+
+
+def _zip(path: Path, members: dict[str, bytes], **kw: object) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, **kw) as zf:  # type: ignore[arg-type]
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_index_matches_zipfile(tmp_path: Path) -> None:
+    z = _zip(tmp_path / "a.zip", {"a.txt": b"a" * 1000, "d/": b"", "é/ü.py": os.urandom(300)})
+    index = ZipIndex.read(z)
+    assert index is not None
+    with zipfile.ZipFile(z) as zf:
+        infos = zf.infolist()
+        assert list(index.members) == [i.filename for i in infos]
+        for i, nxt in zip(infos, [*infos[1:], None], strict=True):
+            m = index.members[i.filename]
+            assert m.start == i.header_offset
+            assert m.end == (nxt.header_offset if nxt else zf.start_dir)
+
+
+@pytest.mark.parametrize("damage", ["comment", "truncated", "not a zip", "empty"])
+def test_index_refuses_what_it_cannot_splice(tmp_path: Path, damage: str) -> None:
+    z = _zip(tmp_path / "a.zip", {"a.txt": b"abc", "b.txt": b"def"})
+    if damage == "comment":
+        with zipfile.ZipFile(z, "a") as zf:
+            zf.comment = b"hello"
+    elif damage == "truncated":
+        z.write_bytes(z.read_bytes()[:-30])
+    elif damage == "not a zip":
+        z.write_bytes(b"x" * 100)
+    else:
+        z.write_bytes(b"")
+    assert ZipIndex.read(z) is None
+
+
+def test_splice_takes_members_from_two_zips_in_any_order(tmp_path: Path) -> None:
+    a = _zip(tmp_path / "a.zip", {"1": b"one" * 100, "2": b"two", "3": os.urandom(5000)})
+    b = _zip(tmp_path / "b.zip", {"x/": b"", "y": b"why" * 50})
+    ia, ib = ZipIndex.read(a), ZipIndex.read(b)
+    assert ia is not None
+    assert ib is not None
+    out = tmp_path / "out.zip"
+    size = splice(out, [(ia, "1"), (ib, "y"), (ia, "2"), (ia, "3"), (ib, "x/")])
+    assert size == out.stat().st_size
+    with zipfile.ZipFile(out) as zf, zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        assert zf.testzip() is None
+        assert zf.namelist() == ["1", "y", "2", "3", "x/"]
+        assert zf.read("3") == za.read("3")
+        assert zf.read("y") == zb.read("y")
+    # a splice of one whole zip in its own order is that zip, byte for byte
+    splice(tmp_path / "same.zip", [(ia, n) for n in ["1", "2", "3"]])
+    assert (tmp_path / "same.zip").read_bytes() == a.read_bytes()
+
+
+def test_splice_refuses_what_needs_zip64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _zip(tmp_path / "a.zip", {"1": b"1", "2": b"2", "3": b"3"})
+    ia = ZipIndex.read(a)
+    assert ia is not None
+    monkeypatch.setattr(zipreuse, "_MAX_COUNT", 2)
+    with pytest.raises(Unspliceable):
+        splice(tmp_path / "out.zip", [(ia, n) for n in ["1", "2", "3"]])
+
+
+def test_a_rebuild_that_cannot_splice_builds_afresh(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "src"
+    root.mkdir()
+    for i in range(5):
+        (root / f"m{i}.py").write_text(f"X = {i}\n" * 20)
+    first = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o")
+    (root / "m1.py").write_text("X = 'edited'\n")
+    monkeypatch.setattr(zipreuse, "_MAX_COUNT", 3)
+    second = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o")
+    assert second.reused == 0
+    assert second.uri != first.uri
+    cold = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "c",
+                         use_cache=False)
+    assert second.path.read_bytes() == cold.path.read_bytes()
