@@ -318,7 +318,8 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
         new = zipreuse.ZipIndex.read(part)
         if new is None:
             raise zipreuse.Unspliceable("the changed files need zip64")
-        zipreuse.splice(out, [(previous.index if old else new, name) for name, old in parts])
+        with new:
+            zipreuse.splice(out, [(previous.index if old else new, name) for name, old in parts])
     finally:
         part.unlink(missing_ok=True)
     result.reused = len(parts) - len(fresh)
@@ -364,6 +365,9 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        if previous is not None:
+            previous.close()
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])

@@ -85,37 +85,61 @@ class Member:
 
 @dataclass(frozen=True)
 class ZipIndex:
-    """A zip's members by name, read from its central directory alone.
+    """A zip's members by name, read from its central directory alone, and the zip kept open.
 
     Building zipfile.ZipInfo objects for 10,000 members costs ~80 ms; this reads the records
     with one struct each. A zip this cannot splice (zip64 fields, a comment, members that
-    overlap) gives None from `read`, and the caller builds afresh.
+    overlap) gives None from `read`, and the caller builds afresh. The descriptor stays open
+    until `close()`: the offsets are the ones of the file that was read, even if another
+    process replaces the path meanwhile.
     """
 
     path: Path
     members: dict[str, Member]
+    fd: int
 
     @classmethod
     def read(cls, path: Path) -> ZipIndex | None:
         try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < _EOCD.size:
-                    return None
-                fh.seek(size - _EOCD.size)
-                sig, _d, _cd_disk, _n_disk, count, cd_size, cd_start, comment = _EOCD.unpack(
-                    fh.read(_EOCD.size))
-                if (sig != _EOCD_SIG or comment or count >= _MAX_COUNT
-                        or cd_start + cd_size != size - _EOCD.size):
-                    return None
-                fh.seek(cd_start)
-                cd = fh.read(cd_size)
+            fd = os.open(path, os.O_RDONLY)
         except OSError:
             return None
-        return cls._parse(path, cd, count, cd_start)
+        index = None
+        try:
+            index = cls._read(path, fd)
+        except OSError:
+            pass
+        finally:
+            if index is None:
+                os.close(fd)
+        return index
 
     @classmethod
-    def _parse(cls, path: Path, cd: bytes, count: int, cd_start: int) -> ZipIndex | None:
+    def _read(cls, path: Path, fd: int) -> ZipIndex | None:
+        size = os.fstat(fd).st_size
+        if size < _EOCD.size:
+            return None
+        sig, _d, _cd_disk, _n_disk, count, cd_size, cd_start, comment = _EOCD.unpack(
+            os.pread(fd, _EOCD.size, size - _EOCD.size))
+        if (sig != _EOCD_SIG or comment or count >= _MAX_COUNT
+                or cd_start + cd_size != size - _EOCD.size):
+            return None
+        cd = os.pread(fd, cd_size, cd_start)
+        members = cls._parse(cd, count, cd_start)
+        return cls(path, members, fd) if members is not None else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def __enter__(self) -> ZipIndex:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _parse(cd: bytes, count: int, cd_start: int) -> dict[str, Member] | None:
         heads: list[tuple[int, str, bytes]] = []
         pos = 0
         try:
@@ -140,7 +164,7 @@ class ZipIndex:
             if end <= start:
                 return None
             members[name] = Member(start, end, record)
-        return cls(path, members)
+        return members
 
 
 def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
@@ -173,17 +197,10 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     if pos > _ZIP64_OFFSET or len(cd) > _ZIP64_OFFSET:
         raise Unspliceable("the central directory would start beyond 2 GiB")
     end = _EOCD.pack(_EOCD_SIG, 0, 0, len(parts), len(parts), len(cd), pos, 0)
-    fds: dict[Path, int] = {}
-    try:
-        with open(out, "wb") as fh:
-            for src, start, length, at in runs:
-                if src.path not in fds:
-                    fds[src.path] = os.open(src.path, os.O_RDONLY)
-                _copy_range(fds[src.path], fh.fileno(), start, length, at)
-            os.pwrite(fh.fileno(), cd + end, pos)
-    finally:
-        for fd in fds.values():
-            os.close(fd)
+    with open(out, "wb") as fh:
+        for src, start, length, at in runs:
+            _copy_range(src.fd, fh.fileno(), start, length, at)
+        os.pwrite(fh.fileno(), cd + end, pos)
     return pos + len(cd) + len(end)
 
 
@@ -196,6 +213,9 @@ class PreviousZip:
 
     def reusable(self, name: str, stat: StatKey) -> bool:
         return self.stats.get(name) == stat and name in self.index.members
+
+    def close(self) -> None:
+        self.index.close()
 
 
 def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int) -> None:

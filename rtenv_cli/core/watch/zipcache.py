@@ -79,7 +79,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
             new = ZipIndex.read(part)
             if new is None:
                 raise Unspliceable("the changed files need zip64")
-            splice(tmp, [(index if name in reuse else new, name) for name, _e in members])
+            with new:
+                splice(tmp, [(index if name in reuse else new, name) for name, _e in members])
         except Unspliceable:
             reuse.clear()
             _write_members(tmp, snap.root, members, compresslevel)
@@ -93,6 +94,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         raise
     finally:
         part.unlink(missing_ok=True)
+        if index is not None:
+            index.close()
 
 
 def _write_members(out: Path, root: Path, members: list[tuple[str, Any]],

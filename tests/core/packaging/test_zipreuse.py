@@ -24,6 +24,7 @@ def test_index_matches_zipfile(tmp_path: Path) -> None:
     z = _zip(tmp_path / "a.zip", {"a.txt": b"a" * 1000, "d/": b"", "é/ü.py": os.urandom(300)})
     index = ZipIndex.read(z)
     assert index is not None
+    index.close()
     with zipfile.ZipFile(z) as zf:
         infos = zf.infolist()
         assert list(index.members) == [i.filename for i in infos]
@@ -65,6 +66,13 @@ def test_splice_takes_members_from_two_zips_in_any_order(tmp_path: Path) -> None
     # a splice of one whole zip in its own order is that zip, byte for byte
     splice(tmp_path / "same.zip", [(ia, n) for n in ["1", "2", "3"]])
     assert (tmp_path / "same.zip").read_bytes() == a.read_bytes()
+    # the index reads the file it opened: a zip replaced under the same path changes nothing
+    a.unlink()
+    _zip(a, {"1": b"other"})
+    splice(tmp_path / "again.zip", [(ia, n) for n in ["1", "2", "3"]])
+    assert (tmp_path / "again.zip").read_bytes() == (tmp_path / "same.zip").read_bytes()
+    ia.close()
+    ib.close()
 
 
 def test_splice_refuses_what_needs_zip64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
