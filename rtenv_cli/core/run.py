@@ -316,21 +316,21 @@ def _spawn(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
             child[0].send_signal(signum)
 
     def swallow(_signum: int, _frame: object) -> None:
-        """SIGINT from a terminal reaches the child directly (same foreground process group):
-        we wait for it to exit instead of dying first. A handler, not SIG_IGN, which the child
-        would inherit."""
+        """Ctrl-C and Ctrl-\\ at a terminal reach the child directly (same foreground process
+        group): we wait for it to exit instead of dying first, and do not send a second one.
+        A handler, not SIG_IGN, which the child would inherit."""
 
-    # forward SIGINT only when there is no terminal, i.e. when someone `kill -INT`s us
+    # forward the keyboard's signals only when there is no terminal (someone `kill -INT`s us)
     tty = sys.stdin is not None and sys.stdin.isatty()
+    keyboard = (signal.SIGINT, signal.SIGQUIT)
     previous = {}
     for sig in (*FORWARDED, signal.SIGINT):
         if signal.getsignal(sig) != signal.SIG_IGN:
-            previous[sig] = signal.signal(sig, swallow if sig == signal.SIGINT and tty
-                                          else forward)
+            previous[sig] = signal.signal(sig, swallow if sig in keyboard and tty else forward)
     try:
         started = _popen(command, env, cwd, group, notify)
-        if isinstance(started, int):
-            return started
+        if isinstance(started, int):  # nothing started; a signal meanwhile still ends us
+            return 128 + early[0] if early else started
         proc, group = started
         child.append(proc)
         for signum in early:
@@ -357,6 +357,9 @@ def _popen(command: list[str], env: dict[str, str], cwd: str | None, group: Any,
         return 127
     except PermissionError:
         notify(f"permission denied: {command[0]}", None)
+        return 126
+    except OSError as exc:  # not an executable format, a path through a file, ...: as a shell
+        notify(f"cannot execute {command[0]}: {exc.strerror}", None)
         return 126
     except subprocess.SubprocessError as exc:  # joining the cgroup failed in the child
         if group is None:

@@ -83,6 +83,16 @@ def test_sigint_is_forwarded_without_a_terminal() -> None:
             proc.kill()
 
 
+def test_a_file_that_cannot_be_executed_exits_126_like_a_shell(tmp_path: Path) -> None:
+    garbage = tmp_path / "not-a-program"
+    garbage.write_bytes(b"\x00\x01\x02 not an executable format\n")
+    garbage.chmod(0o755)
+    res = run_process(["run", "--", str(garbage)])
+    assert res.exit_code == 126
+    assert f"cannot execute {garbage}" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_a_signal_ignored_at_start_stays_ignored_like_nohup() -> None:
     code = ("import signal\n"
             "print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN,"

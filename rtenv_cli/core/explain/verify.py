@@ -33,24 +33,24 @@ class ProbeActor:
     def read(self):
         return read()
 
-def settle(previous):
+def settle(held, before):
     # A finished task's worker lease and a killed actor's resources go back to the raylet
     # asynchronously: without this the next probe can get GPU 1 while GPU 0 is still being
-    # returned. Wait until everything the last probe held is free again in the GCS's view, which
-    # trails the raylet by one report period (100 ms): hence the sleep before looking.
-    if not previous:
-        return
+    # returned. Wait until what the last probe held is free again, i.e. as free as it was before
+    # that probe (other work on a shared cluster may hold some all along), in the GCS's view,
+    # which trails the raylet by one report period (100 ms): hence the sleep before looking.
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while held and time.monotonic() < deadline:
         time.sleep(0.25)
-        free, total = ray.available_resources(), ray.cluster_resources()
-        if all(free.get(k, 0) >= total.get(k, 0) for k in previous):
-            return
+        free = ray.available_resources()
+        if all(free.get(k, 0) >= before.get(k, 0) for k in held):
+            break
+    return ray.available_resources()
 
 out = []
-held = []
+held, before = [], {}
 for p in spec["probes"]:
-    settle(held)
+    before = settle(held, before)
     held = [k for k, v in p["resources"].items() if v] + (["GPU"] if p["num_gpus"] else [])
     opts = {"resources": p["resources"]}
     if p["num_cpus"] is not None:
@@ -59,15 +59,18 @@ for p in spec["probes"]:
         opts["num_gpus"] = p["num_gpus"]
     if p["runtime_env"] is not None:
         opts["runtime_env"] = p["runtime_env"]
+    a = None
     try:
         if p["kind"] == "actor":
             a = ProbeActor.options(**opts).remote()
             out.append(ray.get(a.read.remote(), timeout=120))
-            ray.kill(a)
         else:
             out.append(ray.get(probe_task.options(**opts).remote(), timeout=120))
     except Exception as exc:
         out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    finally:
+        if a is not None:
+            ray.kill(a)
 print("RTENV-PROBE " + json.dumps(out))
 '''
 

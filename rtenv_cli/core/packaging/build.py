@@ -91,6 +91,9 @@ def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
 
 
 _SMALL = 8 << 20  # files up to this size are read and compressed whole by the workers
+# zipfile refuses a member over 2 GiB - 1 (compressed or not) unless its local header was written
+# with zip64 sizes; deflate can grow incompressible data a little, so decide with a margin
+_FORCE_ZIP64 = 1 << 30
 _WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds RSS)
 
 
@@ -171,7 +174,7 @@ def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
     sha256 = hashlib.sha256()
     try:
         with open(e.fspath, "rb") as src, zf.open(
-                info, "w", force_zip64=e.size > 2**31) as dst:
+                info, "w", force_zip64=e.size > _FORCE_ZIP64) as dst:
             while chunk := src.read(1 << 20):
                 sha1.update(chunk)
                 sha256.update(chunk)
@@ -310,8 +313,8 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
             reused_bytes += e.size
         else:
             fresh.append(e)
-    if on_progress and reused_bytes:
-        on_progress(reused_bytes)
+    # refuse before any work (or progress) is done where that can be told up front
+    zipreuse.check_fits(len(parts), previous.index.size if fresh else 0)
     part = out.with_name(out.name + ".changed")
     try:
         result = _write_zip(scan, part, prefix, on_progress, fresh)
@@ -322,8 +325,29 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
             zipreuse.splice(out, [(previous.index if old else new, name) for name, old in parts])
     finally:
         part.unlink(missing_ok=True)
+    if on_progress and reused_bytes:
+        on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
     return result
+
+
+def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,
+              on_progress: Callable[[int], None] | None, slot: str | None) -> _ZipPass:
+    """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
+    splices, else from scratch. Nothing is left behind on failure."""
+    previous = None
+    try:
+        previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
+        if previous is not None:
+            with contextlib.suppress(zipreuse.Unspliceable):
+                return _rebuild(scan, tmp, prefix, on_progress, previous)
+        return _write_zip(scan, tmp, prefix, on_progress)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if previous is not None:
+            previous.close()
 
 
 def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes, str | None]]:
@@ -351,23 +375,10 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     know are taken as they are."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
-    previous = zipreuse.open_previous(scan.root, slot) if use_cache else None
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    try:
-        zip_pass = None
-        if previous is not None:
-            with contextlib.suppress(zipreuse.Unspliceable):
-                zip_pass = _rebuild(scan, tmp, prefix, on_progress, previous)
-        if zip_pass is None:
-            zip_pass = _write_zip(scan, tmp, prefix, on_progress)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        if previous is not None:
-            previous.close()
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None)
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])

@@ -97,6 +97,7 @@ class ZipIndex:
     path: Path
     members: dict[str, Member]
     fd: int
+    size: int
 
     @classmethod
     def read(cls, path: Path) -> ZipIndex | None:
@@ -121,12 +122,12 @@ class ZipIndex:
             return None
         sig, _d, _cd_disk, _n_disk, count, cd_size, cd_start, comment = _EOCD.unpack(
             os.pread(fd, _EOCD.size, size - _EOCD.size))
-        if (sig != _EOCD_SIG or comment or count >= _MAX_COUNT
-                or cd_start + cd_size != size - _EOCD.size):
+        # a zip64 zip has its zip64 end record between the central directory and this one
+        if sig != _EOCD_SIG or comment or cd_start + cd_size != size - _EOCD.size:
             return None
         cd = os.pread(fd, cd_size, cd_start)
         members = cls._parse(cd, count, cd_start)
-        return cls(path, members, fd) if members is not None else None
+        return cls(path, members, fd, size) if members is not None else None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -167,6 +168,14 @@ class ZipIndex:
         return members
 
 
+def check_fits(count: int, size: int) -> None:
+    """Unspliceable when a zip of `count` members and about `size` bytes needs zip64."""
+    if count > _MAX_COUNT:
+        raise Unspliceable(f"{count} members")
+    if size > _ZIP64_OFFSET:
+        raise Unspliceable("over 2 GiB")
+
+
 def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     """Write zip `out` whose members are, in this order, the named members of the given zips,
     each copied verbatim (local header and data); returns its size.
@@ -176,8 +185,7 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     keeps the bytes in the kernel). The result is what zipfile would have written for the same
     members in the same order; Unspliceable where zipfile would add zip64 fields.
     """
-    if len(parts) > _MAX_COUNT:
-        raise Unspliceable(f"{len(parts)} members")
+    check_fits(len(parts), 0)
     runs: list[tuple[ZipIndex, int, int, int]] = []  # source, start, length, new offset
     records: list[bytes] = []
     pos = 0
@@ -250,11 +258,19 @@ def open_previous(root: Path, key: str) -> PreviousZip | None:
     if pending is not None:  # this process's last build of the same source is still filing
         pending.join()
     try:
-        stats = {k: tuple(v) for k, v in json.loads(slot.with_suffix(".json").read_text()).items()}
-    except (OSError, ValueError):
+        side = json.loads(slot.with_suffix(".json").read_text())
+        zip_id = tuple(side["zip"])
+        stats = {k: tuple(v) for k, v in side["stats"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     index = ZipIndex.read(slot.with_suffix(".zip"))
-    return PreviousZip(index, stats) if index is not None else None  # type: ignore[arg-type]
+    if index is None:
+        return None
+    st = os.fstat(index.fd)
+    if (st.st_ino, st.st_size) != zip_id:  # the sidecar describes another build's zip
+        index.close()
+        return None
+    return PreviousZip(index, stats)  # type: ignore[arg-type]
 
 
 def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> None:
@@ -270,6 +286,7 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
             os.link(built, tmp)
         except OSError:
             shutil.copyfile(built, tmp)
+        st = os.stat(tmp)
         # the old zip keeps a second name until a thread drops it: freeing its pages takes
         # tens of milliseconds, which then overlap the upload instead of preceding it
         with contextlib.suppress(OSError):  # none yet
@@ -279,11 +296,13 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
         return
     import threading
 
-    # zip first, then the sidecar (written by the thread, also off the upload's path): a crash
-    # in between leaves the older sidecar beside the newer zip, and a file whose stat still
-    # matches the older build is unchanged in the newer one too, so a reused member is still
-    # the file's content. Not a daemon: the process exits once both are done.
-    thread = threading.Thread(target=_finish_remember, args=(slot, stats),
+    # zip first, then the sidecar (written by the thread, also off the upload's path). The
+    # sidecar names the zip it describes (inode, size): after a crash in between, or when two
+    # processes remember builds of the same source at once, a sidecar beside another build's
+    # zip is ignored and the next build starts afresh. Not a daemon: the process exits once
+    # both are done.
+    thread = threading.Thread(target=_finish_remember,
+                              args=(slot, (st.st_ino, st.st_size), stats),
                               name="rtenv-remember-zip")
     _pending[slot] = thread
     thread.start()
@@ -292,10 +311,10 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
 _pending: dict[Path, Any] = {}  # slot -> the thread still writing its sidecar
 
 
-def _finish_remember(slot: Path, stats: dict[str, StatKey]) -> None:
+def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey]) -> None:
     from rtenv_cli.core.fsutil import atomic_write_text
 
     with contextlib.suppress(OSError):
-        atomic_write_text(slot.with_suffix(".json"), json.dumps(stats))
+        atomic_write_text(slot.with_suffix(".json"), json.dumps({"zip": zip_id, "stats": stats}))
     for stale in slot.parent.glob("*.old"):  # this run's old zip, and any a crash left
         stale.unlink(missing_ok=True)

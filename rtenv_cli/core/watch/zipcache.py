@@ -51,26 +51,23 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     """Write `snap` as Ray's zip layout under `dest_dir/_ray_pkg_<h>.zip`."""
     uri = snap.uri
     prefix = f"{snap.name}/" if snap.kind == "py_module" else ""
+    digests: dict[str, bytes] = {}
+    members: list[tuple[str, Any]] = []  # (name, snapshot entry), in zip order: files, dirs
+    for entry in sorted(snap.files(), key=lambda e: e.relpath):
+        digests[entry.relpath] = entry.digest
+        members.append((prefix + entry.relpath, entry))
+    for rel in snap.leaf_dirs():
+        # Ray's empty working_dir zip holds a single "./" entry
+        members.append((prefix + ("" if rel == "." else rel + "/") or "./", snap.entries[rel]))
     dest_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=".building-", suffix=".zip", dir=dest_dir)
     os.close(fd)
     tmp = Path(tmp_name)
     part = tmp.with_name(tmp.name + ".changed")
-    index = ZipIndex.read(previous.path) if previous is not None else None
-    digests: dict[str, bytes] = {}
-    members: list[tuple[str, Any]] = []  # (name, snapshot entry), in zip order: files, dirs
-    reuse: set[str] = set()  # names copied from the previous zip
-    for entry in sorted(snap.files(), key=lambda e: e.relpath):
-        name = prefix + entry.relpath
-        digests[entry.relpath] = entry.digest
-        members.append((name, entry))
-        if (index is not None and previous is not None and name in index.members
-                and previous.digests.get(entry.relpath) == entry.digest):
-            reuse.add(name)
-    for rel in snap.leaf_dirs():
-        # Ray's empty working_dir zip holds a single "./" entry
-        members.append((prefix + ("" if rel == "." else rel + "/") or "./", snap.entries[rel]))
+    index = None
     try:
+        index = ZipIndex.read(previous.path) if previous is not None else None
+        reuse = _reusable(members, index, previous)
         try:
             if index is None:
                 raise Unspliceable("no previous zip")
@@ -96,6 +93,26 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         part.unlink(missing_ok=True)
         if index is not None:
             index.close()
+
+
+_ATTR_AT = 38  # where a central record holds external_attr (the Unix mode in its high half)
+
+
+def _reusable(members: list[tuple[str, Any]], index: ZipIndex | None,
+              previous: BuiltZip | None) -> set[str]:
+    """Names whose member in the previous zip is what a fresh build would write: same content
+    digest and same mode (Ray's digest leaves the mode out)."""
+    if index is None or previous is None:
+        return set()
+    out = set()
+    for name, entry in members:
+        m = index.members.get(name)
+        if (m is not None and not name.endswith("/")
+                and previous.digests.get(entry.relpath) == entry.digest
+                and int.from_bytes(m.record[_ATTR_AT:_ATTR_AT + 4], "little") >> 16
+                == entry.mode & 0xFFFF):
+            out.add(name)
+    return out
 
 
 def _write_members(out: Path, root: Path, members: list[tuple[str, Any]],

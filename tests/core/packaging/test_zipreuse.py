@@ -86,16 +86,60 @@ def test_splice_refuses_what_needs_zip64(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_a_rebuild_that_cannot_splice_builds_afresh(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.packaging import build
+
     root = tmp_path / "src"
     root.mkdir()
     for i in range(5):
         (root / f"m{i}.py").write_text(f"X = {i}\n" * 20)
     first = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o")
     (root / "m1.py").write_text("X = 'edited'\n")
-    monkeypatch.setattr(zipreuse, "_MAX_COUNT", 3)
+    entered: list[object] = []
+    real = build._rebuild
+
+    def spy(*args: object, **kw: object) -> object:
+        entered.append(args)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_rebuild", spy)
+    monkeypatch.setattr(zipreuse, "_ZIP64_OFFSET", 200)  # "2 GiB" is 200 bytes now
     second = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o")
+    assert len(entered) == 1  # the previous build was found and the splice refused
     assert second.reused == 0
     assert second.uri != first.uri
     cold = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "c",
                          use_cache=False)
     assert second.path.read_bytes() == cold.path.read_bytes()
+    assert not list((tmp_path / "o").glob("._pending*"))  # nothing left from the attempt
+
+
+def _slot_sidecar(home: Path) -> Path:
+    (side,) = (home / "build" / "last").glob("*.json")
+    return side
+
+
+@pytest.mark.parametrize("sidecar", ["another zip", "old format"])
+def test_a_sidecar_not_written_for_the_slot_zip_is_ignored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sidecar: str) -> None:
+    import json
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RTENV_HOME", str(home))
+    root = tmp_path / "src"
+    root.mkdir()
+    for i in range(5):
+        (root / f"m{i}.py").write_text(f"X = {i}\n")
+    build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o")
+    zipreuse._pending.popitem()[1].join()  # the sidecar is written
+    (root / "m1.py").write_text("X = 'edited'\n")
+    assert build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o").reused == 4
+    zipreuse._pending.popitem()[1].join()
+    side = _slot_sidecar(home)
+    data = json.loads(side.read_text())
+    # what two processes remembering builds of one source at once can leave: one's sidecar
+    # beside the other's zip (or a sidecar from before the zip was named in it)
+    side.write_text(json.dumps({"zip": [data["zip"][0] + 1, data["zip"][1]],
+                                "stats": data["stats"]} if sidecar == "another zip"
+                               else data["stats"]))
+    (root / "m2.py").write_text("X = 'again'\n")
+    assert build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o").reused == 0

@@ -60,3 +60,41 @@ def test_file_changed_after_hashing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ContentChanged):
         build_zip(snap, tmp_path / "out")
     assert not list((tmp_path / "out").glob("_ray_pkg_*"))
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Snapshot]:
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for i in range(6):
+        (src / "d" / f"f{i}.txt").write_bytes(os.urandom(50) * 20)
+    snap = Snapshot(src)
+    snap.full_scan()
+    return src, snap
+
+
+def test_a_mode_change_is_not_reused(tmp_path: Path) -> None:
+    src, snap = _tree(tmp_path)
+    first = build_zip(snap, tmp_path / "out")
+    (src / "d" / "f2.txt").chmod(0o755)  # same content, same Ray digest, another mode
+    snap.update([str(src / "d" / "f2.txt")])
+    second = build_zip(snap, tmp_path / "out", first)
+    assert (second.reused, second.compressed) == (5, 1)
+    with zipfile.ZipFile(second.path) as zf:
+        assert zf.getinfo("d/f2.txt").external_attr >> 16 & 0o777 == 0o755
+    assert second.path.read_bytes() == build_zip(snap, tmp_path / "fresh").path.read_bytes()
+
+
+def test_a_zip_that_cannot_splice_is_written_afresh(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.packaging import zipreuse
+
+    src, snap = _tree(tmp_path)
+    first = build_zip(snap, tmp_path / "out")
+    (src / "d" / "f1.txt").write_text("changed\n")
+    snap.update([str(src / "d" / "f1.txt")])
+    monkeypatch.setattr(zipreuse, "_ZIP64_OFFSET", 100)  # "2 GiB" is 100 bytes now
+    second = build_zip(snap, tmp_path / "out", first)
+    assert (second.reused, second.compressed) == (0, 6)
+    assert second.path.read_bytes() == build_zip(snap, tmp_path / "fresh").path.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        {first.path.name, second.path.name})
