@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.support.cli import run_cli, run_process
@@ -105,12 +103,10 @@ def test_node_env_file(tmp_path) -> None:
     assert d["sources"]["FOO"] == "node env"
 
 
-def test_process_is_fast_and_imports_no_ray() -> None:
-    start = time.perf_counter()
+def test_process_imports_no_ray() -> None:
+    # its speed is measured by benchmarks/bench_explain.py, not by a timed test
     r = run_process(["explain", "--num-gpus", "1", "-f", "json"])
-    elapsed = time.perf_counter() - start
     assert r.exit_code == 0
-    assert elapsed < 1.0  # loose bound on a loaded 2-core box; the benchmark measures it properly
     code = ("import sys, runpy; sys.argv=['rtenv','explain','--num-gpus','1','-f','json'];"
             "import rtenv_cli.cli.main as m\ntry:\n    m.main()\nexcept SystemExit: pass\n"
             "assert 'ray' not in sys.modules and 'pynvml' not in sys.modules, 'heavy import'")

@@ -32,10 +32,8 @@ def test_venv_created_then_cache_hit(tmp_path: Path) -> None:
                           "import six, ray; print(six.__version__)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1.16.0"  # and the node's ray stays importable
-    start = time.perf_counter()
     second = envs.get_or_create(SIX, holder="b", pid=os.getpid())
-    assert time.perf_counter() - start < 0.5  # a hit: ~1 ms; rules out a rebuild
-    assert second.built == ()
+    assert second.built == ()  # a hit: nothing rebuilt (its latency is the benchmark's)
     assert second.venv == first.venv
     entry = next(e for e in list_store(store).entries if e.kind == "pip")
     assert entry.refs == 2

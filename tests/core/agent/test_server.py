@@ -129,10 +129,8 @@ def test_envs_cache_hit_release_and_gc(agent: AgentProc) -> None:
     client = AgentClient(agent.url)
     first = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-1")
     assert first.built
-    start = time.perf_counter()
     second = client.get_or_create({"pip": ["six==1.16.0"]}, holder="job-2")
-    assert time.perf_counter() - start < 2  # rules out a rebuild
-    assert second.built == ()
+    assert second.built == ()  # a hit: nothing rebuilt (its latency is the benchmark's)
     assert second.venv == first.venv
     listing = client.cache()
     assert [e["refs"] for e in listing["entries"]] == [2]
