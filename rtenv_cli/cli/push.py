@@ -96,7 +96,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     target = None if dry_run else resolve_target(to, address)
     stage = target_for(stage_to, os.environ) if stage_to and not dry_run else None
     result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
-                       progress=out.progress)
+                       progress=out.progress, sizes=dry_run or out.is_machine)
     text = _dump(result.runtime_env, output)
     if output is not None and not dry_run:
         from rtenv_cli.core.fsutil import atomic_write_text

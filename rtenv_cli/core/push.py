@@ -265,18 +265,21 @@ def _set(d: dict[str, Any], json_path: tuple[Any, ...], value: Any) -> None:
 
 def push(path: Path | str | None, *, target: Target | None, dry_run: bool = False,
          stage_to: Target | None = None, env: Mapping[str, str] | None = None,
-         progress: Progress | None = None, cwd: Path | None = None) -> PushResult:
-    """Validate, package and publish; see the module docstring."""
+         progress: Progress | None = None, cwd: Path | None = None,
+         sizes: bool | None = None) -> PushResult:
+    """Validate, package and publish; see the module docstring. `sizes`: fill each package's
+    size tree (default: only for a dry run, whose report shows it)."""
     from rtenv_cli.core.packaging.walk import memoized_scans
 
     with memoized_scans():
         return _push(path, target=target, dry_run=dry_run, stage_to=stage_to,
-                     env=dict(os.environ if env is None else env), progress=progress, cwd=cwd)
+                     env=dict(os.environ if env is None else env), progress=progress, cwd=cwd,
+                     sizes=dry_run if sizes is None else sizes)
 
 
 def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
           stage_to: Target | None, env: dict[str, str], progress: Progress | None,
-          cwd: Path | None) -> PushResult:
+          cwd: Path | None, sizes: bool) -> PushResult:
     data, base_dir, label = load_input(path, cwd)
     notes = validate(data, base_dir, label, env)
     plans = package_runtime_env(data, base_dir)
@@ -289,7 +292,7 @@ def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
     for plan, scan, uri, digests in scanned:
         from rtenv_cli.core.packaging.sizes import size_tree
 
-        tree = tuple(size_tree(scan)) if scan is not None else ()
+        tree = tuple(size_tree(scan)) if scan is not None and sizes else ()
         py_dirs = ()
         warns: tuple[str, ...] = ()
         count = scan.file_count if scan is not None else 1

@@ -196,6 +196,15 @@ def test_dry_run_lists_sizes_and_ignored_python(tmp_path: Path) -> None:
     assert js["packages"][0]["field"] == "working_dir"
     assert js["packages"][0]["ignored_py_dirs"] == [{"path": "tools",
                                                       "rule": ".rayignore:1:tools"}]
+    assert js["packages"][0]["size_tree"]
+    # a real push to the embedded store: the JSON report has the size tree too; the core
+    # computes it only when asked (a text report of a push does not show it)
+    pushed = run_cli(["push", str(src), "--format", "json"]).json
+    assert pushed["packages"][0]["size_tree"] == js["packages"][0]["size_tree"]
+    from rtenv_cli.core.push import push
+    from rtenv_cli.core.transport.resolve import resolve_target
+
+    assert push(src, target=resolve_target(None, None)).packages[0].size_tree == ()
 
 
 def test_unreachable_target_and_root_excluded(tmp_path: Path) -> None:
