@@ -44,7 +44,7 @@ def settle(held, before):
         time.sleep(0.25)
         free = ray.available_resources()
         if all(free.get(k, 0) >= before.get(k, 0) for k in held):
-            break
+            return free
     return ray.available_resources()
 
 out = []

@@ -313,18 +313,8 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
             reused_bytes += e.size
         else:
             fresh.append(e)
-    # refuse before any work (or progress) is done where that can be told up front
-    zipreuse.check_fits(len(parts), previous.index.size if fresh else 0)
-    part = out.with_name(out.name + ".changed")
-    try:
-        result = _write_zip(scan, part, prefix, on_progress, fresh)
-        new = zipreuse.ZipIndex.read(part)
-        if new is None:
-            raise zipreuse.Unspliceable("the changed files need zip64")
-        with new:
-            zipreuse.splice(out, [(previous.index if old else new, name) for name, old in parts])
-    finally:
-        part.unlink(missing_ok=True)
+    result = zipreuse.splice_changed(
+        out, previous.index, parts, lambda part: _write_zip(scan, part, prefix, on_progress, fresh))
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)

@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rtenv_cli.core.errors import PackagingError
 
@@ -66,6 +67,7 @@ StatKey = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
 _CD = struct.Struct("<4s4B4HL2L5H2L")  # zipfile.structCentralDir: one central record's head
 _EOCD = struct.Struct("<4s4H2LH")  # zipfile.structEndArchive
 _CD_SIG, _EOCD_SIG = b"PK\x01\x02", b"PK\x05\x06"
+_ATTR_AT = 38  # where a central record holds external_attr (the Unix mode in its high half)
 _OFFSET_AT = 42  # where a central record holds its member's local-header offset
 _ZIP64_OFFSET = (1 << 31) - 1  # zipfile.ZIP64_LIMIT: beyond it zipfile writes zip64 fields
 _MAX_COUNT = 0xFFFF  # zipfile.ZIP_FILECOUNT_LIMIT
@@ -81,6 +83,11 @@ class Member:
     start: int  # offset of its local header
     end: int  # just past its data: the next member's header, or the central directory
     record: bytes  # its central-directory record, as zipfile wrote it
+
+    @property
+    def mode(self) -> int:
+        """The Unix mode in its external_attr."""
+        return int.from_bytes(self.record[_ATTR_AT:_ATTR_AT + 4], "little") >> 16
 
 
 @dataclass(frozen=True)
@@ -168,8 +175,8 @@ class ZipIndex:
         return members
 
 
-def check_fits(count: int, size: int) -> None:
-    """Unspliceable when a zip of `count` members and about `size` bytes needs zip64."""
+def _check_fits(count: int, size: int) -> None:
+    """Unspliceable when a zip of `count` members and at least `size` bytes needs zip64."""
     if count > _MAX_COUNT:
         raise Unspliceable(f"{count} members")
     if size > _ZIP64_OFFSET:
@@ -185,7 +192,7 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     keeps the bytes in the kernel). The result is what zipfile would have written for the same
     members in the same order; Unspliceable where zipfile would add zip64 fields.
     """
-    check_fits(len(parts), 0)
+    _check_fits(len(parts), 0)
     runs: list[tuple[ZipIndex, int, int, int]] = []  # source, start, length, new offset
     records: list[bytes] = []
     pos = 0
@@ -210,6 +217,33 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
             _copy_range(src.fd, fh.fileno(), start, length, at)
         os.pwrite(fh.fileno(), cd + end, pos)
     return pos + len(cd) + len(end)
+
+
+T = TypeVar("T")
+
+
+def splice_changed(out: Path, previous: ZipIndex, order: Sequence[tuple[str, bool]],
+                   write_changed: Callable[[Path], T]) -> T:
+    """Write zip `out` from `previous` and the changed members: `order` names every member of
+    `out`, in order, with whether it comes from `previous`; `write_changed(path)` writes the
+    others into a zip of their own at `path` (removed afterwards) and its result is returned.
+
+    What cannot splice is refused before anything is written where the members kept from
+    `previous` already tell (Unspliceable, as from `splice`).
+    """
+    _check_fits(len(order), sum(previous.members[name].end - previous.members[name].start
+                                for name, old in order if old))
+    part = out.with_name(out.name + ".changed")
+    try:
+        result = write_changed(part)
+        new = ZipIndex.read(part)
+        if new is None:
+            raise Unspliceable("the changed files need zip64")
+        with new:
+            splice(out, [(previous if old else new, name) for name, old in order])
+    finally:
+        part.unlink(missing_ok=True)
+    return result
 
 
 @dataclass(frozen=True)

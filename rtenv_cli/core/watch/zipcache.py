@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice
+from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice_changed
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -63,7 +63,6 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     fd, tmp_name = tempfile.mkstemp(prefix=".building-", suffix=".zip", dir=dest_dir)
     os.close(fd)
     tmp = Path(tmp_name)
-    part = tmp.with_name(tmp.name + ".changed")
     index = None
     try:
         index = ZipIndex.read(previous.path) if previous is not None else None
@@ -71,13 +70,9 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         try:
             if index is None:
                 raise Unspliceable("no previous zip")
-            _write_members(part, snap.root, [m for m in members if m[0] not in reuse],
-                           compresslevel)
-            new = ZipIndex.read(part)
-            if new is None:
-                raise Unspliceable("the changed files need zip64")
-            with new:
-                splice(tmp, [(index if name in reuse else new, name) for name, _e in members])
+            changed = [m for m in members if m[0] not in reuse]
+            splice_changed(tmp, index, [(name, name in reuse) for name, _e in members],
+                           lambda part: _write_members(part, snap.root, changed, compresslevel))
         except Unspliceable:
             reuse.clear()
             _write_members(tmp, snap.root, members, compresslevel)
@@ -90,12 +85,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         tmp.unlink(missing_ok=True)
         raise
     finally:
-        part.unlink(missing_ok=True)
         if index is not None:
             index.close()
-
-
-_ATTR_AT = 38  # where a central record holds external_attr (the Unix mode in its high half)
 
 
 def _reusable(members: list[tuple[str, Any]], index: ZipIndex | None,
@@ -109,8 +100,7 @@ def _reusable(members: list[tuple[str, Any]], index: ZipIndex | None,
         m = index.members.get(name)
         if (m is not None and not name.endswith("/")
                 and previous.digests.get(entry.relpath) == entry.digest
-                and int.from_bytes(m.record[_ATTR_AT:_ATTR_AT + 4], "little") >> 16
-                == entry.mode & 0xFFFF):
+                and m.mode == entry.mode & 0xFFFF):
             out.add(name)
     return out
 
