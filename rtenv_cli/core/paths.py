@@ -24,8 +24,8 @@ def store_root() -> Path:
 
 
 def digest_cache_path() -> Path:
-    """The persistent (path, size, mtime_ns, inode, mode) -> digest cache."""
-    return rtenv_home() / "digests.sqlite"
+    """The persistent (path, size, mtime_ns, inode, mode) -> digest cache (a file per root)."""
+    return rtenv_home() / "digests"
 
 
 def log_path() -> Path:

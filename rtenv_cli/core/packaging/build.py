@@ -196,6 +196,7 @@ class _ZipPass:
     changed: list[Entry] = field(default_factory=list)  # stat changed while being written
     reused: int = 0  # members copied raw from the previous build
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
+    stats: dict[str, tuple[int, int, int, int]] | None = None  # member -> file stat, if known
 
 
 def _prepare_batch(entries: Sequence[Entry]) -> list[_Prepared]:
@@ -303,11 +304,15 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
     parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
     fresh: list[Entry] = []
     reused_bytes = 0
+    stats: dict[str, tuple[int, int, int, int]] = {}  # what `remember` files for next time
     for e in scan.entries:
         if not e.in_zip:
             continue
         name = arcname(e, scan, prefix)
-        old = not e.is_dir and previous.reusable(name, _stat_key(e))
+        old = False
+        if not e.is_dir:
+            key = stats[name] = _stat_key(e)
+            old = previous.reusable(name, key)
         parts.append((name, old))
         if old:
             reused_bytes += e.size
@@ -318,6 +323,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
+    result.stats = stats
     return result
 
 
@@ -384,7 +390,8 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
         by_rel = {e.relpath: e for e in scan.entries}
         cache = DigestCache.open_default()
         try:
-            cache.store([(by_rel[rel], d, sha) for rel, (d, sha) in fresh.items()])
+            cache.store([(by_rel[rel], d, sha) for rel, (d, sha) in fresh.items()],
+                        keep=scan.entries)
         finally:
             cache.close()
     if scan.single_file:
@@ -396,9 +403,9 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     final = dest_dir / (name if layout == "ray" else f"remote{name}")
     os.replace(tmp, final)
     if use_cache:
-        zipreuse.remember(scan.root, slot, final, {
-            arcname(e, scan, prefix): _stat_key(e)
-            for e in scan.entries if e.in_zip and not e.is_dir})
+        zipreuse.remember(scan.root, slot, final, zip_pass.stats if zip_pass.stats is not None
+                          else {arcname(e, scan, prefix): _stat_key(e)
+                                for e in scan.entries if e.in_zip and not e.is_dir})
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,
                         scan, sha, layout, zip_pass.reused)

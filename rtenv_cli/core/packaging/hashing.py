@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.packaging.ignore import Kind
@@ -24,6 +24,7 @@ PREFIX = "gcs://_ray_pkg_"
 CHUNK = 1 << 20
 ARCHIVE_EXTS = (".zip", ".tar.gz", ".tgz", ".tar.xz")
 EMPTY_URI = f"{PREFIX}{EMPTY_ACC.hex()}.zip"  # root excluded: nothing hashed
+T = TypeVar("T")
 
 
 def fold(acc: bytes, digest: bytes) -> bytes:
@@ -60,6 +61,20 @@ def _workers() -> int:
     return max(2, min(8, (os.cpu_count() or 2)))
 
 
+_INLINE_BYTES = 1 << 20  # less than this to hash (a re-push's few edits): no thread pool
+
+
+def _map(fn: Callable[[Entry], T], todo: Sequence[Entry]) -> Iterator[T]:
+    """`fn` over `todo` in threads (hashlib releases the GIL), or inline when there is little."""
+    if len(todo) == 1 or sum(e.size for e in todo) < _INLINE_BYTES:
+        yield from map(fn, todo)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(_workers()) as pool:
+        yield from pool.map(fn, todo)
+
+
 def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
     entries: Sequence[Entry], *, use_cache: bool = True,
                    on_progress: Callable[[int], None] | None = None
@@ -93,12 +108,11 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
             return e, d, s
 
         fresh = []
-        with ThreadPoolExecutor(_workers()) as pool:
-            for e, d, s in pool.map(one, todo):
-                out[e.relpath] = (d, s)
-                fresh.append((e, d, s))
-                if on_progress:
-                    on_progress(e.size)
+        for e, d, s in _map(one, todo):
+            out[e.relpath] = (d, s)
+            fresh.append((e, d, s))
+            if on_progress:
+                on_progress(e.size)
         if cache is not None:
             cache.store(fresh)
     if cache is not None:

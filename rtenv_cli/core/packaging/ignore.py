@@ -19,7 +19,7 @@ but still drops its files. 1.x regexes are applied with `search`, like 1.x does.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -154,6 +154,28 @@ def first_match(matchers: Sequence[Matcher], relpath: str) -> str | None:
         if label is not None:
             return label
     return None
+
+
+def any_match(matchers: Sequence[Matcher]) -> Callable[[str], bool]:
+    """A quick "might any of these match?" for the many paths of one directory: one regex
+    search when every matcher is anchored at the root and has no negations (the usual case:
+    Ray's default excludes, `excludes`, a top-level .gitignore), else always True (ask
+    `first_match`). False means no matcher matches; True is confirmed by `first_match`."""
+    if not matchers:
+        return lambda _path: False
+    if any(m.base_rel != "." or m.combined is None for m in matchers):
+        return lambda _path: True
+    key = tuple(m.combined.pattern for m in matchers)  # type: ignore[union-attr]
+    search = _ANY_MATCH.get(key)
+    if search is None:
+        import re
+
+        search = re.compile("|".join(f"(?:{p})" for p in key)).search
+        _ANY_MATCH[key] = search
+    return lambda path: search(path) is not None
+
+
+_ANY_MATCH: dict[tuple[str, ...], Callable[[str], object]] = {}
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rtenv_cli.core.errors import PackagingError
 from rtenv_cli.core.packaging.ignore import (
     Kind,
     Matcher,
+    any_match,
     excludes_matcher,
     first_match,
     ignore_file_matchers,
@@ -29,8 +31,7 @@ from rtenv_cli.core.packaging.ignore import (
 _PY_SEARCH_LIMIT = 20_000  # entries looked at per ignored directory when searching for .py
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):  # a tuple: built 10,000 times per scan, ~3x cheaper than a dataclass
     relpath: str  # "." for the root; "/"-separated (Linux os.sep, as Ray hashes it)
     fspath: str  # the absolute path (a str: building 10,000 Path objects costs ~0.1 s)
     is_dir: bool
@@ -120,15 +121,17 @@ def _visit_dir(  # noqa: PLR0917 - recursive walker, internal
             st.ignored_top.append((rel, rule))
         return
     _dir_entry(st, path, rel, s, names)
+    hit = any_match(active)
     for c in children:
         crel = c.name if rel == "." else f"{rel}/{c.name}"
-        _visit_child(st, c, crel, active, chain)
+        _visit_child(st, c, crel, active, chain, hit)
 
 
-def _visit_child(
+def _visit_child(  # noqa: PLR0917 - recursive walker, internal
         st: _State, c: os.DirEntry[str], rel: str, matchers: list[Matcher],
-        chain: tuple[tuple[int, int], ...]) -> None:
-    _check_name(rel)
+        chain: tuple[tuple[int, int], ...], hit: Callable[[str], bool]) -> None:
+    if not c.name.isascii():
+        _check_name(rel)
     path = c.path
     link = c.is_symlink()
     try:
@@ -147,11 +150,16 @@ def _visit_child(
                                      "the link or exclude it", path=path)
         _visit_dir(st, path, rel, matchers, (*chain, key) if link else chain, s)
         return
-    rule = first_match(matchers, rel)
+    rule = first_match(matchers, rel) if hit(rel) else None
     if rule is not None:
         if "/" not in rel:
             st.ignored_top.append((rel, rule))
         return
+    _file_entry(st, c, rel, path, link)
+
+
+def _file_entry(st: _State, c: os.DirEntry[str], rel: str, path: str, link: bool) -> None:
+    """A kept non-directory: a file, or what Ray hashes by name (broken link, socket)."""
     try:
         s = c.stat()
     except OSError as exc:

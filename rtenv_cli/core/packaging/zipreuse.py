@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import json
+import marshal
 import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from rtenv_cli.core.errors import PackagingError
 
@@ -72,14 +72,14 @@ _OFFSET_AT = 42  # where a central record holds its member's local-header offset
 _ZIP64_OFFSET = (1 << 31) - 1  # zipfile.ZIP64_LIMIT: beyond it zipfile writes zip64 fields
 _MAX_COUNT = 0xFFFF  # zipfile.ZIP_FILECOUNT_LIMIT
 _IN_ZIP64 = 0xFFFFFFFF  # a size or offset that lives in a zip64 extra field
+_SIDECAR, _SIDECAR_VERSION = ".state", 1  # marshal: ~8 ms to load for 10,000 members, JSON ~20
 
 
 class Unspliceable(Exception):
     """The zip would need zip64 fields (over 2 GiB, over 65,535 members): zipfile writes those."""
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):  # a tuple: 10,000 of them are built on every re-push
     start: int  # offset of its local header
     end: int  # just past its data: the next member's header, or the central directory
     record: bytes  # its central-directory record, as zipfile wrote it
@@ -105,16 +105,20 @@ class ZipIndex:
     members: dict[str, Member]
     fd: int
     size: int
+    cd_digest: bytes = b""  # sha1 of the central directory the members were read from
 
     @classmethod
-    def read(cls, path: Path) -> ZipIndex | None:
+    def read(cls, path: Path, known: tuple[bytes, dict[str, tuple[int, int, bytes]]] | None = None
+             ) -> ZipIndex | None:
+        """`known`: (cd_digest, members) of an earlier read of this zip; taken as they are when
+        the central directory still has that digest (a re-push: ~2 ms instead of ~25 ms)."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             return None
         index = None
         try:
-            index = cls._read(path, fd)
+            index = cls._read(path, fd, known)
         except OSError:
             pass
         finally:
@@ -123,7 +127,8 @@ class ZipIndex:
         return index
 
     @classmethod
-    def _read(cls, path: Path, fd: int) -> ZipIndex | None:
+    def _read(cls, path: Path, fd: int,
+              known: tuple[bytes, dict[str, tuple[int, int, bytes]]] | None) -> ZipIndex | None:
         size = os.fstat(fd).st_size
         if size < _EOCD.size:
             return None
@@ -133,8 +138,15 @@ class ZipIndex:
         if sig != _EOCD_SIG or comment or cd_start + cd_size != size - _EOCD.size:
             return None
         cd = os.pread(fd, cd_size, cd_start)
-        members = cls._parse(cd, count, cd_start)
-        return cls(path, members, fd, size) if members is not None else None
+        digest = hashlib.sha1(cd).digest()  # noqa: S324 - a cache key, not a signature
+        members: dict[str, Member] | None = None
+        if known is not None:
+            with contextlib.suppress(TypeError, ValueError, IndexError, AttributeError):
+                if known[0] == digest and len(known[1]) == count:
+                    members = {name: Member(*m) for name, m in known[1].items()}
+        if members is None:
+            members = cls._parse(cd, count, cd_start)
+        return cls(path, members, fd, size, digest) if members is not None else None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -292,12 +304,14 @@ def open_previous(root: Path, key: str) -> PreviousZip | None:
     if pending is not None:  # this process's last build of the same source is still filing
         pending.join()
     try:
-        side = json.loads(slot.with_suffix(".json").read_text())
-        zip_id = tuple(side["zip"])
-        stats = {k: tuple(v) for k, v in side["stats"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
+        # rtenv's own file in the user's cache dir: see digest_cache._MARSHAL
+        version, zip_id, known, stats = marshal.loads(  # noqa: S302
+            slot.with_suffix(_SIDECAR).read_bytes())
+    except Exception:  # missing, torn, another format: build afresh
         return None
-    index = ZipIndex.read(slot.with_suffix(".zip"))
+    if version != _SIDECAR_VERSION:
+        return None
+    index = ZipIndex.read(slot.with_suffix(".zip"), known)
     if index is None:
         return None
     st = os.fstat(index.fd)
@@ -346,9 +360,15 @@ _pending: dict[Path, Any] = {}  # slot -> the thread still writing its sidecar
 
 
 def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey]) -> None:
-    from rtenv_cli.core.fsutil import atomic_write_text
+    from rtenv_cli.core.fsutil import atomic_write_bytes
 
-    with contextlib.suppress(OSError):
-        atomic_write_text(slot.with_suffix(".json"), json.dumps({"zip": zip_id, "stats": stats}))
+    # the sidecar also keeps the zip's parsed index, keyed by its central directory's digest
+    index = ZipIndex.read(slot.with_suffix(".zip"))
+    if index is not None:
+        index.close()
+        known = (index.cd_digest, {name: tuple(m) for name, m in index.members.items()})
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(slot.with_suffix(_SIDECAR),
+                               marshal.dumps((_SIDECAR_VERSION, zip_id, known, stats)))
     for stale in slot.parent.glob("*.old"):  # this run's old zip, and any a crash left
         stale.unlink(missing_ok=True)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 JsonPath = tuple[Any, ...]
 
@@ -110,11 +111,15 @@ class _Walker:
     """Walks the composed node tree beside the constructed data and records spans."""
 
     def __init__(self, positions: Positions) -> None:
+        import yaml  # not at the top: validating a dict (a push of a directory) needs no YAML
+
         self.positions = positions
         self.keys = yaml.SafeLoader("")  # a constructor for key scalars only
         self._seen: set[int] = set()
 
     def _key(self, node: yaml.Node) -> object:
+        import yaml
+
         try:
             value = self.keys.construct_object(node, deep=True)
         except yaml.YAMLError:
@@ -122,6 +127,8 @@ class _Walker:
         return value if _hashable(value) else None
 
     def walk(self, node: yaml.Node, path: JsonPath) -> None:
+        import yaml
+
         self.positions.values.setdefault(path, _span(node))
         if id(node) in self._seen:  # aliases may form cycles; one visit per node
             return
@@ -136,6 +143,8 @@ class _Walker:
             self._seen.discard(id(node))
 
     def _mapping(self, node: yaml.MappingNode, path: JsonPath) -> None:
+        import yaml
+
         seen: dict[object, Span] = {}
         merged: list[yaml.Node] = []
         for key_node, value_node in node.value:
@@ -180,6 +189,8 @@ def _problem_span(exc: yaml.MarkedYAMLError) -> Span | None:
 
 def load_text(text: str, name: str) -> LoadedDoc:
     """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+    import yaml
+
     positions = Positions()
     # Ray opens the file in text mode: universal newlines
     text = text.replace("\r\n", "\n").replace("\r", "\n")

@@ -3,11 +3,15 @@
 Why not grpcio: a unary call there takes the request as one `bytes` and copies it again into the
 C core, so uploading a 90 MB package costs ~180 MB of memory (Ray's own `ray.init` upload does
 exactly that); grpcio is also not a dependency of Ray's core package. Here the request is
-framed by hand (gRPC's 5-byte length prefix, then the message) and its tail is read from a file
-in 1 MiB chunks under HTTP/2 flow control, so memory stays flat whatever the size. `h2` (the
+framed by hand (gRPC's 5-byte length prefix, then the message) and its tail goes from the file
+to the socket under HTTP/2 flow control, so memory stays flat whatever the size. `h2` (the
 python-hyper project) does the HTTP/2 framing, flow control and HPACK; this module only drives a
-socket. Messages are encoded with the few protobuf primitives below: the GCS calls a push needs
-are three tiny messages, and Ray's generated classes would mean importing Ray.
+socket, except for one thing: the tail's DATA frames. Through h2 each frame's bytes are copied
+three times in Python (read, framed, buffered: ~50 ms for a 56 MB package); instead the 9-byte
+frame header is written here and the payload goes by sendfile(2), straight from the page cache,
+and h2's flow-control windows are debited by hand so that its view stays exact. Messages are
+encoded with the few protobuf primitives below: the GCS calls a push needs are three tiny
+messages, and Ray's generated classes would mean importing Ray.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import contextlib
 import socket
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 _CHUNK = 1 << 20
+_FILE_FRAME = 1 << 22  # DATA payload per sendfile: the GCS takes frames up to 4 MiB
 _WINDOW = 1 << 24  # our receive window: replies are small, never stall the server
 
 
@@ -223,8 +228,22 @@ class Channel:
             ("te", "trailers"), ("user-agent", "rtenv"), *self.metadata])
         total = len(message) + tail_size
         self._send(sid, b"\x00" + struct.pack(">I", total) + message, end=not tail_size)
+        if tail is not None and tail_size:
+            stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
+            if stream is not None and hasattr(stream, "outbound_flow_control_window"):
+                self._send_file(sid, stream, tail, tail_size, on_progress)
+            else:  # an h2 without the stream object this relies on: the copying path
+                self._send_chunks(sid, tail, tail_size, on_progress)
+        self._flush()
+        state = self._streams[sid]
+        while not state["done"]:
+            self._pump()
+        return _reply(state, method)
+
+    def _send_chunks(self, sid: int, tail: BinaryIO, tail_size: int,
+                     on_progress: Callable[[int], None] | None) -> None:
         sent = 0
-        while tail is not None and sent < tail_size and not self._streams[sid]["done"]:
+        while sent < tail_size and not self._streams[sid]["done"]:
             chunk = tail.read(min(_CHUNK, tail_size - sent))
             if not chunk:
                 raise GrpcError(13, f"the file shrank while sending ({sent} of {tail_size})")
@@ -232,11 +251,39 @@ class Channel:
             self._send(sid, chunk, end=sent == tail_size)
             if on_progress is not None:
                 on_progress(len(chunk))
-        self._flush()
-        state = self._streams[sid]
-        while not state["done"]:
-            self._pump()
-        return _reply(state, method)
+
+    def _send_file(self, sid: int, stream: Any, tail: BinaryIO, tail_size: int,
+                   on_progress: Callable[[int], None] | None) -> None:
+        """DATA frames whose payload goes by sendfile (see the module doc); the stream ends with
+        h2's own empty END_STREAM frame, so h2's stream state stays its own."""
+        start = tail.tell()
+        sent = 0
+        while sent < tail_size:
+            if self._streams[sid]["done"]:
+                return  # the server answered early (an error): stop sending
+            size = min(self._conn.local_flow_control_window(sid),
+                       self._conn.max_outbound_frame_size, _FILE_FRAME, tail_size - sent)
+            if size <= 0:
+                self._flush()
+                self._pump()  # wait for a WINDOW_UPDATE
+                continue
+            self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
+            try:
+                self._sock.sendall(struct.pack(">I", size)[1:] + b"\x00\x00" +
+                                   struct.pack(">I", sid))
+                done = self._sock.sendfile(tail, start + sent, size)
+            except OSError as exc:
+                raise GrpcError(14, f"connection to {self.authority} lost: {exc}") from exc
+            if done != size:  # the frame header promised more: the connection is unusable
+                self.close()
+                raise GrpcError(13, f"the file shrank while sending ({sent + done} of "
+                                f"{tail_size})")
+            self._conn.outbound_flow_control_window -= size
+            stream.outbound_flow_control_window -= size
+            sent += size
+            if on_progress is not None:
+                on_progress(size)
+        self._conn.end_stream(sid)
 
 
 def _reply(state: dict[str, object], method: str) -> bytes:

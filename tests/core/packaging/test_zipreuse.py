@@ -34,6 +34,39 @@ def test_index_matches_zipfile(tmp_path: Path) -> None:
             assert m.end == (nxt.header_offset if nxt else zf.start_dir)
 
 
+def test_a_known_index_is_taken_only_for_the_central_directory_it_was_read_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    z = _zip(tmp_path / "a.zip", {"a.txt": b"a" * 1000, "b.txt": b"bee"})
+    first = ZipIndex.read(z)
+    assert first is not None
+    first.close()
+    known = (first.cd_digest, {n: tuple(m) for n, m in first.members.items()})
+
+    def no_parse(*_a: object) -> None:
+        raise AssertionError("parsed although the known index applies")
+
+    with monkeypatch.context() as m:
+        m.setattr(ZipIndex, "_parse", staticmethod(no_parse))
+        again = ZipIndex.read(z, known)
+        assert again is not None
+        again.close()
+    assert again.members == first.members
+    # the zip changed under the same name: its own central directory is read
+    _zip(z, {"a.txt": b"a" * 1000, "b.txt": b"a longer bee"})
+    changed = ZipIndex.read(z, known)
+    assert changed is not None
+    changed.close()
+    assert changed.cd_digest != first.cd_digest
+    with zipfile.ZipFile(z) as zf:
+        assert changed.members["b.txt"].end == zf.start_dir
+    for junk in [(changed.cd_digest, {"a.txt": (1,), "b.txt": (2,)}), (changed.cd_digest,),
+                 "junk"]:
+        index = ZipIndex.read(z, junk)  # type: ignore[arg-type]
+        assert index is not None
+        index.close()
+        assert index.members == changed.members
+
+
 @pytest.mark.parametrize("damage", ["comment", "truncated", "not a zip", "empty"])
 def test_index_refuses_what_it_cannot_splice(tmp_path: Path, damage: str) -> None:
     z = _zip(tmp_path / "a.zip", {"a.txt": b"abc", "b.txt": b"def"})
@@ -114,14 +147,14 @@ def test_a_rebuild_that_cannot_splice_builds_afresh(tmp_path: Path,
 
 
 def _slot_sidecar(home: Path) -> Path:
-    (side,) = (home / "build" / "last").glob("*.json")
+    (side,) = (home / "build" / "last").glob("*.state")
     return side
 
 
 @pytest.mark.parametrize("sidecar", ["another zip", "old format"])
 def test_a_sidecar_not_written_for_the_slot_zip_is_ignored(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sidecar: str) -> None:
-    import json
+    import marshal
 
     home = tmp_path / "home"
     monkeypatch.setenv("RTENV_HOME", str(home))
@@ -135,11 +168,10 @@ def test_a_sidecar_not_written_for_the_slot_zip_is_ignored(
     assert build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o").reused == 4
     zipreuse._pending.popitem()[1].join()
     side = _slot_sidecar(home)
-    data = json.loads(side.read_text())
+    version, zip_id, known, stats = marshal.loads(side.read_bytes())  # noqa: S302 - our own file
     # what two processes remembering builds of one source at once can leave: one's sidecar
-    # beside the other's zip (or a sidecar from before the zip was named in it)
-    side.write_text(json.dumps({"zip": [data["zip"][0] + 1, data["zip"][1]],
-                                "stats": data["stats"]} if sidecar == "another zip"
-                               else data["stats"]))
+    # beside the other's zip (or a sidecar of another format)
+    side.write_bytes(marshal.dumps((version, (zip_id[0] + 1, zip_id[1]), known, stats)
+                                   if sidecar == "another zip" else {"stats": stats}))
     (root / "m2.py").write_text("X = 'again'\n")
     assert build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "o").reused == 0

@@ -64,6 +64,69 @@ def test_upload_is_seen_by_the_dashboard_and_streams_large_files(ray_cluster,
     target.close()
 
 
+def _kv_get(target: RayGcsTarget, uri: str) -> bytes:
+    reply = target.channel().unary("/ray.rpc.InternalKVGcsService/InternalKVGet",
+                                   field_bytes(1, uri.encode()))
+    return dict(parse_fields(reply)).get(2, b"")  # type: ignore[return-value]
+
+
+@pytest.mark.ray
+def test_uploads_on_one_connection_arrive_intact_and_keep_flow_control_exact(
+        ray_cluster, tmp_path: Path) -> None:
+    """The tail goes by sendfile outside h2: the GCS must hold exactly the file's bytes, and
+    h2's view of the connection's send window must stay what the server granted minus what
+    was sent (grown by what it did not send, a long watch session would overflow it)."""
+    from h2.events import WindowUpdated
+
+    target = RayGcsTarget.connect(ray_cluster.address)
+    channel = target.channel()
+    conn = channel._conn
+    expected = conn.outbound_flow_control_window
+    receive, unary = conn.receive_data, channel.unary
+
+    def counting_receive(data: bytes) -> list[object]:
+        nonlocal expected
+        events = receive(data)
+        expected += sum(e.delta for e in events if isinstance(e, WindowUpdated)
+                        and not e.stream_id)
+        return events
+
+    def counting_unary(method: str, message: bytes, **kw: object) -> bytes:
+        nonlocal expected
+        expected -= 5 + len(message) + int(kw.get("tail_size", 0))  # type: ignore[call-overload]
+        return unary(method, message, **kw)  # type: ignore[arg-type]
+
+    conn.receive_data = counting_receive  # type: ignore[method-assign]
+    channel.unary = counting_unary  # type: ignore[method-assign]
+    for i in range(3):
+        uri = fresh_uri()
+        data = os.urandom(9 * 2**20 + i)
+        (tmp_path / "p.zip").write_bytes(data)
+        target.upload(uri, tmp_path / "p.zip")
+        assert _kv_get(target, uri) == data
+        assert conn.outbound_flow_control_window == expected
+    target.close()
+
+
+@pytest.mark.ray
+def test_a_file_that_shrinks_while_sent_fails_and_the_next_call_reconnects(
+        ray_cluster, tmp_path: Path) -> None:
+    from rtenv_cli.core.transport.grpc_unary import GrpcError
+
+    target = RayGcsTarget.connect(ray_cluster.address)
+    uri = fresh_uri()
+    short = tmp_path / "short.zip"
+    short.write_bytes(os.urandom(1000))
+    head = field_bytes(1, uri.encode()) + field_varint(3, 1) + varint(2 << 3 | 2) + varint(5000)
+    with short.open("rb") as fh, pytest.raises(GrpcError) as info:
+        target.channel().unary("/ray.rpc.InternalKVGcsService/InternalKVPut", head, tail=fh,
+                               tail_size=5000)
+    assert info.value.code == 13
+    assert "shrank" in info.value.message
+    assert target.exists(uri) is False  # nothing half-written; the target reconnected
+    target.close()
+
+
 @pytest.mark.ray
 def test_an_http_port_without_scheme_is_taken_as_the_dashboard(ray_cluster) -> None:
     with pytest.raises(NotGrpcError):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +17,8 @@ _OFFLINE_MARKERS = ("failed to fetch", "dns error", "error sending request", "co
 
 
 def uv_command() -> list[str]:
+    import shutil
+
     found = shutil.which("uv")
     if found:
         return [found]
@@ -31,6 +30,9 @@ def uv_command() -> list[str]:
 
 def compile_requirements(packages: list[str], options: list[str]) -> tuple[bool, str]:
     """(ok, uv's diagnostics) for `uv pip compile` of these requirement lines."""
+    import subprocess  # here: only a rule that resolves needs a process
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="rtenv-resolve-") as tmp:
         req = os.path.join(tmp, "requirements.in")
         with open(req, "w", encoding="utf-8") as f:
