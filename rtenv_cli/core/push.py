@@ -224,12 +224,16 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             target.upload(uri, plan.source, on_progress=adv)
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
+    # a target that can read a zip still being written gets it streamed: the copy of the
+    # unchanged members (a re-push) then overlaps the upload
+    stream = getattr(target, "streams_while_written", False)
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
         built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv,
-                           digests=digests)
+                           digests=digests, stream=stream)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
+            built.wait()
             if stage is None:
                 from rtenv_cli.core.transport.ray_dashboard import too_large_error
 
@@ -244,7 +248,11 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
             return _staged_uri(stage, uri), built.zip_bytes, False, True, stage.label
         with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
-            target.upload(uri, built.path, on_progress=adv)
+            if built.ready is not None:
+                target.upload(uri, built.path, on_progress=adv,  # type: ignore[call-arg]
+                              ready=built.ready, size=built.zip_bytes)
+            else:
+                target.upload(uri, built.path, on_progress=adv)
         return target.published_uri(uri), built.zip_bytes, True, False, target.label
     finally:
         built.path.unlink(missing_ok=True)
@@ -281,7 +289,10 @@ def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
           stage_to: Target | None, env: dict[str, str], progress: Progress | None,
           cwd: Path | None, sizes: bool) -> PushResult:
     data, base_dir, label = load_input(path, cwd)
-    notes = validate(data, base_dir, label, env)
+    # A directory argument means {"working_dir": <it>}: nothing the validator could find (the
+    # packaging checks are push's own), so its import and run are skipped.
+    generated = path is not None and Path(path).is_dir()
+    notes = [] if generated else validate(data, base_dir, label, env)
     plans = package_runtime_env(data, base_dir)
     if not plans:
         notes.append("no local working_dir or py_modules: nothing to package")

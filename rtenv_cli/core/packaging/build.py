@@ -58,6 +58,14 @@ class BuiltPackage:
     sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
     layout: str = "ray"
     reused: int = 0  # members copied raw from the previous build of this source
+    # build_scan(stream=True): a thread is still writing `path`; ready(n) returns once its first
+    # n bytes are there (None: all of it), raising if the write failed
+    ready: Callable[[int | None], None] | None = None
+
+    def wait(self) -> None:
+        """Return once `path` is complete (at once unless built with stream=True)."""
+        if self.ready is not None:
+            self.ready(None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"uri": self.uri, "path": str(self.path), "file_count": self.file_count,
@@ -197,6 +205,7 @@ class _ZipPass:
     reused: int = 0  # members copied raw from the previous build
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
     stats: dict[str, tuple[int, int, int, int]] | None = None  # member -> file stat, if known
+    spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
 
 
 def _prepare_batch(entries: Sequence[Entry]) -> list[_Prepared]:
@@ -208,13 +217,43 @@ _BATCH_FILES = 128
 _PROCESS_MIN_FILES = 512  # fewer small files: threads (a process pool costs ~50 ms to start)
 
 
+class _Inline:
+    """An executor that runs each call at once: a re-push's one or two changed files are not
+    worth a pool (its start and the concurrent.futures import cost more than the work)."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return _Done(fn(*args))
+
+
+@dataclass
+class _Done:
+    value: Any
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self.value
+
+
+_INLINE_FILES = 4
+
+
 def _pool(small_files: int) -> Any:
-    """Workers for `_prepare`: processes for many small files, else threads.
+    """Workers for `_prepare`: processes for many small files, else threads (none for a few).
 
     Deflating and hashing many small files holds the GIL most of the time (zlib's per-stream
     set-up, short hash calls), so threads give no speed-up there; forked processes do. Files
     are batched to keep the pickling per file small.
     """
+    if small_files <= _INLINE_FILES:
+        return _Inline()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -233,11 +272,10 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     """
     import zipfile
     from collections import deque
-    from concurrent.futures import Future
 
     result = _ZipPass()
     # (entries with their ZipInfo, future of a worker batch | None for in-order work)
-    pending: deque[tuple[list[tuple[Entry, Any]], Future[list[_Prepared]] | None]] = deque()
+    pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()  # Any: a Future or _Done
     in_flight = 0
     batch: list[tuple[Entry, Any]] = []
     batch_bytes = 0
@@ -250,7 +288,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
 
     def drain(zf: Any, limit: int) -> None:
         nonlocal in_flight
-        while pending and (in_flight > limit or not isinstance(pending[0][1], Future)
+        while pending and (in_flight > limit or pending[0][1] is None
                            or pending[0][1].done()):
             items, fut = pending.popleft()
             if fut is None:  # a directory or a large file: written in order, here
@@ -296,11 +334,13 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     return result
 
 
-def _rebuild(scan: PackageScan, out: Path, prefix: str,
-             on_progress: Callable[[int], None] | None, previous: PreviousZip) -> _ZipPass:
+def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
+             on_progress: Callable[[int], None] | None, previous: PreviousZip,
+             background: bool) -> _ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     stat changed are read and compressed, into a zip of their own; `zipreuse.splice` then
-    assembles both in scan order. Unspliceable (zip64) propagates: the caller builds afresh."""
+    assembles both in scan order (in a thread with `background`). Unspliceable (zip64)
+    propagates: the caller builds afresh."""
     parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
     fresh: list[Entry] = []
     reused_bytes = 0
@@ -318,25 +358,29 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,
             reused_bytes += e.size
         else:
             fresh.append(e)
-    result = zipreuse.splice_changed(
-        out, previous.index, parts, lambda part: _write_zip(scan, part, prefix, on_progress, fresh))
+    result, spliced = zipreuse.splice_changed(
+        out, previous.index, parts, lambda part: _write_zip(scan, part, prefix, on_progress, fresh),
+        background=background)
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
     result.stats = stats
+    result.spliced = spliced
     return result
 
 
-def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,
-              on_progress: Callable[[int], None] | None, slot: str | None) -> _ZipPass:
+def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
+              on_progress: Callable[[int], None] | None, slot: str | None,
+              background: bool = False) -> _ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
-    splices, else from scratch. Nothing is left behind on failure."""
+    splices (`background`: see build_scan's `stream`), else from scratch. Nothing is left
+    behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
         if previous is not None:
             with contextlib.suppress(zipreuse.Unspliceable):
-                return _rebuild(scan, tmp, prefix, on_progress, previous)
+                return _rebuild(scan, tmp, prefix, on_progress, previous, background)
         return _write_zip(scan, tmp, prefix, on_progress)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -365,16 +409,21 @@ def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
-               digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
+               digests: Mapping[str, tuple[bytes, str | None]] | None = None,
+               stream: bool = False) -> BuiltPackage:
     """Zip one scanned package, hashing each file on the same read (see the module doc);
     digests the cache or the caller (`digests`, from `digest_entries` of the same scan) already
-    know are taken as they are."""
+    know are taken as they are. `stream`: a spliced zip may still be being written when this
+    returns (its `ready` gates a reader that streams it meanwhile: the copy of the unchanged
+    members then overlaps the upload)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None)
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, stream)
+    spliced = zip_pass.spliced
+    gate = spliced.gate if spliced is not None else None
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])
@@ -405,10 +454,13 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     if use_cache:
         zipreuse.remember(scan.root, slot, final, zip_pass.stats if zip_pass.stats is not None
                           else {arcname(e, scan, prefix): _stat_key(e)
-                                for e in scan.entries if e.in_zip and not e.is_dir})
+                                for e in scan.entries if e.in_zip and not e.is_dir},
+                          spliced.known if spliced is not None else None,
+                          size=spliced.size if spliced is not None else None, gate=gate)
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
-    return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, final.stat().st_size,
-                        scan, sha, layout, zip_pass.reused)
+    size = spliced.size if spliced is not None else final.stat().st_size
+    return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, size, scan, sha, layout,
+                        zip_pass.reused, gate.wait if gate is not None else None)
 
 
 class _Changed(Exception):

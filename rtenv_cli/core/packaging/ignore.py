@@ -18,11 +18,13 @@ but still drops its files. 1.x regexes are applied with `search`, like 1.x does.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from rtenv_cli.core.errors import ConfigError, PackagingError
 
@@ -52,15 +54,87 @@ def _normalize(line: str) -> str:
 _DESCENDANTS = "(?:(?P<ps_d>/)|$)"  # 1.x's "the path itself or anything below it" ending
 
 
-def _pattern(text: str) -> Any:
-    import re
+class Pattern(NamedTuple):
+    """What the walk needs of a pathspec pattern: include (None: matches nothing), regex."""
 
+    include: bool | None
+    regex: re.Pattern[str]
+
+
+def _pattern(text: str) -> Pattern:
+    """`text` translated by pathspec, through a persistent cache: importing pathspec costs
+    ~15 ms, more than the rest of a re-push's ignore handling (see _Translations)."""
+    known = _TRANSLATIONS.get(text)
+    if known is not None:
+        return Pattern(known[0], re.compile(known[1]))
     from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
     pat = GitIgnoreSpecPattern(text)
-    if pat.include is False and pat.regex.pattern.endswith(_DESCENDANTS):
-        pat.regex = re.compile(pat.regex.pattern[:-len(_DESCENDANTS)] + "$")
-    return pat
+    regex = pat.regex.pattern if pat.regex is not None else ""
+    if pat.include is False and regex.endswith(_DESCENDANTS):
+        regex = regex[:-len(_DESCENDANTS)] + "$"
+    _TRANSLATIONS.add(text, pat.include, regex)
+    return Pattern(pat.include, re.compile(regex))
+
+
+class _Translations:
+    """Pattern text -> (include, regex) as this pathspec translates it, kept in one marshalled
+    file under the rtenv home. Keyed by pathspec's own file (path, size, mtime): another
+    pathspec version starts afresh. Best effort: any error means translating again."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, tuple[bool | None, str]] | None = None
+        self._key: tuple[object, ...] = ()
+        self._path: Path | None = None  # fixed at the first use: saved there at exit
+        self._added = False
+
+    def _load(self) -> dict[str, tuple[bool | None, str]]:
+        if self._data is None:
+            import marshal
+            from importlib.util import find_spec
+
+            from rtenv_cli.core.paths import rtenv_home
+
+            self._data = {}
+            self._path = rtenv_home() / "ignore-patterns.marshal"
+            with contextlib.suppress(Exception):  # no pathspec: translating raises later
+                spec = find_spec("pathspec")
+                origin = spec.origin if spec is not None else None
+                st = os.stat(origin) if origin else None
+                self._key = (_TRANSLATION_VERSION, origin, st and st.st_size,
+                             st and st.st_mtime_ns)
+                # rtenv's own file in the user's cache dir: see digest_cache._MARSHAL
+                key, data = marshal.loads(self._path.read_bytes())  # noqa: S302
+                if key == self._key and isinstance(data, dict):
+                    self._data = data
+        return self._data
+
+    def get(self, text: str) -> tuple[bool | None, str] | None:
+        return self._load().get(text)
+
+    def add(self, text: str, include: bool | None, regex: str) -> None:
+        self._load()[text] = (include, regex)
+        if not self._added:
+            self._added = True
+            import atexit
+
+            atexit.register(self.save)
+
+    def save(self) -> None:
+        import marshal
+
+        path = self._path
+        if self._data is None or not self._key or path is None:
+            return
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps((self._key, self._data)))
+            os.replace(tmp, path)
+
+
+_TRANSLATION_VERSION = 1  # bump when _pattern's own post-processing changes
+_TRANSLATIONS = _Translations()
 
 
 @dataclass

@@ -34,6 +34,7 @@ _LOCAL_HEADER = 30
 _ZIP64_LIMIT = 0xFFFFFFFF
 _DATA_DESCRIPTOR_FLAG = 0x08
 _CHUNK = 1 << 20
+_GATE_STEP = 8 << 20  # bytes copied between two reports to a WriteGate
 
 
 def copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
@@ -75,6 +76,9 @@ _IN_ZIP64 = 0xFFFFFFFF  # a size or offset that lives in a zip64 extra field
 _SIDECAR, _SIDECAR_VERSION = ".state", 1  # marshal: ~8 ms to load for 10,000 members, JSON ~20
 
 
+Known = tuple[bytes, dict[str, tuple[int, int, bytes]]]  # (central directory's sha1, members)
+
+
 class Unspliceable(Exception):
     """The zip would need zip64 fields (over 2 GiB, over 65,535 members): zipfile writes those."""
 
@@ -108,8 +112,7 @@ class ZipIndex:
     cd_digest: bytes = b""  # sha1 of the central directory the members were read from
 
     @classmethod
-    def read(cls, path: Path, known: tuple[bytes, dict[str, tuple[int, int, bytes]]] | None = None
-             ) -> ZipIndex | None:
+    def read(cls, path: Path, known: Known | None = None) -> ZipIndex | None:
         """`known`: (cd_digest, members) of an earlier read of this zip; taken as they are when
         the central directory still has that digest (a re-push: ~2 ms instead of ~25 ms)."""
         try:
@@ -127,8 +130,7 @@ class ZipIndex:
         return index
 
     @classmethod
-    def _read(cls, path: Path, fd: int,
-              known: tuple[bytes, dict[str, tuple[int, int, bytes]]] | None) -> ZipIndex | None:
+    def _read(cls, path: Path, fd: int, known: Known | None) -> ZipIndex | None:
         size = os.fstat(fd).st_size
         if size < _EOCD.size:
             return None
@@ -195,9 +197,50 @@ def _check_fits(count: int, size: int) -> None:
         raise Unspliceable("over 2 GiB")
 
 
-def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
+class WriteGate:
+    """A file a thread is writing front to back: `wait(n)` returns once its first `n` bytes
+    are written (raises if writing failed first), so a reader can stream it meanwhile."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self.done = 0
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+
+    def advance(self, done: int) -> None:
+        with self._cond:
+            self.done = done
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self.error = exc
+            self._cond.notify_all()
+
+    def wait(self, n: int | None = None) -> None:
+        n = self.size if n is None else n
+        with self._cond:
+            while self.done < n and self.error is None:
+                self._cond.wait()
+            if self.done < n:
+                raise PackagingError(f"writing the package failed: {self.error}",
+                                     hint="check the free space under the rtenv cache dir")
+
+
+class Spliced(NamedTuple):
+    size: int
+    known: Known  # its index, for `ZipIndex.read(out, known)` to take without parsing
+    gate: WriteGate | None = None  # with background=True: the write still under way
+
+
+def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = False
+           ) -> Spliced:
     """Write zip `out` whose members are, in this order, the named members of the given zips,
-    each copied verbatim (local header and data); returns its size.
+    each copied verbatim (local header and data); returns its size and index. With
+    `background`, a thread writes it (on duplicates of the sources' descriptors, so they may
+    be closed at once) and the returned gate tells how far it got.
 
     Local headers hold no offsets, so a member moves as it is; only its central record gets the
     new offset. Neighbours in a source are copied as one byte range (`os.copy_file_range`
@@ -207,13 +250,16 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     _check_fits(len(parts), 0)
     runs: list[tuple[ZipIndex, int, int, int]] = []  # source, start, length, new offset
     records: list[bytes] = []
+    members: dict[str, tuple[int, int, bytes]] = {}
     pos = 0
     pack = struct.Struct("<L").pack
     for src, name in parts:
         m = src.members[name]
         if pos > _ZIP64_OFFSET:
             raise Unspliceable(f"{name} would start beyond 2 GiB")
-        records.append(m.record[:_OFFSET_AT] + pack(pos) + m.record[_OFFSET_AT + 4:])
+        record = m.record[:_OFFSET_AT] + pack(pos) + m.record[_OFFSET_AT + 4:]
+        records.append(record)
+        members[name] = (pos, pos + m.end - m.start, record)
         last = runs[-1] if runs else None
         if last is not None and last[0] is src and last[1] + last[2] == m.start:
             runs[-1] = (src, last[1], last[2] + m.end - m.start, last[3])
@@ -224,21 +270,58 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> int:
     if pos > _ZIP64_OFFSET or len(cd) > _ZIP64_OFFSET:
         raise Unspliceable("the central directory would start beyond 2 GiB")
     end = _EOCD.pack(_EOCD_SIG, 0, 0, len(parts), len(parts), len(cd), pos, 0)
-    with open(out, "wb") as fh:
-        for src, start, length, at in runs:
-            _copy_range(src.fd, fh.fileno(), start, length, at)
-        os.pwrite(fh.fileno(), cd + end, pos)
-    return pos + len(cd) + len(end)
+    digest = hashlib.sha1(cd).digest()  # noqa: S324 - ZipIndex's cache key, not a signature
+    size = pos + len(cd) + len(end)
+    if not background:
+        with open(out, "wb") as fh:
+            _write_runs([(src.fd, *run) for src, *run in runs], fh.fileno(), cd + end, pos, None)
+        return Spliced(size, (digest, members))
+    import threading
+
+    gate = WriteGate(size)
+    sources = {id(run[0]): run[0] for run in runs}  # by id: a ZipIndex is not hashable
+    dup = {key: os.dup(src.fd) for key, src in sources.items()}
+    try:
+        dst = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        for fd in dup.values():
+            os.close(fd)
+        raise
+
+    def write() -> None:
+        try:
+            _write_runs([(dup[id(src)], *run) for src, *run in runs], dst, cd + end, pos,
+                        gate)
+        except BaseException as exc:  # handed to the reader through the gate
+            gate.fail(exc)
+        finally:
+            for fd in (dst, *dup.values()):
+                os.close(fd)
+
+    threading.Thread(target=write, name="rtenv-splice").start()
+    return Spliced(size, (digest, members), gate)
+
+
+def _write_runs(runs: list[tuple[int, int, int, int]], dst: int, tail: bytes, at: int,
+                gate: WriteGate | None) -> None:
+    """Copy (fd, start, length, to) runs in order, then `tail` at `at`; report to `gate`."""
+    for fd, start, length, to in runs:
+        _copy_range(fd, dst, start, length, to, gate=gate)
+    os.pwrite(dst, tail, at)
+    if gate is not None:
+        gate.advance(gate.size)
 
 
 T = TypeVar("T")
 
 
 def splice_changed(out: Path, previous: ZipIndex, order: Sequence[tuple[str, bool]],
-                   write_changed: Callable[[Path], T]) -> T:
+                   write_changed: Callable[[Path], T], *, background: bool = False
+                   ) -> tuple[T, Spliced]:
     """Write zip `out` from `previous` and the changed members: `order` names every member of
     `out`, in order, with whether it comes from `previous`; `write_changed(path)` writes the
-    others into a zip of their own at `path` (removed afterwards) and its result is returned.
+    others into a zip of their own at `path` (removed afterwards). Returns its result and the
+    splice (`background`: see `splice`).
 
     What cannot splice is refused before anything is written where the members kept from
     `previous` already tell (Unspliceable, as from `splice`).
@@ -252,10 +335,11 @@ def splice_changed(out: Path, previous: ZipIndex, order: Sequence[tuple[str, boo
         if new is None:
             raise Unspliceable("the changed files need zip64")
         with new:
-            splice(out, [(previous if old else new, name) for name, old in order])
+            spliced = splice(out, [(previous if old else new, name) for name, old in order],
+                             background=background)
     finally:
         part.unlink(missing_ok=True)
-    return result
+    return result, spliced
 
 
 @dataclass(frozen=True)
@@ -272,20 +356,27 @@ class PreviousZip:
         self.index.close()
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int) -> None:
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int, *,
+                gate: WriteGate | None = None) -> None:
     done = 0
+    step = _GATE_STEP if gate is not None else count
     try:
         while done < count:
-            n = os.copy_file_range(src_fd, dst_fd, count - done, offset + done, dst_offset + done)
+            n = os.copy_file_range(src_fd, dst_fd, min(step, count - done), offset + done,
+                                   dst_offset + done)
             if n == 0:
                 break
             done += n
+            if gate is not None:
+                gate.advance(dst_offset + done)
     except (AttributeError, OSError):  # no copy_file_range here (or across these files)
         while done < count:
             chunk = os.pread(src_fd, min(_CHUNK, count - done), offset + done)
             if not chunk:
                 break
             done += os.pwrite(dst_fd, chunk, dst_offset + done)
+            if gate is not None:
+                gate.advance(dst_offset + done)
     if done != count:
         raise PackagingError(f"previous package is truncated at offset {offset + done}")
 
@@ -321,8 +412,12 @@ def open_previous(root: Path, key: str) -> PreviousZip | None:
     return PreviousZip(index, stats)  # type: ignore[arg-type]
 
 
-def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> None:
-    """Keep `built` (hard link, else copy) as the previous zip of (root, key); best effort."""
+def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
+             known: Known | None = None, *, size: int | None = None,
+             gate: WriteGate | None = None) -> None:
+    """Keep `built` (hard link, else copy) as the previous zip of (root, key); best effort.
+    `known`: its index, when the caller has it (a splice does), else it is read. `gate`: a
+    thread is still writing `built`, whose `size` it will have: the sidecar waits for it."""
     import shutil
 
     slot = _slot(root, key)
@@ -332,7 +427,9 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
         tmp.unlink(missing_ok=True)
         try:
             os.link(built, tmp)
-        except OSError:
+        except OSError:  # another file system: a copy, of the whole zip
+            if gate is not None:
+                gate.wait()
             shutil.copyfile(built, tmp)
         st = os.stat(tmp)
         # the old zip keeps a second name until a thread drops it: freeing its pages takes
@@ -340,7 +437,7 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
         with contextlib.suppress(OSError):  # none yet
             os.link(slot.with_suffix(".zip"), slot.with_suffix(f".{os.getpid()}.old"))
         os.replace(tmp, slot.with_suffix(".zip"))
-    except OSError:
+    except (OSError, PackagingError):
         return
     import threading
 
@@ -350,7 +447,8 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
     # zip is ignored and the next build starts afresh. Not a daemon: the process exits once
     # both are done.
     thread = threading.Thread(target=_finish_remember,
-                              args=(slot, (st.st_ino, st.st_size), stats),
+                              args=(slot, (st.st_ino, st.st_size if size is None else size),
+                                    stats, known, gate),
                               name="rtenv-remember-zip")
     _pending[slot] = thread
     thread.start()
@@ -359,14 +457,23 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey]) -> No
 _pending: dict[Path, Any] = {}  # slot -> the thread still writing its sidecar
 
 
-def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey]) -> None:
+def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey],
+                     known: Known | None, gate: WriteGate | None) -> None:
     from rtenv_cli.core.fsutil import atomic_write_bytes
 
+    if gate is not None:
+        try:
+            gate.wait()
+        except PackagingError:
+            return  # a partial zip: no sidecar, so the next build starts afresh
+
     # the sidecar also keeps the zip's parsed index, keyed by its central directory's digest
-    index = ZipIndex.read(slot.with_suffix(".zip"))
-    if index is not None:
-        index.close()
-        known = (index.cd_digest, {name: tuple(m) for name, m in index.members.items()})
+    if known is None:
+        index = ZipIndex.read(slot.with_suffix(".zip"))
+        if index is not None:
+            index.close()
+            known = (index.cd_digest, {name: tuple(m) for name, m in index.members.items()})
+    if known is not None:
         with contextlib.suppress(OSError):
             atomic_write_bytes(slot.with_suffix(_SIDECAR),
                                marshal.dumps((_SIDECAR_VERSION, zip_id, known, stats)))

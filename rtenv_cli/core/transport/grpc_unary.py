@@ -207,19 +207,22 @@ class Channel:
 
     # -- calls ---------------------------------------------------------------------------------
     def unary(self, method: str, message: bytes, *, tail: BinaryIO | None = None,
-              tail_size: int = 0, on_progress: Callable[[int], None] | None = None) -> bytes:
+              tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
+              ready: Callable[[int], None] | None = None) -> bytes:
         """Call `method` (`/package.Service/Method`); the request is `message` followed by
         `tail_size` bytes read from `tail` (the last field's value, already framed in
-        `message`). Returns the reply message."""
+        `message`); `ready(n)`, when given, returns once the tail has n bytes (a file still
+        being written). Returns the reply message."""
         import h2.exceptions
 
         try:
-            return self._unary(method, message, tail, tail_size, on_progress)
+            return self._unary(method, message, tail, tail_size, on_progress, ready)
         except h2.exceptions.H2Error as exc:  # e.g. the server went away between calls
             raise GrpcError(14, f"HTTP/2 connection to {self.authority} failed: {exc}") from exc
 
-    def _unary(self, method: str, message: bytes, tail: BinaryIO | None, tail_size: int,
-               on_progress: Callable[[int], None] | None) -> bytes:
+    def _unary(self, method: str, message: bytes, tail: BinaryIO | None,  # noqa: PLR0917 - internal
+               tail_size: int, on_progress: Callable[[int], None] | None,
+               ready: Callable[[int], None] | None) -> bytes:
         sid = self._conn.get_next_available_stream_id()
         self._streams = {sid: {"headers": {}, "data": b"", "done": False}}
         self._conn.send_headers(sid, [
@@ -231,9 +234,9 @@ class Channel:
         if tail is not None and tail_size:
             stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
             if stream is not None and hasattr(stream, "outbound_flow_control_window"):
-                self._send_file(sid, stream, tail, tail_size, on_progress)
+                self._send_file(sid, stream, tail, tail_size, on_progress, ready)
             else:  # an h2 without the stream object this relies on: the copying path
-                self._send_chunks(sid, tail, tail_size, on_progress)
+                self._send_chunks(sid, tail, tail_size, on_progress, ready)
         self._flush()
         state = self._streams[sid]
         while not state["done"]:
@@ -241,9 +244,12 @@ class Channel:
         return _reply(state, method)
 
     def _send_chunks(self, sid: int, tail: BinaryIO, tail_size: int,
-                     on_progress: Callable[[int], None] | None) -> None:
+                     on_progress: Callable[[int], None] | None,
+                     ready: Callable[[int], None] | None) -> None:
         sent = 0
         while sent < tail_size and not self._streams[sid]["done"]:
+            if ready is not None:
+                ready(sent + min(_CHUNK, tail_size - sent))
             chunk = tail.read(min(_CHUNK, tail_size - sent))
             if not chunk:
                 raise GrpcError(13, f"the file shrank while sending ({sent} of {tail_size})")
@@ -252,8 +258,9 @@ class Channel:
             if on_progress is not None:
                 on_progress(len(chunk))
 
-    def _send_file(self, sid: int, stream: Any, tail: BinaryIO, tail_size: int,
-                   on_progress: Callable[[int], None] | None) -> None:
+    def _send_file(self, sid: int, stream: Any, tail: BinaryIO,  # noqa: PLR0917 - internal
+                   tail_size: int, on_progress: Callable[[int], None] | None,
+                   ready: Callable[[int], None] | None) -> None:
         """DATA frames whose payload goes by sendfile (see the module doc); the stream ends with
         h2's own empty END_STREAM frame, so h2's stream state stays its own."""
         start = tail.tell()
@@ -267,6 +274,8 @@ class Channel:
                 self._flush()
                 self._pump()  # wait for a WINDOW_UPDATE
                 continue
+            if ready is not None:
+                ready(start + sent + size)
             self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
             try:
                 self._sock.sendall(struct.pack(">I", size)[1:] + b"\x00\x00" +

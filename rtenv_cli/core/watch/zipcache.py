@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice_changed
+from rtenv_cli.core.packaging.zipreuse import Known, Unspliceable, ZipIndex, splice_changed
 from rtenv_cli.core.watch.snapshot import Snapshot
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -44,6 +44,7 @@ class BuiltZip:
     compressed: int  # members compressed fresh
     # relpath -> digest of what is in this zip (the next build's reuse key)
     digests: dict[str, bytes]
+    known: Known | None = None  # its index, when a splice wrote it: the next build's, unparsed
 
 
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
@@ -65,14 +66,17 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     tmp = Path(tmp_name)
     index = None
     try:
-        index = ZipIndex.read(previous.path) if previous is not None else None
+        index = (ZipIndex.read(previous.path, previous.known) if previous is not None
+                 else None)
         reuse = _reusable(members, index, previous)
+        known = None
         try:
             if index is None:
                 raise Unspliceable("no previous zip")
             changed = [m for m in members if m[0] not in reuse]
-            splice_changed(tmp, index, [(name, name in reuse) for name, _e in members],
-                           lambda part: _write_members(part, snap.root, changed, compresslevel))
+            _none, (_size, known, _gate) = splice_changed(
+                tmp, index, [(name, name in reuse) for name, _e in members],
+                lambda part: _write_members(part, snap.root, changed, compresslevel))
         except Unspliceable:
             reuse.clear()
             _write_members(tmp, snap.root, members, compresslevel)
@@ -80,7 +84,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         tmp.replace(final)
         fresh_files = sum(1 for name, _e in members if name not in reuse
                           and not name.endswith("/"))
-        return BuiltZip(uri, final, final.stat().st_size, len(reuse), fresh_files, digests)
+        return BuiltZip(uri, final, final.stat().st_size, len(reuse), fresh_files, digests,
+                        known)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -52,3 +52,45 @@ def test_check_ignore_sources(tmp_path: Path) -> None:
     assert check_ignore(root, [".git"], "py_module", env={})[0].ignored is False
     with pytest.raises(PackagingError):
         check_ignore(root, [tmp_path / "elsewhere"], "working_dir", env={})
+
+
+def test_translations_are_kept_and_reused_without_pathspec(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pattern translated once is read back from the rtenv home by the next process (here: a
+    fresh cache object) and matches exactly as pathspec's own translation did."""
+    import sys
+
+    from rtenv_cli.core.packaging import ignore
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    patterns = ["*.ckpt", "!keep.ckpt", "build/", "/top", "a/**/b", "\\#lit"]
+    first = ignore._Translations()
+    monkeypatch.setattr(ignore, "_TRANSLATIONS", first)
+    fresh = [ignore._pattern(p) for p in patterns]
+    first.save()
+    second = ignore._Translations()
+    monkeypatch.setattr(ignore, "_TRANSLATIONS", second)
+    monkeypatch.setitem(sys.modules, "pathspec.patterns.gitignore.spec", None)  # unimportable
+    again = [ignore._pattern(p) for p in patterns]
+    assert [(p.include, p.regex.pattern) for p in again] == [
+        (p.include, p.regex.pattern) for p in fresh]
+    with pytest.raises(ImportError):  # a pattern not seen before needs pathspec
+        ignore._pattern("new-*.txt")
+
+
+def test_translations_of_another_pathspec_are_not_used(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import marshal
+
+    from rtenv_cli.core.packaging import ignore
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    cache = ignore._Translations()
+    cache.add("*.py", True, "^never$")
+    cache.save()
+    path = tmp_path / "home" / "ignore-patterns.marshal"
+    key, data = marshal.loads(path.read_bytes())  # noqa: S302 - our own file
+    path.write_bytes(marshal.dumps(((*key[:-1], key[-1] + 1), data)))  # pathspec changed
+    other = ignore._Translations()
+    monkeypatch.setattr(ignore, "_TRANSLATIONS", other)
+    assert ignore._pattern("*.py").regex.search("x.py")

@@ -168,3 +168,40 @@ def test_unreachable_gcs_is_a_clear_error() -> None:
         RayGcsTarget(f"127.0.0.1:{free_port()}", env={}).exists(fresh_uri())
     assert "cannot reach" in info.value.message
     assert "6379" in (info.value.hint or "")
+
+
+@pytest.mark.ray
+def test_a_re_push_streams_the_spliced_zip_as_it_is_written(
+        ray_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-push to the GCS splices the zip in a thread while the upload follows it: what the
+    GCS holds is, byte for byte, what a fresh build of the edited tree writes."""
+    from rtenv_cli.core.packaging import zipreuse
+    from rtenv_cli.core.packaging.build import build_package
+    from rtenv_cli.core.push import push
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(zipreuse, "_GATE_STEP", 1 << 16)
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    for i in range(40):
+        (src / "data" / f"b{i}.bin").write_bytes(os.urandom(100_000))
+    (src / "main.py").write_text("X = 1\n")
+    target = RayGcsTarget.connect(ray_cluster.address)
+    push(src, target=target, env={})
+    (src / "main.py").write_text("X = 2  # edited\n")
+    streamed: list[bool] = []
+    upload = target.upload
+
+    def spy(uri: str, path: Path, **kw: object) -> None:
+        streamed.append(kw.get("ready") is not None)
+        upload(uri, path, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(target, "upload", spy)
+    second = push(src, target=target, env={})
+    assert streamed == [True]
+    uri = second.packages[0].ray_uri
+    fresh = build_package(src, kind="working_dir", env={}, dest_dir=tmp_path / "fresh",
+                          use_cache=False)
+    assert fresh.uri == uri
+    assert _kv_get(target, uri) == fresh.path.read_bytes()
+    target.close()
