@@ -170,9 +170,14 @@ class WatchSession:
             return self._push_delta(src)
         if self.target.exists(uri):
             return 0
-        built = build_zip(snap, self.work_dir, src.last_zip)
+        # a target that reads a zip while it is written gets the splice streamed (see push)
+        stream = getattr(self.target, "streams_while_written", False)
+        built = build_zip(snap, self.work_dir, src.last_zip, background=stream)
         try:
-            self.target.upload(uri, built.path)
+            if built.ready is not None:
+                self.target.upload(uri, built.path, ready=built.ready, size=built.zip_bytes)
+            else:
+                self.target.upload(uri, built.path)
         except BaseException:
             discard(built, src.last_zip)
             raise

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +45,25 @@ class BuiltZip:
     # relpath -> digest of what is in this zip (the next build's reuse key)
     digests: dict[str, bytes]
     known: Known | None = None  # its index, when a splice wrote it: the next build's, unparsed
+    # build_zip(background=True): a thread may still be writing `path`; ready(n) returns once
+    # its first n bytes are there (None: all), raising if the write failed
+    ready: Callable[[int | None], None] | None = None
+
+    def wait(self) -> bool:
+        """Wait until `path` is complete; False when writing it failed."""
+        if self.ready is not None:
+            try:
+                self.ready(None)
+            except PackagingError:
+                return False
+        return True
 
 
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
-              *, compresslevel: int = 1) -> BuiltZip:
-    """Write `snap` as Ray's zip layout under `dest_dir/_ray_pkg_<h>.zip`."""
+              *, compresslevel: int = 1, background: bool = False) -> BuiltZip:
+    """Write `snap` as Ray's zip layout under `dest_dir/_ray_pkg_<h>.zip`. `background`: a
+    spliced zip is written by a thread, which the result's `ready` gates (an upload may stream
+    it meanwhile)."""
     uri = snap.uri
     prefix = f"{snap.name}/" if snap.kind == "py_module" else ""
     digests: dict[str, bytes] = {}
@@ -66,17 +80,19 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     tmp = Path(tmp_name)
     index = None
     try:
-        index = (ZipIndex.read(previous.path, previous.known) if previous is not None
-                 else None)
+        usable = previous is not None and previous.wait()
+        index = (ZipIndex.read(previous.path, previous.known)
+                 if previous is not None and usable else None)
         reuse = _reusable(members, index, previous)
-        known = None
+        spliced = None
         try:
             if index is None:
                 raise Unspliceable("no previous zip")
             changed = [m for m in members if m[0] not in reuse]
-            _none, (_size, known, _gate) = splice_changed(
+            _none, spliced = splice_changed(
                 tmp, index, [(name, name in reuse) for name, _e in members],
-                lambda part: _write_members(part, snap.root, changed, compresslevel))
+                lambda part: _write_members(part, snap.root, changed, compresslevel),
+                background=background)
         except Unspliceable:
             reuse.clear()
             _write_members(tmp, snap.root, members, compresslevel)
@@ -84,8 +100,11 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         tmp.replace(final)
         fresh_files = sum(1 for name, _e in members if name not in reuse
                           and not name.endswith("/"))
-        return BuiltZip(uri, final, final.stat().st_size, len(reuse), fresh_files, digests,
-                        known)
+        if spliced is None:
+            return BuiltZip(uri, final, final.stat().st_size, len(reuse), fresh_files, digests)
+        gate = spliced.gate
+        return BuiltZip(uri, final, spliced.size, len(reuse), fresh_files, digests,
+                        spliced.known, gate.wait if gate is not None else None)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -151,7 +170,3 @@ def discard(built: BuiltZip | None, keep: BuiltZip | None = None) -> None:
     if built is not None and (keep is None or built.path != keep.path):
         built.path.unlink(missing_ok=True)
 
-
-def copy_to(built: BuiltZip, dest: Path) -> Path:
-    shutil.copyfile(built.path, dest)
-    return dest
