@@ -4,11 +4,14 @@ Ray only takes whole zips, so a re-push after a one-file edit re-sends the packa
 need not do is compress 10,000 unchanged files again, or even look at them one by one. The last
 zip built for a source is kept (hard-linked) under `<rtenv home>/build/last/` with a sidecar
 naming each member's file stat (size, mtime_ns, inode, mode: the digest cache's key, so
-"unchanged" means what it means there). The next build writes only the changed files (through
-the normal writer, into a small zip of their own) and `splice`s: members come verbatim from
-either zip, neighbours as one byte range (`os.copy_file_range`: the bytes stay in the kernel),
-and the central directory is the old records with new offsets. `ZipIndex` reads a central
-directory without building zipfile objects. The result is byte-identical to a fresh build.
+"unchanged" means what it means there) and the zip's parsed index (taken only while the zip's
+central directory still has the digest it was read from). The next build writes only the
+changed files (through the normal writer, into a small zip of their own) and `splice`s: members
+come verbatim from either zip, neighbours as one byte range (`os.copy_file_range`: the bytes
+stay in the kernel), and the central directory is the old records with new offsets. The result
+is byte-identical to a fresh build. A splice can run in a thread behind a `WriteGate`, so that
+an upload streams the zip while it is written. `ZipIndex` reads a central directory without
+building zipfile objects.
 
 `copy_raw` (the agent's prefixed copies) appends one raw member to a `zipfile.ZipFile`, which
 has no public API for it, through its source-documented internals (`ZipInfo.FileHeader`,
@@ -298,7 +301,12 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = F
             for fd in (dst, *dup.values()):
                 os.close(fd)
 
-    threading.Thread(target=write, name="rtenv-splice").start()
+    try:
+        threading.Thread(target=write, name="rtenv-splice").start()
+    except BaseException:  # no thread: nobody would ever open the gate
+        for fd in (dst, *dup.values()):
+            os.close(fd)
+        raise
     return Spliced(size, (digest, members), gate)
 
 

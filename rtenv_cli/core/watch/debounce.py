@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -21,6 +22,7 @@ class Debouncer:
     _last: float = 0.0
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
+    _early_seen: set[str] = field(default_factory=set)  # paths `early` was given this batch
 
     def add(self, *paths: str) -> None:
         now = time.monotonic()
@@ -44,8 +46,13 @@ class Debouncer:
         with self._cond:
             return bool(self._paths)
 
-    def wait_batch(self, timeout: float | None = None) -> set[str] | None:
-        """Block until a batch is ready (returned) or `timeout` passes / closed (None)."""
+    def wait_batch(self, timeout: float | None = None,
+                   early: Callable[[set[str]], None] | None = None) -> set[str] | None:
+        """Block until a batch is ready (returned) or `timeout` passes / closed (None).
+
+        `early(paths)` is called, without the lock, while a batch is still gathering and
+        paths have come in since its last call: work done ahead of the quiet period's end
+        (the batch returned still names every path)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -56,7 +63,17 @@ class Debouncer:
                     ready_at = min(self._last + self.quiet_s, self._first + self.max_wait_s)
                     if now >= ready_at:
                         batch, self._paths, self._first = self._paths, set(), None
+                        self._early_seen = set()
                         return batch
+                    if early is not None and not self._paths <= self._early_seen:
+                        paths = set(self._paths)
+                        self._early_seen |= paths
+                        self._cond.release()
+                        try:
+                            early(paths)
+                        finally:
+                            self._cond.acquire()
+                        continue
                     wait = ready_at - now
                 else:
                     wait = None

@@ -29,6 +29,7 @@ from rtenv_cli.core.watch.snapshot import Change, Snapshot
 from rtenv_cli.core.watch.zipcache import BuiltZip, ContentChanged, build_zip, discard
 
 MAX_RETRIES = 5
+PREPARE_MAX_PATHS = 16  # more paths pending (a checkout, a build): wait for the batch instead
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Source:
     known_blobs: set[str] = field(default_factory=set)
     last_manifest: dict[str, Any] | None = None  # what the target holds as `pushed`
     pushed: str | None = None
+    prepared: BuiltZip | None = None  # built during the quiet period, for its snapshot's URI
 
 
 def load_runtime_env(path: Path) -> tuple[dict[str, Any], Any]:
@@ -105,6 +107,7 @@ class WatchSession:
         self.events: list[PushEvent] = []
         self._deferred: set[str] = set()
         self._deferred_lock = threading.Lock()
+        self._early = Change()  # what `_prepare` applied to the snapshots since the last batch
         self._load()
 
     # -- configuration -------------------------------------------------------------------------
@@ -168,11 +171,18 @@ class WatchSession:
         uri = snap.uri
         if delta_mod.supports_delta(self.target):
             return self._push_delta(src)
+        prepared, src.prepared = src.prepared, None
+        if prepared is not None and prepared.uri != uri:
+            discard(prepared, src.last_zip)
+            prepared = None
         if self.target.exists(uri):
+            discard(prepared, src.last_zip)
+            if src.last_zip is None:  # the next edit splices from it (else: a whole zip)
+                src.last_zip = build_zip(snap, self.work_dir)
             return 0
         # a target that reads a zip while it is written gets the splice streamed (see push)
         stream = getattr(self.target, "streams_while_written", False)
-        built = build_zip(snap, self.work_dir, src.last_zip, background=stream)
+        built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream)
         try:
             if built.ready is not None:
                 self.target.upload(uri, built.path, ready=built.ready, size=built.zip_bytes)
@@ -323,8 +333,35 @@ class WatchSession:
                            "workers will rebuild the environment (pip/uv/conda) on the next job")
         return True
 
+    def _prepare(self, paths: set[str]) -> None:
+        """While a batch gathers: confirm its paths so far and build the zips they lead to, so
+        that what is left when the quiet period ends is the upload. A few paths only (an edit,
+        a save); anything odd (the runtime_env, an error) is left to the batch."""
+        if (len(paths) > PREPARE_MAX_PATHS or not self.sources
+                or any(p == str(self.env_file) or is_dependency_file(p) for p in paths)):
+            return
+        try:
+            change = Change()
+            for src in self.sources:
+                change = change.merge(src.snap.update(paths))
+            self._early = self._early.then(change)
+            if delta_mod.supports_delta(self.target):
+                return
+            stream = getattr(self.target, "streams_while_written", False)
+            for src in self.sources:
+                if src.snap.uri == src.pushed or (src.prepared is not None
+                                                  and src.prepared.uri == src.snap.uri):
+                    continue
+                discard(src.prepared, src.last_zip)
+                src.prepared = None
+                src.prepared = build_zip(src.snap, self.work_dir, src.last_zip,
+                                         background=stream)
+        except (RtenvError, OSError):
+            return  # e.g. a file still being written: the batch confirms it again
+
     def handle_batch(self, paths: set[str], trigger: str = "change") -> PushEvent | None:
         start = time.perf_counter()
+        early, self._early = self._early, Change()
         env_paths = {p for p in paths if p == str(self.env_file) or is_dependency_file(p)}
         if env_paths and self.env_file is not None:
             if not self._env_changed(env_paths):
@@ -340,6 +377,7 @@ class WatchSession:
         for src in self.sources:
             change = change.merge(src.snap.update(paths | deferred) if trigger != "reconcile"
                                   else src.snap.reconcile())
+        change = early.then(change)
         if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
             return None
         rels = tuple(sorted({r for s in self.sources for p in paths
@@ -385,7 +423,8 @@ class WatchSession:
             while not self.stop_event.is_set():
                 now = time.monotonic()
                 timeout = max(0.0, min(next_reconcile, next_pin) - now)
-                batch = self.debouncer.wait_batch(timeout=min(timeout, 1.0))
+                batch = self.debouncer.wait_batch(timeout=min(timeout, 1.0),
+                                                  early=self._prepare)
                 if self.stop_event.is_set() or self.debouncer.closed:
                     break
                 try:
@@ -415,6 +454,7 @@ class WatchSession:
             self.watcher.stop()
             self.watcher = None
         for src in self.sources:
+            discard(src.prepared)
             discard(src.last_zip)
 
 

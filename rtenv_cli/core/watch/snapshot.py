@@ -76,6 +76,21 @@ class Change:
     def files(self) -> tuple[str, ...]:
         return self.added + self.modified + self.removed
 
+    def then(self, later: Change) -> Change:
+        """This change followed by `later`, as one net change (a file added then removed is
+        no change, removed then added back is modified, modified twice is modified once)."""
+        gone, back = set(later.removed), set(later.added)
+        added = [x for x in self.added if x not in gone]
+        added += [x for x in later.added if x not in self.removed]
+        modified = [x for x in self.modified if x not in gone]
+        modified += [x for x in (*later.modified, *(x for x in later.added if x in self.removed))
+                     if x not in self.added and x not in self.modified]
+        removed = [x for x in self.removed if x not in back]
+        removed += [x for x in later.removed if x not in self.added]
+        return Change(tuple(dict.fromkeys(added)), tuple(dict.fromkeys(modified)),
+                      tuple(dict.fromkeys(removed)),
+                      self.ignore_rules_changed or later.ignore_rules_changed)
+
 
 def hash_entry(path: Path, rel: str, st: os.stat_result, is_dir: bool) -> EntryState:
     sha1 = hashlib.sha1(rel.encode())  # noqa: S324 - Ray's package naming scheme

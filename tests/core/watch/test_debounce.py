@@ -47,3 +47,21 @@ def test_close_wakes_waiter() -> None:
     t.start()
     assert d.wait_batch(timeout=5) is None
     t.join()
+
+
+def test_early_work_runs_while_a_batch_gathers() -> None:
+    d = Debouncer(quiet_s=0.3, max_wait_s=5)
+    calls: list[set[str]] = []
+
+    def early(paths: set[str]) -> None:
+        calls.append(paths)
+        if len(calls) == 1:
+            d.add("b")  # an event while the early work runs: the lock is not held
+
+    d.add("a")
+    batch = d.wait_batch(timeout=5, early=early)
+    assert batch == {"a", "b"}
+    assert calls == [{"a"}, {"a", "b"}]  # again only because a path came in
+    d.add("c")
+    assert d.wait_batch(timeout=5, early=calls.append) == {"c"}
+    assert calls[-1] == {"c"}  # a new batch starts afresh

@@ -266,3 +266,29 @@ def test_py_module_directory_is_watched(tmp_path: Path, store: LocalStoreTarget)
         assert store.exists(ev.uris["py_modules[0]"])
         names = _published(store, ev.uris["py_modules[0]"])
         assert names == {"mylib/__init__.py"}
+
+
+def test_a_save_is_packaged_during_the_quiet_period(tree: Path, tmp_path: Path) -> None:
+    """To a target of whole zips the zip is built while the batch still gathers; the push at
+    the end of the quiet period uploads it, and reports the edit once."""
+    from rtenv_cli.core.transport.file_target import FileTarget
+
+    target = FileTarget((tmp_path / "shared").as_uri())
+    with Running(tree, target, quiet_s=1.0, max_wait_s=5.0) as run:
+        src = run.session.sources[0]
+        (tree / "main.py").write_text("print('v1')\n")
+        wait_for(lambda: src.prepared is not None, timeout=5)
+        assert len(run.events) == 1  # built, not pushed: the quiet period is still running
+        (tree / "main.py").write_text("print('v2, during the quiet period')\n")
+        ev = run.next_event(1)
+        assert (ev.added, ev.modified, ev.removed) == ((), ("main.py",), ())
+        assert ev.uri == ray_uri(tree)  # the last save, not the prepared first one
+        assert src.last_zip is not None
+        assert src.last_zip.uri == ev.uri
+        assert src.prepared is None
+        (tree / "main.py").write_text("print('v3')\n")  # one save: its prepared zip is sent
+        prepared = wait_for(lambda: src.prepared, timeout=5)
+        ev = run.next_event(2)
+        assert ev.uri == prepared.uri == ray_uri(tree)
+        assert src.last_zip is prepared
+        assert target.exists(ev.uri)

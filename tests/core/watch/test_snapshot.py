@@ -7,11 +7,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtenv_cli.core.packaging.hashing import package_uri
-from rtenv_cli.core.watch.snapshot import Snapshot
+from rtenv_cli.core.watch.snapshot import Change, Snapshot
 
 DEFAULT_EXCLUDES = [".git", ".venv", "venv", "__pycache__"]
 
@@ -159,3 +160,16 @@ def test_reconcile_finds_missed_changes_without_a_walk(tmp_path: Path) -> None:
     (tmp_path / "top.py").write_text("t\n")
     snap.update([str(tmp_path / "top.py")])
     assert not snap.reconcile()
+
+
+@pytest.mark.parametrize(("first", "later", "net"), [
+    (Change(modified=("a",)), Change(modified=("a",)), Change(modified=("a",))),
+    (Change(added=("a",)), Change(modified=("a",)), Change(added=("a",))),
+    (Change(added=("a",)), Change(removed=("a",)), Change()),
+    (Change(removed=("a",)), Change(added=("a",)), Change(modified=("a",))),
+    (Change(modified=("a",)), Change(removed=("a",)), Change(removed=("a",))),
+    (Change(modified=("a",)), Change(added=("b",)), Change(added=("b",), modified=("a",))),
+    (Change(), Change(modified=("a",)), Change(modified=("a",))),
+])
+def test_changes_compose_into_one_net_change(first: Change, later: Change, net: Change) -> None:
+    assert first.then(later) == net
