@@ -103,6 +103,7 @@ class Channel:
 
         self.authority = f"{host}:{port}"
         self.metadata = list(metadata)
+        self._cancel: Any = None  # the current call's cancel event (see unary)
         self._streams: dict[int, dict[str, object]] = {}
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -208,13 +209,16 @@ class Channel:
     # -- calls ---------------------------------------------------------------------------------
     def unary(self, method: str, message: bytes, *, tail: BinaryIO | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
-              ready: Callable[[int], None] | None = None) -> bytes:
+              ready: Callable[[int], None] | None = None, cancel: Any = None) -> bytes:
         """Call `method` (`/package.Service/Method`); the request is `message` followed by
         `tail_size` bytes read from `tail` (the last field's value, already framed in
         `message`); `ready(n)`, when given, returns once the tail has n bytes (a file still
-        being written). Returns the reply message."""
+        being written). `cancel` (a threading.Event): once set, the request is abandoned at
+        its next frame (the stream is reset: the server drops what it got) and GrpcError 1
+        raised. Returns the reply message."""
         import h2.exceptions
 
+        self._cancel = cancel
         try:
             return self._unary(method, message, tail, tail_size, on_progress, ready)
         except h2.exceptions.H2Error as exc:  # e.g. the server went away between calls
@@ -250,6 +254,7 @@ class Channel:
         while sent < tail_size and not self._streams[sid]["done"]:
             if ready is not None:
                 ready(sent + min(_CHUNK, tail_size - sent))
+            self._check_cancel(sid)
             chunk = tail.read(min(_CHUNK, tail_size - sent))
             if not chunk:
                 raise GrpcError(13, f"the file shrank while sending ({sent} of {tail_size})")
@@ -257,6 +262,12 @@ class Channel:
             self._send(sid, chunk, end=sent == tail_size)
             if on_progress is not None:
                 on_progress(len(chunk))
+
+    def _check_cancel(self, sid: int) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            self._conn.reset_stream(sid, error_code=8)  # CANCEL
+            self._flush()
+            raise GrpcError(1, "cancelled")
 
     def _send_file(self, sid: int, stream: Any, tail: BinaryIO,  # noqa: PLR0917 - internal
                    tail_size: int, on_progress: Callable[[int], None] | None,
@@ -276,6 +287,7 @@ class Channel:
                 continue
             if ready is not None:
                 ready(start + sent + size)
+            self._check_cancel(sid)
             self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
             try:
                 self._sock.sendall(struct.pack(">I", size)[1:] + b"\x00\x00" +

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.base import PIN_SECONDS
@@ -83,7 +84,7 @@ class RayGcsTarget:
 
     def _call(self, method: str, message: bytes, *, tail: Path | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
-              ready: Callable[[int], None] | None = None) -> bytes:
+              ready: Callable[[int], None] | None = None, cancel: Any = None) -> bytes:
         """One call; a broken connection (UNAVAILABLE: the GCS restarting, an idle connection
         closed) is retried on a new one with backoff, the file sent again from its start."""
         delay = 0.5
@@ -93,7 +94,8 @@ class RayGcsTarget:
                     return self.channel().unary(method, message)
                 with tail.open("rb") as fh:
                     return self.channel().unary(method, message, tail=fh, tail_size=tail_size,
-                                                on_progress=on_progress, ready=ready)
+                                                on_progress=on_progress, ready=ready,
+                                                cancel=cancel)
             except NotGrpcError as exc:
                 raise TransportError(f"{self.address} is not a Ray GCS: it answers HTTP/1",
                                      hint="for a dashboard or an rtenv agent, pass its URL with "
@@ -118,25 +120,29 @@ class RayGcsTarget:
         return TransportError(f"{self.label}: {method.rsplit('/', 1)[-1]} failed: {exc.message}",
                               hint="check that the cluster is up (`ray status`)")
 
-    def _pin(self, uri: str) -> None:
-        seconds = self._env.get("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "")
-        seconds_i = int(seconds) if seconds.isdigit() else PIN_SECONDS
+    def _pin(self, uri: str, seconds_i: int | None = None) -> None:
+        if seconds_i is None:
+            seconds = self._env.get("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "")
+            seconds_i = int(seconds) if seconds.isdigit() else PIN_SECONDS
         if seconds_i > 0:
             _check_status(self._call(_PIN, field_bytes(1, uri.encode()) +
                                      field_varint(2, seconds_i)), 1, self.label)
 
     # -- Target -------------------------------------------------------------------------------
-    def exists(self, uri: str) -> bool:
-        """Pin `uri` for 10 minutes, then ask whether the GCS holds it (the dashboard's GET)."""
+    def exists(self, uri: str, *, pin_s: int | None = None) -> bool:
+        """Pin `uri` for 10 minutes (or `pin_s`), then ask whether the GCS holds it (the
+        dashboard's GET). A package whose pins all expired unreferenced is deleted by the GCS."""
         package_name(uri)  # refuses anything but gcs://
-        self._pin(uri)
+        self._pin(uri, pin_s)
         reply = self._call(_KV + "InternalKVExists", field_bytes(1, uri.encode()))
         _check_status(reply, 1, self.label)
         return any(n == 2 and v for n, v in parse_fields(reply))  # noqa: PLR2004 - `exists`
 
     def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
-               ready: Callable[[int], None] | None = None, size: int | None = None) -> None:
-        """`ready(n)` returns once `path` has n bytes (a zip still being written, of `size`)."""
+               ready: Callable[[int], None] | None = None, size: int | None = None,
+               cancel: Any = None) -> None:
+        """`ready(n)` returns once `path` has n bytes (a zip still being written, of `size`);
+        `cancel` (a threading.Event) abandons the upload (TransportError)."""
         package_name(uri)  # refuses anything but gcs://
         path = Path(path)
         size = path.stat().st_size if size is None else size
@@ -146,11 +152,15 @@ class RayGcsTarget:
         # key, overwrite, then the value last so that its bytes can follow from the file
         head = field_bytes(1, uri.encode()) + field_varint(3, 1) + varint(2 << 3 | 2) + varint(size)
         reply = self._call(_KV + "InternalKVPut", head, tail=path, tail_size=size,
-                           on_progress=on_progress, ready=ready)
+                           on_progress=on_progress, ready=ready, cancel=cancel)
         _check_status(reply, 1, self.label)
 
     def published_uri(self, uri: str) -> str:
         return uri
+
+    def fork(self) -> RayGcsTarget:
+        """The same cluster on a connection of its own (one call at a time per connection)."""
+        return RayGcsTarget(self.address, env=self._env, token=self._token)
 
     def close(self) -> None:
         if self._channel is not None:

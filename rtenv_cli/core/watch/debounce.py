@@ -22,12 +22,17 @@ class Debouncer:
     _last: float = 0.0
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
-    _early_seen: set[str] = field(default_factory=set)  # paths `early` was given this batch
+    # `early` (see wait_batch) runs once events have paused this long: the few events of one
+    # save (truncate, write, close) arrive within a millisecond or two of each other
+    early_after_s: float = 0.03
+    _events: int = 0  # events added in this batch
+    _early_events: int = 0  # how many of them `early` has seen
 
     def add(self, *paths: str) -> None:
         now = time.monotonic()
         with self._cond:
             self._paths.update(paths)
+            self._events += 1
             if self._first is None:
                 self._first = now
             self._last = now
@@ -50,9 +55,9 @@ class Debouncer:
                    early: Callable[[set[str]], None] | None = None) -> set[str] | None:
         """Block until a batch is ready (returned) or `timeout` passes / closed (None).
 
-        `early(paths)` is called, without the lock, while a batch is still gathering and
-        paths have come in since its last call: work done ahead of the quiet period's end
-        (the batch returned still names every path)."""
+        `early(paths)` is called, without the lock, while a batch is still gathering, once
+        events have paused for `early_after_s` and some came in since its last call: work done
+        ahead of the quiet period's end (the batch returned still names every path)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -63,18 +68,20 @@ class Debouncer:
                     ready_at = min(self._last + self.quiet_s, self._first + self.max_wait_s)
                     if now >= ready_at:
                         batch, self._paths, self._first = self._paths, set(), None
-                        self._early_seen = set()
+                        self._events = self._early_events = 0
                         return batch
-                    if early is not None and not self._paths <= self._early_seen:
-                        paths = set(self._paths)
-                        self._early_seen |= paths
-                        self._cond.release()
-                        try:
-                            early(paths)
-                        finally:
-                            self._cond.acquire()
-                        continue
                     wait = ready_at - now
+                    if early is not None and self._events != self._early_events:
+                        early_at = self._last + self.early_after_s
+                        if now >= early_at:
+                            paths, self._early_events = set(self._paths), self._events
+                            self._cond.release()
+                            try:
+                                early(paths)
+                            finally:
+                                self._cond.acquire()
+                            continue
+                        wait = min(wait, early_at - now)
                 else:
                     wait = None
                 if deadline is not None:

@@ -30,6 +30,18 @@ from rtenv_cli.core.watch.zipcache import BuiltZip, ContentChanged, build_zip, d
 
 MAX_RETRIES = 5
 PREPARE_MAX_PATHS = 16  # more paths pending (a checkout, a build): wait for the batch instead
+EARLY_PIN_S = 30  # an early upload's pin: unpublished and unreferenced, the GCS drops it then
+
+
+@dataclass
+class _EarlyUpload:
+    """A prepared zip uploaded while its batch still gathers (see WatchSession._upload_early)."""
+
+    uri: str
+    cancel: threading.Event
+    thread: threading.Thread | None = None
+    sent: int = 0
+    done: bool = False  # the target holds `uri` (uploaded here, or it was already there)
 
 
 @dataclass(frozen=True)
@@ -83,13 +95,15 @@ class WatchSession:
                  on_push: Callable[[PushEvent], None] | None = None,
                  on_notice: Callable[[str, str, str | None], None] | None = None,
                  on_change_cmd: str | None = None, work_dir: Path | None = None,
-                 observer_factory: Callable[[], Any] | None = None) -> None:
+                 observer_factory: Callable[[], Any] | None = None,
+                 early_upload: bool = True) -> None:
         self.path = Path(path).absolute()
         self.target = target
         self.debouncer = Debouncer(quiet_s, max_wait_s)
         self.reconcile_s, self.pin_s = reconcile_s, pin_s
         self.polling, self.poll_interval_s = polling, poll_interval_s
         self.observer_factory = observer_factory
+        self.early_upload = early_upload
         self.on_push = on_push or (lambda _e: None)
         self.on_notice = on_notice or (lambda _k, _m, _h: None)
         self.on_change_cmd = on_change_cmd
@@ -108,6 +122,9 @@ class WatchSession:
         self._deferred: set[str] = set()
         self._deferred_lock = threading.Lock()
         self._early = Change()  # what `_prepare` applied to the snapshots since the last batch
+        self._uploads: dict[str, _EarlyUpload] = {}  # source label -> its early upload
+        self._stale_uploads: list[_EarlyUpload] = []  # cancelled, joined at close
+        self._early_target: Any = None
         self._load()
 
     # -- configuration -------------------------------------------------------------------------
@@ -175,11 +192,21 @@ class WatchSession:
         if prepared is not None and prepared.uri != uri:
             discard(prepared, src.last_zip)
             prepared = None
-        if self.target.exists(uri):
-            discard(prepared, src.last_zip)
-            if src.last_zip is None:  # the next edit splices from it (else: a whole zip)
+        early = self._uploads.pop(src.label, None)
+        sent_early = 0
+        if early is not None:
+            if early.uri == uri and early.thread is not None:
+                early.thread.join()
+                sent_early = early.sent if early.done else 0
+            else:
+                self._drop_upload(early)
+        if self.target.exists(uri):  # pins it for 10 minutes: from here on it is published
+            if prepared is not None:  # the next edit splices from the newest zip
+                discard(src.last_zip, prepared)
+                src.last_zip = prepared
+            elif src.last_zip is None:  # the next edit splices from it (else: a whole zip)
                 src.last_zip = build_zip(snap, self.work_dir)
-            return 0
+            return sent_early
         # a target that reads a zip while it is written gets the splice streamed (see push)
         stream = getattr(self.target, "streams_while_written", False)
         built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream)
@@ -356,8 +383,50 @@ class WatchSession:
                 src.prepared = None
                 src.prepared = build_zip(src.snap, self.work_dir, src.last_zip,
                                          background=stream)
+                self._upload_early(src)
         except (RtenvError, OSError):
             return  # e.g. a file still being written: the batch confirms it again
+
+    def _upload_early(self, src: Source) -> None:
+        """Start uploading a prepared zip before its quiet period ends, on a connection of its
+        own, when the target can cancel an upload and pin briefly (a Ray GCS). It is published
+        (pinned for 10 minutes, reported) only when the batch confirms that version; a newer
+        save cancels it, and a version that was uploaded but superseded is pinned only
+        EARLY_PIN_S: unreferenced, the GCS deletes it then, as it does any expired pin."""
+        built = src.prepared
+        fork = getattr(self.target, "fork", None)
+        if not self.early_upload or built is None or not callable(fork):
+            return
+        old = self._uploads.pop(src.label, None)
+        if old is not None:
+            self._drop_upload(old)
+        if self._early_target is None:
+            self._early_target = fork()
+        target = self._early_target
+        job = _EarlyUpload(built.uri, threading.Event())
+
+        def run() -> None:
+            if old is not None and old.thread is not None:
+                old.thread.join()  # one call at a time on this connection
+            if job.cancel.is_set():
+                return
+            try:
+                if not target.exists(built.uri, pin_s=EARLY_PIN_S):
+                    target.upload(built.uri, built.path, ready=built.ready,
+                                  size=built.zip_bytes, cancel=job.cancel)
+                    job.sent = built.zip_bytes
+                job.done = True
+            except (RtenvError, OSError):
+                pass  # cancelled or failed: the batch uploads it itself
+
+        job.thread = threading.Thread(target=run, name="rtenv-early-upload")
+        self._uploads[src.label] = job
+        job.thread.start()
+
+    def _drop_upload(self, job: _EarlyUpload) -> None:
+        job.cancel.set()
+        self._stale_uploads = [j for j in self._stale_uploads
+                               if j.thread is not None and j.thread.is_alive()] + [job]
 
     def handle_batch(self, paths: set[str], trigger: str = "change") -> PushEvent | None:
         start = time.perf_counter()
@@ -453,6 +522,13 @@ class WatchSession:
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
+        for job in [*self._uploads.values(), *self._stale_uploads]:
+            job.cancel.set()
+            if job.thread is not None:
+                job.thread.join(timeout=30)
+        self._uploads.clear()
+        if self._early_target is not None:
+            self._early_target.close()
         for src in self.sources:
             discard(src.prepared)
             discard(src.last_zip)

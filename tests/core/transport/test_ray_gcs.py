@@ -205,3 +205,32 @@ def test_a_re_push_streams_the_spliced_zip_as_it_is_written(
     assert fresh.uri == uri
     assert _kv_get(target, uri) == fresh.path.read_bytes()
     target.close()
+
+
+@pytest.mark.ray
+def test_a_cancelled_upload_stores_nothing_and_the_connection_goes_on(
+        ray_cluster, tmp_path: Path) -> None:
+    import threading
+
+    target = RayGcsTarget.connect(ray_cluster.address)
+    package = tmp_path / "p.zip"
+    package.write_bytes(os.urandom(12 * 2**20))
+    cancel = threading.Event()
+    frames: list[int] = []
+
+    def ready(n: int) -> None:  # cancel once the first frames are on their way
+        frames.append(n)
+        if len(frames) == 2:
+            cancel.set()
+
+    uri = fresh_uri()
+    with pytest.raises(TransportError, match="cancelled"):
+        target.upload(uri, package, ready=ready, cancel=cancel)
+    assert len(frames) == 2
+    channel = target.channel()
+    assert target.exists(uri) is False  # the server dropped the partial message
+    assert target.channel() is channel  # the same connection: only the stream was reset
+    other = fresh_uri()
+    target.upload(other, package)
+    assert _kv_get(target, other) == package.read_bytes()
+    target.close()

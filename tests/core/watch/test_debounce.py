@@ -56,12 +56,15 @@ def test_early_work_runs_while_a_batch_gathers() -> None:
     def early(paths: set[str]) -> None:
         calls.append(paths)
         if len(calls) == 1:
-            d.add("b")  # an event while the early work runs: the lock is not held
+            d.add("a")  # an event while the early work runs (the lock is not held): again
+        if len(calls) == 2:
+            d.add("b")
 
     d.add("a")
+    d.add("a")  # a save's several events: one early call once they pause
     batch = d.wait_batch(timeout=5, early=early)
     assert batch == {"a", "b"}
-    assert calls == [{"a"}, {"a", "b"}]  # again only because a path came in
+    assert calls == [{"a"}, {"a"}, {"a", "b"}]  # each time only because events came in
     d.add("c")
     assert d.wait_batch(timeout=5, early=calls.append) == {"c"}
     assert calls[-1] == {"c"}  # a new batch starts afresh

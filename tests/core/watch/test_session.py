@@ -292,3 +292,26 @@ def test_a_save_is_packaged_during_the_quiet_period(tree: Path, tmp_path: Path) 
         assert ev.uri == prepared.uri == ray_uri(tree)
         assert src.last_zip is prepared
         assert target.exists(ev.uri)
+
+
+def test_a_watch_restarted_on_a_pushed_tree_splices_its_first_edit(tree: Path,
+                                                                    tmp_path: Path) -> None:
+    """The target already has the tree's package: nothing is uploaded at start, but the zip is
+    built all the same, so that the first save re-uses its members instead of zipping all."""
+    from rtenv_cli.core.transport.file_target import FileTarget
+
+    target = FileTarget((tmp_path / "shared").as_uri())
+    for i in range(8):
+        (tree / f"m{i}.py").write_text(f"M = {i}\n")
+    with Running(tree, target):
+        pass
+    with Running(tree, target) as run:
+        assert run.events[0].bytes_sent == 0  # already there
+        src = run.session.sources[0]
+        assert src.last_zip is not None
+        (tree / "main.py").write_text("print('first edit')\n")
+        ev = run.next_event(1)
+        assert ev.uri == ray_uri(tree)
+        assert src.last_zip.uri == ev.uri
+        assert src.last_zip.compressed == 1  # only main.py
+        assert src.last_zip.reused >= 9

@@ -79,3 +79,48 @@ def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: 
     )
     proc = ray_cluster.run_driver(code)
     assert "VALUE=v2" in proc.stdout, proc.stderr[-2000:]
+
+
+def _in_gcs(target: Any, uri: str) -> bool:
+    """Whether the GCS holds `uri`, asked without pinning it (unlike `exists`)."""
+    from rtenv_cli.core.transport.grpc_unary import field_bytes, parse_fields
+
+    reply = target.channel().unary("/ray.rpc.InternalKVGcsService/InternalKVExists",
+                                   field_bytes(1, uri.encode()))
+    return any(n == 2 and v for n, v in parse_fields(reply))
+
+
+@pytest.mark.ray
+def test_to_a_gcs_the_upload_starts_in_the_quiet_period_and_a_superseded_one_expires(
+        tree: Path, ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prepared zip is uploaded while the batch still gathers, pinned only briefly; the
+    push at the end of the quiet period publishes it (10-minute pin, one event). A version
+    saved over within the quiet period is cancelled or, if already uploaded, left to expire:
+    the GCS deletes it when its short pin runs out."""
+    from rtenv_cli.core.watch import session as session_mod
+    from tests.core.watch.helpers import wait_for
+
+    monkeypatch.setattr(session_mod, "EARLY_PIN_S", 2)
+    probe = resolve(None, ray_cluster.address)
+    with Running(tree, resolve(None, ray_cluster.address), quiet_s=1.5, max_wait_s=10) as run:
+        src = run.session.sources[0]
+        (tree / "main.py").write_text("VALUE = 'early'\n")
+        prepared = wait_for(lambda: src.prepared, timeout=10)
+        wait_for(lambda: _in_gcs(probe, prepared.uri), timeout=10)
+        assert len(run.events) == 1  # uploaded, not yet published
+        ev = run.next_event(1)
+        assert ev.uri == prepared.uri
+        assert ev.modified == ("main.py",)
+        assert ev.bytes_sent == prepared.zip_bytes  # sent once, early
+
+        (tree / "main.py").write_text("VALUE = 'superseded'\n")
+        first = wait_for(lambda: src.prepared, timeout=10)
+        wait_for(lambda: _in_gcs(probe, first.uri), timeout=10)
+        (tree / "main.py").write_text("VALUE = 'final'\n")
+        ev = run.next_event(2)
+        assert ev.uri != first.uri
+        assert len(run.events) == 3
+    assert _in_gcs(probe, ev.uri)
+    wait_for(lambda: not _in_gcs(probe, first.uri), timeout=20)  # its 2 s pin ran out
+    assert _in_gcs(probe, ev.uri)  # the published one stays (pinned for 10 minutes)
+    probe.close()
