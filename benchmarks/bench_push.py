@@ -174,7 +174,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
             child(RTENV_COLD, str(tree), str(work), env={"RTENV_HOME": str(work / "warmup")})
             _drop_outputs(work)
         rays, ours = [], []
-        for i in range(5):
+        for i in range(7):
             rays.append(child(RAY_COLD, str(tree), str(work)))
             _drop_outputs(work)
             ours.append(child(RTENV_COLD, str(tree), str(work),
@@ -187,7 +187,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         rows.append(Row("push", "cold hash+zip, 10k files/200 MB", "s", round(o_t, 3),
                         round(r_t, 3), ">= 1.4x faster than Ray", r_t / o_t >= 1.4,
                         f"Ray hash {med(rays, 'hash'):.2f}s + zip {med(rays, 'zip'):.2f}s; "
-                        "same URI; median of 5, fresh processes, outputs deleted between runs"))
+                        "same URI; median of 7 pairs, fresh processes, outputs deleted between runs"))
         o_rss, r_rss = med(ours, "peak_rss_mib"), med(rays, "peak_rss_mib")
         rows.append(Row("push", "cold hash+zip peak RSS", "MiB", round(o_rss, 1),
                         round(r_rss, 1), "< 150 MB", o_rss < 150,

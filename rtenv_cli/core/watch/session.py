@@ -9,6 +9,7 @@ Ray's temporary-reference lifetime) so they do not expire while watching.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -410,14 +411,14 @@ class WatchSession:
                 old.thread.join()  # one call at a time on this connection
             if job.cancel.is_set():
                 return
-            try:
+            # best effort: whatever fails here (cancelled, a lost connection), the batch
+            # uploads the version itself
+            with contextlib.suppress(Exception):
                 if not target.exists(built.uri, pin_s=EARLY_PIN_S):
                     target.upload(built.uri, built.path, ready=built.ready,
                                   size=built.zip_bytes, cancel=job.cancel)
                     job.sent = built.zip_bytes
                 job.done = True
-            except (RtenvError, OSError):
-                pass  # cancelled or failed: the batch uploads it itself
 
         job.thread = threading.Thread(target=run, name="rtenv-early-upload")
         self._uploads[src.label] = job
@@ -434,6 +435,7 @@ class WatchSession:
         env_paths = {p for p in paths if p == str(self.env_file) or is_dependency_file(p)}
         if env_paths and self.env_file is not None:
             if not self._env_changed(env_paths):
+                self._early = early  # not pushed: the next batch reports what was confirmed
                 return None
             trigger = "env"
         elif env_paths:
