@@ -6,10 +6,12 @@ Unix modes in `external_attr`. Ray stores entries uncompressed; the node reads a
 so we deflate (level 1) what compresses and store what does not (random/packed data), which
 keeps more under the 100 MiB upload limit for little CPU. Each file is read once: Ray's digest,
 sha256, crc32 and deflate come from the same bytes, in worker processes (batches of small files)
-or threads, while the main thread writes the zip in order; members of the source's previous
-build whose file stat is unchanged are copied raw (zipreuse). A file whose stat changed while we
-packaged it forces a rebuild, so no zip is ever published under a URI that does not match its
-content.
+or threads. A worker writes its batch's members (local header and data, as zipfile would) into
+a batch file, and the main thread copies each batch into the zip in order with one
+`copy_file_range` (no payload crosses a pipe) and keeps the central directory; members of the
+source's previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
+stat changed while we packaged it forces a rebuild, so no zip is ever published under a URI
+that does not match its content.
 
 `layout="remote"` wraps everything in one extra top-level directory: Ray strips a single
 top-level directory from remote (`file://`, `https://`) zips, and only from those.
@@ -102,7 +104,7 @@ _SMALL = 8 << 20  # files up to this size are read and compressed whole by the w
 # zipfile refuses a member over 2 GiB - 1 (compressed or not) unless its local header was written
 # with zip64 sizes; deflate can grow incompressible data a little, so decide with a margin
 _FORCE_ZIP64 = 1 << 30
-_WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds RSS)
+_WINDOW = 48 << 20  # bytes in flight between the workers and the writer (bounds disk use)
 
 
 class _Prepared(NamedTuple):
@@ -151,24 +153,6 @@ def _info(e: Entry, scan: PackageScan, prefix: str) -> Any:
     return info
 
 
-def _put_raw(  # noqa: PLR0917 - internal, one call site
-        zf: Any, info: Any, crc: int, method: int, payload: bytes, size: int) -> None:
-    """Append a member whose compressed bytes are ready (zipfile has no public API for it)."""
-    info.compress_type = method
-    info.file_size = size
-    info.compress_size = len(payload)
-    info.CRC = crc
-    # the end offset is tracked, not asked for: BufferedRandom.tell() flushes (a syscall each)
-    info.header_offset = zf.start_dir
-    header = info.FileHeader(False)
-    zf.fp.write(header)
-    zf.fp.write(payload)
-    zf.filelist.append(info)
-    zf.NameToInfo[info.filename] = info
-    zf.start_dir = info.header_offset + len(header) + len(payload)
-    zf._didModify = True
-
-
 def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
     """A large file, streamed in chunks and hashed on the way; (changed meanwhile, Ray digest,
     sha256)."""
@@ -208,8 +192,25 @@ class _ZipPass:
     spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
 
 
-def _prepare_batch(entries: Sequence[Entry]) -> list[_Prepared]:
-    return [_prepare(e) for e in entries]
+def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str
+                   ) -> list[tuple[Any, bool, bytes, str]]:
+    """Prepare a batch of small files (in a worker) and write their members, local header and
+    data as zipfile would, one after the other into the file `scratch`: the writer then moves
+    the batch into the zip with one `copy_file_range` instead of receiving every payload
+    through a pipe. Returns, per file, its ZipInfo (sizes, crc, method set; the offset is the
+    writer's), whether it changed while read, Ray's digest and the sha256."""
+    out: list[tuple[Any, bool, bytes, str]] = []
+    with open(scratch, "wb", buffering=1 << 20) as fh:
+        for e, info in items:
+            done = _prepare(e)
+            info.compress_type = done.method
+            info.file_size = e.size
+            info.compress_size = len(done.payload)
+            info.CRC = done.crc
+            fh.write(info.FileHeader(False))
+            fh.write(done.payload)
+            out.append((info, done.changed, done.digest, done.sha256))
+    return out
 
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
@@ -280,11 +281,35 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     batch: list[tuple[Entry, Any]] = []
     batch_bytes = 0
 
-    def write_one(zf: Any, e: Entry, info: Any, done: _Prepared) -> None:
-        _put_raw(zf, info, done.crc, done.method, done.payload, e.size)
-        result.digests[e.relpath] = (done.digest, done.sha256)
-        if done.changed:
-            result.changed.append(e)
+    scratches: list[str] = []
+
+    def write_batch(zf: Any, items: list[tuple[Entry, Any]], scratch: str,
+                    prepared: list[tuple[Any, bool, bytes, str]]) -> None:
+        """Append a worker's batch: its members' bytes in one copy, their infos for the
+        central directory."""
+        zf.fp.flush()
+        size = os.path.getsize(scratch)
+        fd = os.open(scratch, os.O_RDONLY)
+        try:
+            zipreuse.copy_range(fd, zf.fp.fileno(), 0, size, zf.start_dir)
+        finally:
+            os.close(fd)
+            os.unlink(scratch)
+        at = zf.start_dir
+        for (e, _info), (info, changed, digest, sha) in zip(items, prepared, strict=True):
+            info.header_offset = at
+            at += len(info.FileHeader(False)) + info.compress_size
+            zf.filelist.append(info)
+            zf.NameToInfo[info.filename] = info
+            result.digests[e.relpath] = (digest, sha)
+            if changed:
+                result.changed.append(e)
+        if at != zf.start_dir + size:
+            raise PackagingError(f"a worker's batch for {out} is {size} bytes, expected "
+                                 f"{at - zf.start_dir}")
+        zf.start_dir = at
+        zf.fp.seek(at)
+        zf._didModify = True
 
     def drain(zf: Any, limit: int) -> None:
         nonlocal in_flight
@@ -301,37 +326,59 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
                 if changed:
                     result.changed.append(e)
             else:
-                for (e, info), done in zip(items, fut.result(), strict=True):
-                    in_flight -= e.size
-                    write_one(zf, e, info, done)
+                scratch, prepared = fut.result()
+                in_flight -= sum(e.size for e, _i in items)
+                write_batch(zf, items, scratch, prepared)
             if on_progress:
                 on_progress(sum(e.size for e, _info in items if not e.is_dir))
 
     def flush_batch(pool: Any) -> None:
         nonlocal batch, batch_bytes
         if batch:
-            pending.append((batch, pool.submit(_prepare_batch, [e for e, _i in batch])))
+            scratch = f"{out}.batch{len(scratches)}"
+            scratches.append(scratch)
+            fut = pool.submit(_prepare_batch, batch, scratch)
+            pending.append((batch, _Scratch(scratch, fut)))
             batch, batch_bytes = [], 0
 
     plan = [(e, _info(e, scan, prefix))
             for e in (entries if entries is not None else scan.entries) if e.in_zip]
     small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
-    with open(out, "w+b", buffering=1 << 20) as fh, \
-            zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
-        for e, info in plan:
-            if not e.is_dir and e.size <= _SMALL:
-                batch.append((e, info))
-                batch_bytes += e.size
-                in_flight += e.size
-                if batch_bytes >= _BATCH_BYTES or len(batch) >= _BATCH_FILES:
-                    flush_batch(pool)
-            else:
-                flush_batch(pool)  # keep the zip in scan order
-                pending.append(([(e, info)], None))
-            drain(zf, _WINDOW)
-        flush_batch(pool)
-        drain(zf, -1)
+    try:
+        with open(out, "w+b", buffering=1 << 20) as fh, \
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
+            for e, info in plan:
+                if not e.is_dir and e.size <= _SMALL:
+                    batch.append((e, info))
+                    batch_bytes += e.size
+                    in_flight += e.size
+                    if batch_bytes >= _BATCH_BYTES or len(batch) >= _BATCH_FILES:
+                        flush_batch(pool)
+                else:
+                    flush_batch(pool)  # keep the zip in scan order
+                    pending.append(([(e, info)], None))
+                drain(zf, _WINDOW)
+            flush_batch(pool)
+            drain(zf, -1)
+    finally:
+        for scratch in scratches:  # left by a failure (each is removed once copied)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
     return result
+
+
+class _Scratch:
+    """A worker batch under way: done()/result() as its future, result() = (scratch file,
+    what `_prepare_batch` returned)."""
+
+    def __init__(self, path: str, future: Any) -> None:
+        self.path, self.future = path, future
+
+    def done(self) -> bool:
+        return bool(self.future.done())
+
+    def result(self) -> tuple[str, list[tuple[Any, bool, bytes, str]]]:
+        return self.path, self.future.result()
 
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal

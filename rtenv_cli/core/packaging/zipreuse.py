@@ -314,7 +314,7 @@ def _write_runs(runs: list[tuple[int, int, int, int]], dst: int, tail: bytes, at
                 gate: WriteGate | None) -> None:
     """Copy (fd, start, length, to) runs in order, then `tail` at `at`; report to `gate`."""
     for fd, start, length, to in runs:
-        _copy_range(fd, dst, start, length, to, gate=gate)
+        copy_range(fd, dst, start, length, to, gate=gate)
     os.pwrite(dst, tail, at)
     if gate is not None:
         gate.advance(gate.size)
@@ -364,8 +364,10 @@ class PreviousZip:
         self.index.close()
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int, *,
+def copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int, *,
                 gate: WriteGate | None = None) -> None:
+    """Copy `count` bytes at `offset` of one file to `dst_offset` of another, in the kernel
+    (`os.copy_file_range`) where it can, reporting progress to `gate`."""
     done = 0
     step = _GATE_STEP if gate is not None else count
     try:
@@ -386,7 +388,9 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: i
             if gate is not None:
                 gate.advance(dst_offset + done)
     if done != count:
-        raise PackagingError(f"previous package is truncated at offset {offset + done}")
+        raise PackagingError(f"a file being copied into a package ended early, at offset "
+                             f"{offset + done} of {offset + count}",
+                             hint="another process may have truncated it: push again")
 
 
 def _slot(root: Path, key: str) -> Path:

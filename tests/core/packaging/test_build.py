@@ -150,3 +150,54 @@ def test_many_small_files_through_worker_processes_equal_ray(tmp_path: Path) -> 
         assert ours.testzip() is None
         assert {i.filename: ours.read(i) for i in ours.infolist()} == \
             {i.filename: ray.read(i) for i in ray.infolist()}
+
+
+def _many(root: Path, n: int) -> Path:
+    for i in range(n):
+        w(root, f"d{i % 7}/m{i}.py", f"X = {i}\n" * (i % 50 + 1))
+    w(root, "data/blob.bin", "")
+    (root / "data" / "blob.bin").write_bytes(os.urandom(9 << 20))  # a large file, streamed
+    return root
+
+
+def test_worker_batches_make_the_same_zip_in_processes_threads_and_inline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small files are zipped by workers into batch files that the writer copies in: the zip
+    is the same whichever kind of worker did it, and nothing of the batches is left."""
+    from rtenv_cli.core.packaging import build
+
+    root = _many(tmp_path / "src", 600)
+    zips = []
+    for kind, process_min, inline_max in (("processes", 512, 4), ("threads", 10**6, 4),
+                                          ("inline", 10**6, 10**6)):
+        monkeypatch.setattr(build, "_PROCESS_MIN_FILES", process_min)
+        monkeypatch.setattr(build, "_INLINE_FILES", inline_max)
+        out = tmp_path / kind
+        built = build_package(root, kind="working_dir", env={}, dest_dir=out, use_cache=False)
+        assert [p.name for p in out.iterdir()] == [built.path.name]
+        zips.append(built.path.read_bytes())
+    assert zips[0] == zips[1] == zips[2]
+    with zipfile.ZipFile(tmp_path / "processes" / built.path.name) as zf:
+        assert zf.testzip() is None
+        assert zf.read("d3/m3.py") == (root / "d3" / "m3.py").read_bytes()
+    assert entries(tmp_path / "processes" / built.path.name) == entries(
+        ray_zip(tmp_path, root, "working_dir", []))
+
+
+def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.packaging import build
+
+    root = _many(tmp_path / "src", 600)
+    real = build._prepare
+
+    def failing(e: object) -> object:
+        if getattr(e, "relpath", "") == "d1/m400.py":
+            raise PackagingError("cannot read d1/m400.py: simulated")
+        return real(e)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_prepare", failing)  # forked workers inherit it
+    with pytest.raises(PackagingError, match="simulated"):
+        build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "out",
+                      use_cache=False)
+    assert list((tmp_path / "out").iterdir()) == []

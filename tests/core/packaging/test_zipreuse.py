@@ -146,7 +146,7 @@ def test_a_failed_background_splice_fails_its_readers(tmp_path: Path,
     def broken(*_a: object, **_k: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(zipreuse, "_copy_range", broken)
+    monkeypatch.setattr(zipreuse, "copy_range", broken)
     back = splice(tmp_path / "back.zip", [(ia, "1"), (ia, "2")], background=True)
     ia.close()
     assert back.gate is not None
