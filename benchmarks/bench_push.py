@@ -187,7 +187,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         rows.append(Row("push", "cold hash+zip, 10k files/200 MB", "s", round(o_t, 3),
                         round(r_t, 3), ">= 1.4x faster than Ray", r_t / o_t >= 1.4,
                         f"Ray hash {med(rays, 'hash'):.2f}s + zip {med(rays, 'zip'):.2f}s; "
-                        "same URI; median of 7 pairs, fresh processes, outputs deleted between runs"))
+                        "same URI; median of 7 pairs, fresh processes, outputs deleted between "
+                        "runs"))
         o_rss, r_rss = med(ours, "peak_rss_mib"), med(rays, "peak_rss_mib")
         rows.append(Row("push", "cold hash+zip peak RSS", "MiB", round(o_rss, 1),
                         round(r_rss, 1), "< 150 MB", o_rss < 150,
