@@ -497,7 +497,10 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
         uri = scan_uri(scan, digests)
     name = uri.removeprefix("gcs://")
     final = dest_dir / (name if layout == "ray" else f"remote{name}")
-    os.replace(tmp, final)
+    if gate is None:
+        os.replace(tmp, final)
+    else:  # still being written: it keeps this process's own name (another push of the same
+        final = tmp  # tree would replace the shared one under an upload that reopens it)
     if use_cache:
         zipreuse.remember(scan.root, slot, final, zip_pass.stats if zip_pass.stats is not None
                           else {arcname(e, scan, prefix): _stat_key(e)

@@ -142,6 +142,8 @@ class Channel:
             raise NotGrpcError(f"{self.authority} does not speak HTTP/2: {exc}") from exc
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # shutdown wakes a thread blocked on this socket
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -236,11 +238,19 @@ class Channel:
         total = len(message) + tail_size
         self._send(sid, b"\x00" + struct.pack(">I", total) + message, end=not tail_size)
         if tail is not None and tail_size:
-            stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
-            if stream is not None and hasattr(stream, "outbound_flow_control_window"):
-                self._send_file(sid, stream, tail, tail_size, on_progress, ready)
-            else:  # an h2 without the stream object this relies on: the copying path
-                self._send_chunks(sid, tail, tail_size, on_progress, ready)
+            try:
+                stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
+                if stream is not None and hasattr(stream, "outbound_flow_control_window"):
+                    self._send_file(sid, stream, tail, tail_size, on_progress, ready)
+                else:  # an h2 without the stream object this relies on: the copying path
+                    self._send_chunks(sid, tail, tail_size, on_progress, ready)
+            except BaseException:
+                # the request is abandoned (its file failed, Ctrl-C): reset its stream, or the
+                # server keeps a half-received message for as long as this connection lives
+                with contextlib.suppress(Exception):
+                    self._conn.reset_stream(sid, error_code=8)  # CANCEL
+                    self._flush()
+                raise
         self._flush()
         state = self._streams[sid]
         while not state["done"]:
@@ -265,9 +275,7 @@ class Channel:
 
     def _check_cancel(self, sid: int) -> None:
         if self._cancel is not None and self._cancel.is_set():
-            self._conn.reset_stream(sid, error_code=8)  # CANCEL
-            self._flush()
-            raise GrpcError(1, "cancelled")
+            raise GrpcError(1, "cancelled")  # the caller resets the stream
 
     def _send_file(self, sid: int, stream: Any, tail: BinaryIO,  # noqa: PLR0917 - internal
                    tail_size: int, on_progress: Callable[[int], None] | None,

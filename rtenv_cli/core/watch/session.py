@@ -126,6 +126,7 @@ class WatchSession:
         self._uploads: dict[str, _EarlyUpload] = {}  # source label -> its early upload
         self._stale_uploads: list[_EarlyUpload] = []  # cancelled, joined at close
         self._early_target: Any = None
+        self._early_tail: threading.Thread | None = None  # the last early upload started
         self._load()
 
     # -- configuration -------------------------------------------------------------------------
@@ -345,7 +346,14 @@ class WatchSession:
             return False
         old = self._published_env()
         self.runtime_env = env
+        before = self.sources
         self.sources = self._sources_for(env)
+        for gone in (s for s in before if all(s is not n for n in self.sources)):
+            discard(gone.prepared)
+            discard(gone.last_zip)
+            job = self._uploads.pop(gone.label, None)
+            if job is not None:
+                self._drop_upload(job)
         self._restart_watcher()
         for src in self.sources:
             if not src.snap.entries:
@@ -369,10 +377,8 @@ class WatchSession:
                 or any(p == str(self.env_file) or is_dependency_file(p) for p in paths)):
             return
         try:
-            change = Change()
-            for src in self.sources:
-                change = change.merge(src.snap.update(paths))
-            self._early = self._early.then(change)
+            for src in self.sources:  # folded one by one: what is applied is reported
+                self._early = self._early.then(src.snap.update(paths))
             if delta_mod.supports_delta(self.target):
                 return
             stream = getattr(self.target, "streams_while_written", False)
@@ -405,10 +411,11 @@ class WatchSession:
             self._early_target = fork()
         target = self._early_target
         job = _EarlyUpload(built.uri, threading.Event())
+        before = self._early_tail
 
         def run() -> None:
-            if old is not None and old.thread is not None:
-                old.thread.join()  # one call at a time on this connection
+            if before is not None:
+                before.join()  # one call at a time on this connection, whatever the source
             if job.cancel.is_set():
                 return
             # best effort: whatever fails here (cancelled, a lost connection), the batch
@@ -420,8 +427,10 @@ class WatchSession:
                     job.sent = built.zip_bytes
                 job.done = True
 
-        job.thread = threading.Thread(target=run, name="rtenv-early-upload")
+        # a daemon: best effort, it must not hold the process at exit when the GCS hangs
+        job.thread = threading.Thread(target=run, name="rtenv-early-upload", daemon=True)
         self._uploads[src.label] = job
+        self._early_tail = job.thread
         job.thread.start()
 
     def _drop_upload(self, job: _EarlyUpload) -> None:

@@ -194,6 +194,8 @@ def test_a_re_push_streams_the_spliced_zip_as_it_is_written(
 
     def spy(uri: str, path: Path, **kw: object) -> None:
         streamed.append(kw.get("ready") is not None)
+        # a zip still being written keeps a name of its own process, not the shared one
+        assert not path.name.startswith("_ray_pkg_")
         upload(uri, path, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(target, "upload", spy)
@@ -233,4 +235,30 @@ def test_a_cancelled_upload_stores_nothing_and_the_connection_goes_on(
     other = fresh_uri()
     target.upload(other, package)
     assert _kv_get(target, other) == package.read_bytes()
+    target.close()
+
+
+@pytest.mark.ray
+def test_an_upload_whose_file_fails_resets_its_stream(ray_cluster, tmp_path: Path) -> None:
+    """The zip's writer failed mid-upload: the call fails, the GCS keeps nothing, and the same
+    connection carries the next call (the abandoned stream was reset, not left open)."""
+    from rtenv_cli.core.errors import PackagingError
+
+    target = RayGcsTarget.connect(ray_cluster.address)
+    package = tmp_path / "p.zip"
+    package.write_bytes(os.urandom(12 * 2**20))
+    seen: list[int] = []
+
+    def ready(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 2:
+            raise PackagingError("writing the package failed: simulated")
+
+    uri = fresh_uri()
+    with pytest.raises(PackagingError, match="simulated"):
+        target.upload(uri, package, ready=ready)
+    channel = target.channel()
+    assert target.exists(uri) is False
+    assert target.channel() is channel
+    assert not channel._conn.open_outbound_streams  # the abandoned stream is closed
     target.close()

@@ -124,3 +124,33 @@ def test_to_a_gcs_the_upload_starts_in_the_quiet_period_and_a_superseded_one_exp
     wait_for(lambda: not _in_gcs(probe, first.uri), timeout=20)  # its 2 s pin ran out
     assert _in_gcs(probe, ev.uri)  # the published one stays (pinned for 10 minutes)
     probe.close()
+
+
+@pytest.mark.ray
+def test_early_uploads_of_two_sources_share_their_connection_in_turn(
+        tmp_path: Path, ray_cluster: Any) -> None:
+    """A working_dir and a py_module changed by one save: both early uploads run, one after
+    the other on the early connection, and the push publishes both."""
+    from tests.core.watch.helpers import wait_for
+
+    app = tmp_path / "app"
+    lib = app / "lib"
+    lib.mkdir(parents=True)
+    for i in range(20):
+        (app / f"m{i}.py").write_bytes(os.urandom(200_000))
+        (lib / f"l{i}.py").write_bytes(os.urandom(200_000))
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {app}\npy_modules: [{lib}]\n")
+    probe = resolve(None, ray_cluster.address)
+    with Running(spec, resolve(None, ray_cluster.address), quiet_s=1.0, max_wait_s=10) as run:
+        (app / "m0.py").write_bytes(os.urandom(200_000))
+        (lib / "l0.py").write_bytes(os.urandom(200_000))
+        ev = run.next_event(1, timeout=60)
+        assert set(ev.uris) == {"working_dir", "py_modules[0]"}
+        for uri in ev.uris.values():
+            assert _in_gcs(probe, uri)
+        assert ev.bytes_sent > 2 * 20 * 200_000
+        jobs = run.session._stale_uploads
+        assert all(j.thread is None or not j.thread.is_alive() for j in jobs)
+        wait_for(lambda: run.session._early_tail is not None, timeout=5)
+    probe.close()
