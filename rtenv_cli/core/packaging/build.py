@@ -192,14 +192,18 @@ class _ZipPass:
     spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
 
 
-def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str
-                   ) -> list[tuple[Any, bool, bytes, str]]:
+_Batch = tuple[str, int, list[tuple[Any, int, bool, bytes, str]]]  # see _prepare_batch
+
+
+def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str) -> _Batch:
     """Prepare a batch of small files (in a worker) and write their members, local header and
     data as zipfile would, one after the other into the file `scratch`: the writer then moves
     the batch into the zip with one `copy_file_range` instead of receiving every payload
-    through a pipe. Returns, per file, its ZipInfo (sizes, crc, method set; the offset is the
-    writer's), whether it changed while read, Ray's digest and the sha256."""
-    out: list[tuple[Any, bool, bytes, str]] = []
+    through a pipe. Returns `scratch`, its size and, per file, its ZipInfo (sizes, crc, method
+    set), its member's offset in `scratch`, whether it changed while read, Ray's digest and
+    the sha256."""
+    out: list[tuple[Any, int, bool, bytes, str]] = []
+    at = 0
     with open(scratch, "wb", buffering=1 << 20) as fh:
         for e, info in items:
             done = _prepare(e)
@@ -207,10 +211,12 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str
             info.file_size = e.size
             info.compress_size = len(done.payload)
             info.CRC = done.crc
-            fh.write(info.FileHeader(False))
+            header = info.FileHeader(False)
+            fh.write(header)
             fh.write(done.payload)
-            out.append((info, done.changed, done.digest, done.sha256))
-    return out
+            out.append((info, at, done.changed, done.digest, done.sha256))
+            at += len(header) + len(done.payload)
+    return scratch, at, out
 
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
@@ -275,40 +281,35 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     from collections import deque
 
     result = _ZipPass()
-    # (entries with their ZipInfo, future of a worker batch | None for in-order work)
-    pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()  # Any: a Future or _Done
+    # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when inline)
+    # | None for in-order work)
+    pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
     in_flight = 0
     batch: list[tuple[Entry, Any]] = []
     batch_bytes = 0
 
     scratches: list[str] = []
 
-    def write_batch(zf: Any, items: list[tuple[Entry, Any]], scratch: str,
-                    prepared: list[tuple[Any, bool, bytes, str]]) -> None:
-        """Append a worker's batch: its members' bytes in one copy, their infos for the
-        central directory."""
+    def write_batch(zf: Any, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
+        """Append a worker's batch: its members' bytes in one copy (copy_range fails if the
+        batch file is short), their infos for the central directory."""
+        scratch, size, prepared = batch_done
         zf.fp.flush()
-        size = os.path.getsize(scratch)
         fd = os.open(scratch, os.O_RDONLY)
         try:
             zipreuse.copy_range(fd, zf.fp.fileno(), 0, size, zf.start_dir)
         finally:
             os.close(fd)
             os.unlink(scratch)
-        at = zf.start_dir
-        for (e, _info), (info, changed, digest, sha) in zip(items, prepared, strict=True):
-            info.header_offset = at
-            at += len(info.FileHeader(False)) + info.compress_size
+        for (e, _info), (info, at, changed, digest, sha) in zip(items, prepared, strict=True):
+            info.header_offset = zf.start_dir + at
             zf.filelist.append(info)
             zf.NameToInfo[info.filename] = info
             result.digests[e.relpath] = (digest, sha)
             if changed:
                 result.changed.append(e)
-        if at != zf.start_dir + size:
-            raise PackagingError(f"a worker's batch for {out} is {size} bytes, expected "
-                                 f"{at - zf.start_dir}")
-        zf.start_dir = at
-        zf.fp.seek(at)
+        zf.start_dir += size
+        zf.fp.seek(zf.start_dir)
         zf._didModify = True
 
     def drain(zf: Any, limit: int) -> None:
@@ -326,19 +327,16 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
                 if changed:
                     result.changed.append(e)
             else:
-                scratch, prepared = fut.result()
                 in_flight -= sum(e.size for e, _i in items)
-                write_batch(zf, items, scratch, prepared)
+                write_batch(zf, items, fut.result())
             if on_progress:
                 on_progress(sum(e.size for e, _info in items if not e.is_dir))
 
     def flush_batch(pool: Any) -> None:
         nonlocal batch, batch_bytes
         if batch:
-            scratch = f"{out}.batch{len(scratches)}"
-            scratches.append(scratch)
-            fut = pool.submit(_prepare_batch, batch, scratch)
-            pending.append((batch, _Scratch(scratch, fut)))
+            scratches.append(f"{out}.batch{len(scratches)}")
+            pending.append((batch, pool.submit(_prepare_batch, batch, scratches[-1])))
             batch, batch_bytes = [], 0
 
     plan = [(e, _info(e, scan, prefix))
@@ -365,20 +363,6 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(scratch)
     return result
-
-
-class _Scratch:
-    """A worker batch under way: done()/result() as its future, result() = (scratch file,
-    what `_prepare_batch` returned)."""
-
-    def __init__(self, path: str, future: Any) -> None:
-        self.path, self.future = path, future
-
-    def done(self) -> bool:
-        return bool(self.future.done())
-
-    def result(self) -> tuple[str, list[tuple[Any, bool, bytes, str]]]:
-        return self.path, self.future.result()
 
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal

@@ -153,6 +153,11 @@ class ZipIndex:
             members = cls._parse(cd, count, cd_start)
         return cls(path, members, fd, size, digest) if members is not None else None
 
+    @property
+    def known(self) -> Known:
+        """What `read(path, known)` takes to skip parsing this zip again."""
+        return self.cd_digest, {name: tuple(m) for name, m in self.members.items()}
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
@@ -484,7 +489,7 @@ def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatK
         index = ZipIndex.read(slot.with_suffix(".zip"))
         if index is not None:
             index.close()
-            known = (index.cd_digest, {name: tuple(m) for name, m in index.members.items()})
+            known = index.known
     if known is not None:
         with contextlib.suppress(OSError):
             atomic_write_bytes(slot.with_suffix(_SIDECAR),

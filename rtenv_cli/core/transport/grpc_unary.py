@@ -239,8 +239,8 @@ class Channel:
         self._send(sid, b"\x00" + struct.pack(">I", total) + message, end=not tail_size)
         if tail is not None and tail_size:
             try:
-                stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
-                if stream is not None and hasattr(stream, "outbound_flow_control_window"):
+                stream = self._h2_stream(sid)
+                if stream is not None:
                     self._send_file(sid, stream, tail, tail_size, on_progress, ready)
                 else:  # an h2 without the stream object this relies on: the copying path
                     self._send_chunks(sid, tail, tail_size, on_progress, ready)
@@ -272,6 +272,12 @@ class Channel:
             self._send(sid, chunk, end=sent == tail_size)
             if on_progress is not None:
                 on_progress(len(chunk))
+
+    def _h2_stream(self, sid: int) -> Any:
+        """h2's object for stream `sid`, whose send window `_send_file` debits, or None when
+        this h2 does not have it (a private API: the file then goes through h2's send_data)."""
+        stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
+        return stream if hasattr(stream, "outbound_flow_control_window") else None
 
     def _check_cancel(self, sid: int) -> None:
         if self._cancel is not None and self._cancel.is_set():

@@ -262,3 +262,21 @@ def test_an_upload_whose_file_fails_resets_its_stream(ray_cluster, tmp_path: Pat
     assert target.channel() is channel
     assert not channel._conn.open_outbound_streams  # the abandoned stream is closed
     target.close()
+
+
+@pytest.mark.ray
+def test_without_h2s_stream_object_the_file_is_sent_through_h2(ray_cluster,
+                                                                 tmp_path: Path) -> None:
+    """The sendfile path debits a window h2 keeps on a private stream object; an h2 without
+    it gets the file through h2's own send_data, whole and intact."""
+    target = RayGcsTarget.connect(ray_cluster.address)
+    target.channel()._h2_stream = lambda _sid: None  # type: ignore[method-assign]
+    package = tmp_path / "p.zip"
+    package.write_bytes(os.urandom(9 * 2**20 + 7))
+    progress: list[int] = []
+    uri = fresh_uri()
+    target.upload(uri, package, on_progress=progress.append)
+    assert _kv_get(target, uri) == package.read_bytes()
+    assert sum(progress) == package.stat().st_size
+    assert max(progress) <= 1 << 20  # h2's path: 1 MiB chunks, not 4 MiB sendfile frames
+    target.close()
