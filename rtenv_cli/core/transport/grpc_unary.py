@@ -26,6 +26,9 @@ from urllib.parse import unquote
 _CHUNK = 1 << 20
 _FILE_FRAME = 1 << 22  # DATA payload per sendfile: the GCS takes frames up to 4 MiB
 _WINDOW = 1 << 24  # our receive window: replies are small, never stall the server
+# The sendfile path (see the module doc). False sends the tail through h2's own send_data: the
+# push benchmark flips it for its ablation row, which shows what sendfile buys on its own.
+SENDFILE = True
 
 
 class GrpcError(Exception):
@@ -239,7 +242,7 @@ class Channel:
         self._send(sid, b"\x00" + struct.pack(">I", total) + message, end=not tail_size)
         if tail is not None and tail_size:
             try:
-                stream = self._h2_stream(sid)
+                stream = self._h2_stream(sid) if SENDFILE else None
                 if stream is not None:
                     self._send_file(sid, stream, tail, tail_size, on_progress, ready)
                 else:  # an h2 without the stream object this relies on: the copying path
