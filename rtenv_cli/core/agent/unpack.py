@@ -33,6 +33,7 @@ import os
 import posixpath
 import shutil
 import stat
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ _CHUNK = 1 << 20
 _FLAG_ENCRYPTED = 0x1
 _FLAG_UTF8 = 0x800
 _DIR_MODE = 0o755
+_OPEN_DIRS = 128  # directory descriptors kept open while writing
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,8 @@ def plan_zip(zf: Any, label: str, limits: Limits) -> list[Member]:
                 raise UnsafeArchiveError(
                     f"{label}: {text!r} expands {info.file_size} bytes from "
                     f"{info.compress_size} (ratio over {limits.max_ratio:g}): decompression bomb")
+            if info.file_size == 0 and info.CRC != 0:
+                raise ArchiveError(f"{label}: member {text!r} is corrupt (empty, with a CRC)")
             total += info.file_size
             packed += info.compress_size
             members.append(Member(name, "file", info.file_size, safe_mode(mode), ref=info))
@@ -524,18 +528,20 @@ class _Dirs:
 
     def __init__(self, root_fd: int) -> None:
         self.root_fd = root_fd
-        self.open: dict[str, int] = {}
+        self.open: OrderedDict[str, int] = OrderedDict()
 
     def fd(self, rel: str) -> int:
         if not rel:
             return self.root_fd
         fd = self.open.get(rel)
-        if fd is None:
-            if len(self.open) >= 64:  # noqa: PLR2004 - a bound on open descriptors
-                self.close()
-            parent, _, name = rel.rpartition("/")
-            fd = os.open(name, _DIR_FLAGS, dir_fd=self.fd(parent))
-            self.open[rel] = fd
+        if fd is not None:
+            self.open.move_to_end(rel)
+            return fd
+        parent, _, name = rel.rpartition("/")
+        fd = os.open(name, _DIR_FLAGS, dir_fd=self.fd(parent))
+        self.open[rel] = fd
+        if len(self.open) > _OPEN_DIRS:
+            os.close(self.open.popitem(last=False)[1])
         return fd
 
     def close(self) -> None:
@@ -544,8 +550,8 @@ class _Dirs:
         self.open.clear()
 
 
-def _write_tree(members: list[Member], files: Iterator[tuple[Member, IO[bytes]]], root_fd: int,
-                label: str) -> int:
+def _write_tree(members: list[Member], files: Iterator[tuple[Member, IO[bytes] | None]],
+                root_fd: int, label: str) -> int:
     dirs = {parent for m in members for parent in parents(m.name)}
     dirs.update(m.name for m in members if m.kind == "dir" and m.name != ".")
     tree = _Dirs(root_fd)
@@ -559,10 +565,15 @@ def _write_tree(members: list[Member], files: Iterator[tuple[Member, IO[bytes]]]
         for m, src in files:
             parent, _, name = m.name.rpartition("/")
             fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=tree.fd(parent))
-            with os.fdopen(fd, "wb") as out:
-                for chunk in read_chunks(src, m.size, m.name, label):
-                    out.write(chunk)
+            try:
+                if src is not None:
+                    for chunk in read_chunks(src, m.size, m.name, label):
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
                 os.fchmod(fd, m.mode)
+            finally:
+                os.close(fd)
             written += m.size
         for m in members:
             if m.kind == "link":
@@ -579,15 +590,19 @@ def _write_tree(members: list[Member], files: Iterator[tuple[Member, IO[bytes]]]
 
 
 def _zip_files(zf: Any, members: list[Member], label: str
-               ) -> Iterator[tuple[Member, IO[bytes]]]:
-    for m in members:
-        if m.kind == "file":
-            with zip_member(zf, m, label) as src:
-                yield m, src
+               ) -> Iterator[tuple[Member, IO[bytes] | None]]:
+    """Files grouped by directory; an empty one is not opened (its CRC was checked)."""
+    for m in sorted((m for m in members if m.kind == "file"),
+                    key=lambda m: m.name.rpartition("/")[0]):
+        if m.size == 0:
+            yield m, None
+            continue
+        with zip_member(zf, m, label) as src:
+            yield m, src
 
 
 def _tar_files(path: Path, members: list[Member], limits: Limits
-               ) -> Iterator[tuple[Member, IO[bytes]]]:
+               ) -> Iterator[tuple[Member, IO[bytes] | None]]:
     wanted = {m.ref: m for m in members if m.kind == "file"}
     if not wanted:
         return
