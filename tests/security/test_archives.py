@@ -368,3 +368,33 @@ def test_extra_dirs_are_folded_into_the_hash(tmp_path: Path) -> None:
     for bad in ["../x", "/abs", "a/../b", "", "."]:
         with pytest.raises(ArchiveError):
             verify_package(name, built.path, extra_dirs=[bad])
+
+
+# -- the same through a real agent process -------------------------------------------------------
+def test_agent_answers_422_and_writes_nothing_outside(tmp_path: Path) -> None:
+    import requests
+
+    from tests.core.agent.conftest import agent_process
+
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    chain_zip = _chain_zip(canary, "link")
+    bomb = build_zip([Z("zeros", b"\0" * (64 << 20))], central=[0] * 200)
+    with agent_process(tmp_path / "agent-store") as agent:
+        put = requests.put(f"{agent.url}/api/packages/gcs/{UNVERIFIED}", data=bomb, timeout=60)
+        assert put.status_code == 422
+        assert "decompression bomb" in put.json()["error"]["message"]
+        put = requests.put(f"{agent.url}/api/packages/gcs/chain.zip", data=chain_zip, timeout=60)
+        assert put.status_code == 200  # a free name: stored unverified, like Ray's GCS
+        made = requests.post(f"{agent.url}/api/envs", timeout=60, json={
+            "runtime_env": {"working_dir": "gcs://chain.zip"}, "holder": "h"})
+        assert made.status_code == 422
+        assert "a29" in made.json()["error"]["message"]
+        setuid = build_zip([Z("id", b"\x7fELF", mode=0o104755)])
+        requests.put(f"{agent.url}/api/packages/gcs/setuid.zip", data=setuid, timeout=60)
+        env = requests.post(f"{agent.url}/api/envs", timeout=60, json={
+            "runtime_env": {"working_dir": "gcs://setuid.zip"}, "holder": "h"})
+        assert env.status_code == 200
+        [entry] = [p for p in (agent.root / "entries").rglob("id")]
+        assert stat.S_IMODE(entry.stat().st_mode) == 0o755
+    assert _listing(canary) == []
