@@ -313,6 +313,8 @@ def test_a_hundred_thousand_tiny_members_extract_and_verify(tmp_path: Path) -> N
     with zipfile.ZipFile(archive, "w") as zf:
         for i in range(100_000):
             zf.writestr(f"d{i % 100}/f{i}", b"")
+    with pytest.raises(ArchiveError, match="100000 members, over the limit of 70000"):
+        extract(archive, tmp_path / "refused", limits=Limits(max_members=70_000))  # zip64 count
     assert extract(archive, tmp_path / "out") == 0
     assert len(list((tmp_path / "out" / "d7").iterdir())) == 1000
     with pytest.raises(PackagingError, match="does not match"):  # checked in full, then hashed

@@ -28,13 +28,14 @@ deflate, a size that lies) raises ArchiveError naming the member; `dest` is then
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import os
 import posixpath
 import shutil
 import stat
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,17 +145,37 @@ def _zip_name(info: Any, archive: str) -> tuple[str, int]:
                            hint="rebuild the archive with UTF-8 file names") from None
 
 
+def _declared_count(path: Path) -> int:
+    """The member count a zip's end records declare (zip64 included), 0 if none is found."""
+    import struct
+
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        fh.seek(max(0, size - (1 << 16) - 22))
+        tail = fh.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) < at + 22:
+            return 0
+        count: int = struct.unpack_from("<H", tail, at + 10)[0]
+        loc = at - 20
+        if loc >= 0 and tail[loc:loc + 4] == b"PK\x06\x07":
+            (rec,) = struct.unpack_from("<Q", tail, loc + 8)
+            fh.seek(rec)
+            head = fh.read(40)
+            if len(head) == 40 and head[:4] == b"PK\x06\x06":  # noqa: PLR2004 - record size
+                count = max(count, struct.unpack_from("<Q", head, 32)[0])
+        return count
+
+
 def open_zip(path: Path, limits: Limits) -> Any:
     """An open ZipFile, or ArchiveError; its declared member count is checked first."""
     import zipfile
 
     label = path.name
     try:
-        with path.open("rb") as fh:
-            end = zipfile._EndRecData(fh)  # the stdlib's own EOCD reader
-            if end and end[zipfile._ECD_ENTRIES_TOTAL] > limits.max_members:
-                raise ArchiveError(f"{label}: {end[zipfile._ECD_ENTRIES_TOTAL]} members, "
-                                   f"over the limit of {limits.max_members}")
+        if (count := _declared_count(path)) > limits.max_members:
+            raise ArchiveError(f"{label}: {count} members, over the limit of "
+                               f"{limits.max_members}")
         return zipfile.ZipFile(path)
     except UnicodeDecodeError as exc:
         raise ArchiveError(f"{label}: member name {exc.object!r} is flagged UTF-8 but is not",
@@ -250,7 +271,7 @@ class zip_member:  # lower case: used like open()
     def __enter__(self) -> IO[bytes]:
         try:
             self.fh: IO[bytes] = self.zf.open(self.m.ref)
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise ArchiveError(f"{self.label}: cannot read member {self.m.name!r} ({exc})",
                                hint="the archive is corrupt; build it again") from exc
         return self.fh
@@ -259,7 +280,9 @@ class zip_member:  # lower case: used like open()
         self.fh.close()
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
+@functools.cache
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged archive raises (imported on first use: startup stays light)."""
     import bz2  # noqa: F401 - bz2 and lzma raise plain OSError/LZMAError while inflating
     import lzma
     import tarfile
@@ -270,8 +293,6 @@ def _read_errors() -> tuple[type[BaseException], ...]:
             NotImplementedError, RuntimeError, ValueError, OSError)
 
 
-READ_ERRORS = _read_errors()
-
 
 def read_chunks(src: IO[bytes], size: int, name: str, label: str) -> Iterator[bytes]:
     """The member's bytes in chunks; ArchiveError if they are corrupt or not `size` bytes."""
@@ -279,7 +300,7 @@ def read_chunks(src: IO[bytes], size: int, name: str, label: str) -> Iterator[by
     while True:
         try:
             chunk = src.read(_CHUNK)
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise ArchiveError(f"{label}: member {name!r} is corrupt ({exc})",
                                hint="the archive is damaged; build or download it again"
                                ) from exc
@@ -304,7 +325,7 @@ class _Capped(io.RawIOBase):
     """A decompressed tar stream that refuses to go past `cap` bytes (seeking forward in a
     compressed stream inflates everything skipped, so that is bounded too)."""
 
-    def __init__(self, raw: IO[bytes], cap: int, label: str) -> None:
+    def __init__(self, raw: Any, cap: int, label: str) -> None:
         super().__init__()
         self.raw, self.cap, self.label, self.pos = raw, cap, label, 0
 
@@ -360,10 +381,10 @@ def _open_tar(path: Path, limits: Limits) -> Iterator[Any]:
               lzma.open if magic.startswith(b"\xfd7zXZ\x00") else
               bz2.open if magic.startswith(b"BZh") else open)
     cap = limits.max_total_bytes + (limits.max_members + 2) * _TAR_HEADER_SLACK
-    with _Capped(opener(path, "rb"), cap, path.name) as stream:  # type: ignore[operator]
+    with _Capped(opener(path, "rb"), cap, path.name) as stream:
         try:  # the TarFile is closed by the `with tf` below
             tf = tarfile.open(fileobj=stream, mode="r:")  # type: ignore[arg-type] # noqa: SIM115
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise ArchiveError(f"{path.name}: not a readable tar archive ({exc})") from exc
         with tf:
             yield tf
@@ -374,7 +395,7 @@ def _tar_members(tf: Any, label: str) -> Iterator[tuple[int, Any]]:
     while True:
         try:
             info = tf.next()
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise ArchiveError(f"{label}: corrupt tar archive after {ordinal} members ({exc})",
                                hint="the archive is damaged; build or download it again"
                                ) from exc
@@ -590,7 +611,7 @@ def _write_tree(members: list[Member], files: Iterator[tuple[Member, IO[bytes] |
 
 
 def _zip_files(zf: Any, members: list[Member], label: str
-               ) -> Iterator[tuple[Member, IO[bytes] | None]]:
+               ) -> Generator[tuple[Member, IO[bytes] | None], None, None]:
     """Files grouped by directory; an empty one is not opened (its CRC was checked)."""
     for m in sorted((m for m in members if m.kind == "file"),
                     key=lambda m: m.name.rpartition("/")[0]):
@@ -602,7 +623,7 @@ def _zip_files(zf: Any, members: list[Member], label: str
 
 
 def _tar_files(path: Path, members: list[Member], limits: Limits
-               ) -> Iterator[tuple[Member, IO[bytes] | None]]:
+               ) -> Generator[tuple[Member, IO[bytes] | None], None, None]:
     wanted = {m.ref: m for m in members if m.kind == "file"}
     if not wanted:
         return
@@ -652,8 +673,12 @@ def extract(archive: Path, dest: Path, *, strip_top_level: bool = False,
 
 
 def _looks_zip(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return fh.read(4) == b"PK\x03\x04"
+    try:
+        with path.open("rb") as fh:
+            return fh.read(4) == b"PK\x03\x04"
+    except OSError as exc:
+        raise ArchiveError(f"cannot read the archive {path}: {exc.strerror}",
+                           path=str(path)) from exc
 
 
 def dir_size(path: Path) -> int:
