@@ -36,7 +36,7 @@ from rtenv_cli.core.agent.unpack import (
     zip_member,
 )
 from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.hashing import EMPTY_ACC, fold
+from rtenv_cli.core.packaging.hashing import acc_of
 
 DIR_HASH_RE = re.compile(r"^_ray_pkg_([0-9a-f]{16})\.zip$")
 FILE_SHA1_RE = re.compile(r"^_ray_pkg_([0-9a-f]{40})\.(zip|tar\.gz|tar\.xz)$")
@@ -103,12 +103,8 @@ def _fold(rels: list[str], digests: dict[str, bytes], extra: set[str], label: st
     for rel in rels:
         dirs.update(parents(rel))
     dirs.update(r for r in rels if r not in digests)
-    acc = EMPTY_ACC
-    for d in sorted(dirs):
-        acc = fold(acc, hashlib.sha1(d.encode()).digest())  # noqa: S324 - Ray's scheme
-    for digest in digests.values():
-        acc = fold(acc, digest)
-    return acc
+    named = (hashlib.sha1(d.encode()).digest() for d in dirs)  # noqa: S324 - Ray's scheme
+    return acc_of([*named, *digests.values()])
 
 
 def _digests_for_zip(path: Path, extra_dirs: Iterable[str] = (),
@@ -130,10 +126,8 @@ def _digests_for_zip(path: Path, extra_dirs: Iterable[str] = (),
     accs = {layout: _fold(rels, digests, extra, label)
             for (layout, (_cut, rels)), digests in zip(layouts.items(), per_layout, strict=True)}
     if len(files) == 1 and len(members) == 1:  # a single-file module: no "." in its hash
-        acc = fold(EMPTY_ACC, per_layout[0][files[0].name])
-        for d in sorted(extra):
-            acc = fold(acc, hashlib.sha1(d.encode()).digest())  # noqa: S324 - Ray's scheme
-        accs["single_file"] = acc
+        named = [hashlib.sha1(d.encode()).digest() for d in extra]  # noqa: S324 - Ray's scheme
+        accs["single_file"] = acc_of([per_layout[0][files[0].name], *named])
     return accs
 
 

@@ -107,18 +107,17 @@ def check_member_name(name: str, archive: str, limits: Limits) -> str:
         raise UnsafeArchiveError(f"{archive}: path escapes the tree {name!r}",
                                  hint="remove '..' components from the archive")
     try:
-        raw = name.encode("utf-8")
+        size = len(name) if name.isascii() else len(name.encode("utf-8"))
     except UnicodeEncodeError:
         raise ArchiveError(f"{archive}: member name {name!r} is not UTF-8",
                            hint="rename the file; rtenv needs UTF-8 file names") from None
-    if len(raw) > limits.max_path_bytes:
-        raise ArchiveError(f"{archive}: member path {name[:80]!r}... is {len(raw)} bytes, over "
+    if size > limits.max_path_bytes:
+        raise ArchiveError(f"{archive}: member path {name[:80]!r}... is {size} bytes, over "
                            f"the limit of {limits.max_path_bytes}", hint="shorten the path")
     norm = posixpath.normpath(name)
-    for part in norm.split("/"):
-        if len(part.encode("utf-8")) > NAME_MAX:
-            raise ArchiveError(f"{archive}: a component of {name[:80]!r}... is over {NAME_MAX} "
-                               "bytes", hint="shorten the file name")
+    if size > NAME_MAX and any(len(p.encode("utf-8")) > NAME_MAX for p in norm.split("/")):
+        raise ArchiveError(f"{archive}: a component of {name[:80]!r}... is over {NAME_MAX} "
+                           "bytes", hint="shorten the file name")
     return norm
 
 
@@ -135,6 +134,8 @@ def _zip_name(info: Any, archive: str) -> tuple[str, int]:
     orig = info.orig_filename
     if "\x00" in orig:
         raise UnsafeArchiveError(f"{archive}: member name {orig!r} holds a NUL byte")
+    if orig.isascii():
+        return orig, len(orig)
     if info.flag_bits & _FLAG_UTF8:
         return orig, len(orig.encode("utf-8"))
     raw = orig.encode("cp437")
