@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -400,3 +401,30 @@ def test_agent_answers_422_and_writes_nothing_outside(tmp_path: Path) -> None:
         [entry] = [p for p in (agent.root / "entries").rglob("id")]
         assert stat.S_IMODE(entry.stat().st_mode) == 0o755
     assert _listing(canary) == []
+
+
+def test_rtenv_run_with_crafted_local_zips(tmp_path: Path) -> None:
+    from tests.support.cli import run_process
+
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    write(tmp_path / "chain.zip", _chain_zip(canary, "link"))
+    (tmp_path / "chain.yaml").write_text(f"working_dir: {tmp_path / 'chain.zip'}\n")
+    res = run_process(["run", "-r", str(tmp_path / "chain.yaml"), "--", "true"])
+    assert res.exit_code == 1, res.stderr
+    assert "a29" in res.stderr
+    assert "internal error" not in res.stderr
+    assert _listing(canary) == []
+    write(tmp_path / "crc.zip", ZIP_CASES["bad_crc"][0]())
+    (tmp_path / "crc.yaml").write_text(f"working_dir: {tmp_path / 'crc.zip'}\n")
+    res = run_process(["run", "-r", str(tmp_path / "crc.yaml"), "--", "true"])
+    assert res.exit_code == 1, res.stderr
+    assert "'a.txt' is corrupt" in res.stderr
+    write(tmp_path / "suid.zip", build_zip([Z("tool", b"#!/bin/sh\n", mode=0o104755),
+                                            Z("open", b"x", mode=0o100666)]))
+    (tmp_path / "suid.yaml").write_text(f"working_dir: {tmp_path / 'suid.zip'}\n")
+    show = "import os; print(*(oct(os.stat(n).st_mode & 0o7777) for n in ('tool', 'open')))"
+    res = run_process(["run", "-r", str(tmp_path / "suid.yaml"), "--", sys.executable, "-c",
+                       show])
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.split() == ["0o755", "0o644"]
