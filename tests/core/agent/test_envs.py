@@ -252,19 +252,24 @@ def test_https_working_dir_strips_top_level_dir(tmp_path: Path) -> None:
         server.server_close()
 
 
-def test_crafted_package_with_a_valid_name_is_refused_at_unpack(tmp_path: Path) -> None:
-    from rtenv_cli.core.agent.rayhash import _digests_for_zip
+def test_crafted_package_with_a_valid_name_is_refused_at_upload_and_unpack(
+        tmp_path: Path) -> None:
     from rtenv_cli.core.errors import PackagingError
     from tests.core.agent.helpers import crafted_zip
+    from tests.security.crafted import ray_hash_name
 
-    evil = crafted_zip(tmp_path / "evil.zip", [("ok.txt", b"x"), ("../escaped.txt", b"pwned")])
-    name = f"_ray_pkg_{_digests_for_zip(evil)['flat'].hex()}.zip"
+    files = {"ok.txt": b"x", "../escaped.txt": b"pwned"}
+    evil = crafted_zip(tmp_path / "evil.zip", list(files.items()))
+    name = ray_hash_name(files)  # its name matches its content...
     store = Store(tmp_path / "store")
-    store.put_package(name, evil)  # its name matches its content: the store accepts it...
-    with pytest.raises(PackagingError, match="escapes"):  # ...but it is never unpacked
-        Environments(store).get_or_create({"working_dir": f"gcs://{name}"}, holder="h")
-    assert not (store.root / "entries" / "escaped.txt").exists()
+    with pytest.raises(PackagingError, match="escapes"):  # ...but the upload is refused
+        store.put_package(name, evil)
+    assert not store.has_package(name)
+    store.put_package("evil.zip", evil)  # a free name is kept unverified, as Ray's GCS does...
+    with pytest.raises(PackagingError, match="escapes"):  # ...and never unpacked
+        Environments(store).get_or_create({"working_dir": "gcs://evil.zip"}, holder="h")
     assert not any(store.root.rglob("escaped.txt"))
+    assert not (tmp_path / "escaped.txt").exists()
     assert list((store.root / "entries").iterdir()) == []
 
 
