@@ -35,3 +35,10 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Show what woul
                                          "change nothing.")]
 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Say more.")]
+
+# Options that decide the same thing (where a push or a cache command goes). In a command that
+# has both, a config-file value for one never beats the other given as a flag or an env var.
+SAME_DECISION: tuple[frozenset[str], ...] = (
+    frozenset({"to", "address"}),
+    frozenset({"agent", "address"}),
+)
