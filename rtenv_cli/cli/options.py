@@ -29,6 +29,17 @@ AddressOpt = Annotated[
     ),
 ]
 
+TargetTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="Bearer token for the target. Default: the target's own variable, "
+        "RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, "
+        "~/.ray/auth_token) for a Ray cluster; prefer those: a flag shows in `ps`.",
+        show_default=False,
+    ),
+]
+
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would happen; "
