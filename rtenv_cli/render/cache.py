@@ -30,8 +30,11 @@ def _table(out: Output, headers: list[str], rows: list[list[str]]) -> None:
     out.console().print(table)
 
 
-def _short(text: str, width: int = 26) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _short(out: Output, text: str, width: int = 26) -> str:
+    """TEXT cut to WIDTH for a terminal; whole for a pipe (scripts read the full value)."""
+    if not out.is_terminal or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
 
 
 def render_listing(out: Output, listing: Any) -> None:
@@ -43,7 +46,8 @@ def render_listing(out: Output, listing: Any) -> None:
     if not entries:
         out.line("(empty)")
         return
-    rows = [[e["kind"], _short(e["label"]), _short(e["uri"]), human_bytes(e["size_bytes"]),
+    rows = [[e["kind"], _short(out, e["label"]), _short(out, e["uri"]),
+             human_bytes(e["size_bytes"]),
              str(e["refs"]), ago(e["created_at"]), ago(e["last_used_at"])] for e in shown]
     if blobs:
         rows.append(["blob", f"{len(blobs)} delta blobs", "sha256:…",
@@ -66,7 +70,8 @@ def render_plan(out: Output, result: Any) -> None:
     if not plan.remove:
         out.line(f"Nothing to remove ({plan.reason}); {plan.referenced} referenced entries kept")
         return
-    rows = [[e.kind, _short(e.label), _short(e.uri), human_bytes(e.size_bytes), ago(e.last_used_at)]
+    rows = [[e.kind, _short(out, e.label), _short(out, e.uri), human_bytes(e.size_bytes),
+             ago(e.last_used_at)]
             for e in plan.remove]
     verb = "Would remove" if result.dry_run else "Removing"
     out.line(f"{verb} {len(plan.remove)} entries, {human_bytes(plan.freed_bytes)} "
@@ -85,7 +90,8 @@ def render_gc(out: Output, result: Any) -> None:
     if result.extra.get("uv_cache_pruned_bytes"):
         out.line(f"Pruned uv's cache: {human_bytes(result.extra['uv_cache_pruned_bytes'])} freed")
     for e in result.skipped:
-        out.line(f"kept {e.kind} {_short(e.label)}: referenced or being built when its turn came")
+        out.line(f"kept {e.kind} {_short(out, e.label)}: referenced or being built when its "
+                 "turn came")
 
 
 def render_agent_info(out: Output, info: dict[str, Any]) -> None:
@@ -105,7 +111,7 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
         for s in node["sessions"]:
             status = "live session" if s["live"] else "old session, never cleaned by Ray"
             out.line(f"  {s['name']}  ({status})  {human_bytes(s['size_bytes'])}")
-            rows = [[e["kind"], _short(e["name"], 30), human_bytes(e["size_bytes"]),
+            rows = [[e["kind"], _short(out, e["name"], 30), human_bytes(e["size_bytes"]),
                      "-" if e["refs"] is None else str(e["refs"]), e["state"]]
                     for e in s["entries"]]
             if rows:

@@ -129,13 +129,21 @@ class Output:
     def err_color(self) -> bool:
         return _wants_color(self.stderr)
 
+    @property
+    def is_terminal(self) -> bool:
+        """Whether stdout is a terminal (a pipe or a file gets whole lines, never cut)."""
+        isatty = getattr(self.stdout, "isatty", None)
+        return bool(isatty and isatty())
+
     def console(self) -> Console:
-        """A rich Console on stdout (for tables); plain when colour is off."""
+        """A rich Console on stdout (for tables); plain when colour is off. A pipe or a file has
+        no width: tables are as wide as their content, not cut at 80 columns (or $COLUMNS)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(
                 file=self.stdout,
+                width=None if self.is_terminal else sys.maxsize,
                 no_color=not self.color,
                 color_system="auto" if self.color else None,
                 highlight=False,

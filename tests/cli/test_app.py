@@ -115,3 +115,19 @@ def test_one_byte_formatter_in_iec_units() -> None:
     assert [human_bytes(n) for n in (None, 0, 1023, 1024, 1536, 100 * 2**20, 3 * 2**40,
                                      5 * 2**50)] == [
         "-", "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "100.0 MiB", "3.0 TiB", "5120.0 TiB"]
+
+
+def test_tables_are_whole_when_piped(tmp_path: Path) -> None:
+    """A pipe has no width: no 80-column (or $COLUMNS) cut, no shortened labels or URIs."""
+    (tmp_path / "a_working_dir_whose_name_is_longer_than_any_column").mkdir()
+    (tmp_path / "a_working_dir_whose_name_is_longer_than_any_column" / "m.py").write_text("x\n")
+    pushed = run_process(["push", "a_working_dir_whose_name_is_longer_than_any_column",
+                          "--to", "local", "-f", "json"], cwd=str(tmp_path))
+    assert pushed.exit_code == 0, pushed.stderr
+    uri = pushed.json["packages"][0]["uri"]
+    listing = run_process(["cache", "ls"], cwd=str(tmp_path), env={"COLUMNS": "40"})
+    assert listing.exit_code == 0, listing.stderr
+    rows = [line for line in listing.stdout.splitlines() if uri in line]
+    assert len(rows) == 1
+    assert len(rows[0]) > 80
+    assert "…" not in listing.stdout
