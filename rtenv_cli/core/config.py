@@ -182,11 +182,12 @@ def _checked(file: ConfigFile, table: dict[str, Any], schema: Schema,
         here = (*where, key)
         if isinstance(entry, Mapping):
             if not isinstance(value, dict):
+                keys = sorted(_spelling(n) for n in entry)
                 raise ConfigError(
                     f"{file.path}: {'.'.join(here)} must be a table, not {_kind(value)}",
                     path=str(file.path),
-                    hint=f"write [{'.'.join(here)}] with one key per option, e.g. "
-                    f"{sorted(_spelling(n) for n in entry)[0]} = ...")
+                    hint=f"write [{'.'.join(here)}] and its keys under it"
+                    + (f" (one of: {', '.join(keys)})" if keys else ""))
             out[name] = _checked(file, value, entry, here)
             continue
         if isinstance(value, dict):
