@@ -34,6 +34,33 @@ def _ray_check(file: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+# `rtenv` started from `python -c`, with and without cli/_fastcoerce (typer's own coercion, which
+# imports pydantic, is put back after the package installed the shim)
+_MAIN = "import sys\nfrom rtenv_cli.cli.main import main\nsys.exit(main(sys.argv[1:]))"
+_NO_SHIM = ("import typer.core as tc\nown = tc._TyperParameter.get_runtime_param\n"
+            "import rtenv_cli.cli\ntc._TyperParameter.get_runtime_param = own\n" + _MAIN)
+
+
+def _shim_ablation(file: str, *, repeat: int, env: dict[str, str], cwd: str) -> Row | None:
+    """`rtenv validate FILE` with and without the coercion shim, as processes."""
+    from rtenv_cli.cli import _fastcoerce
+
+    if not _fastcoerce.needed():
+        return None  # this typer coerces without pydantic: there is nothing to ablate
+    with_shim = [sys.executable, "-c", _MAIN, "validate", file]
+    without = [sys.executable, "-c", _NO_SHIM, "validate", file]
+    for argv in (with_shim, without):
+        time_process(argv, repeat=1, env=env, cwd=cwd, warmup=1)
+    ours, plain = _interleaved(with_shim, without, repeat=repeat, env=env, cwd=cwd)
+    return Row(
+        "validate", f"ablation: validate {file} without cli/_fastcoerce", "s", plain["median"],
+        None, f"slower than with the shim ({ours['median']:.3f} s)",
+        plain["median"] > ours["median"],
+        f"interleaved runs, median of {repeat}; with the shim min {ours['min']:.3f} max "
+        f"{ours['max']:.3f}; without min {plain['min']:.3f} max {plain['max']:.3f}; without "
+        "it typer's coercion imports pydantic")
+
+
 def env_for(pyc: str) -> dict[str, str]:
     return {"PYTHONPYCACHEPREFIX": pyc, "PYTHONDONTWRITEBYTECODE": "", "NO_COLOR": "1"}
 
@@ -77,6 +104,9 @@ def run(quick: bool) -> list[Row]:
                 f"rtenv min {ours['min']:.3f} max {ours['max']:.3f}; "
                 f"ray min {ray['min']:.3f} max {ray['max']:.3f}; ray side = import "
                 "ray.runtime_env + RuntimeEnv(**yaml.safe_load(file))"))
+        ablation = _shim_ablation(Path(FILES[0]).name, repeat=repeat, env=env, cwd=cwd)
+        if ablation is not None:
+            rows.append(ablation)
         load = f"; load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
         for row in rows:
             row.notes += load

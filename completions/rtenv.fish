@@ -79,6 +79,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from ls-files' -l format -s f -x -a
 complete -c rtenv -n '__fish_seen_subcommand_from ls-files' -l help -s h -d 'Show help and exit'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l to -d 'Target: http(s)://dashboard-or-agent, file:///shared/dir, or local (overrides --address).'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l address -d 'Ray cluster: its GCS address (host:6379, the fastest push) or dashboard URL (http://host:8265); or an rtenv agent URL. Default: the embedded local store.'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l token -d 'Bearer token for the target. Default: the target'\''s own variable, RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) for a Ray cluster; prefer those: a flag shows in `ps`.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l stage-to -d 'Where to publish packages over the target'\''s upload limit (file:///shared/dir or an rtenv agent URL); the runtime_env then points Ray at a URI its nodes fetch themselves.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l output -s o -d 'Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l dry-run -s n -d 'Show what would happen; change nothing.'

@@ -48,6 +48,7 @@ _rtenv_push() {
     _arguments \
         '--to[Target\: http(s)\://dashboard-or-agent, file\:///shared/dir, or local (overrides --address).]' \
         '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
+        '--token[Bearer token for the target. Default\: the target'\''s own variable, RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) for a Ray cluster; prefer those\: a flag shows in `ps`.]' \
         '--stage-to[Where to publish packages over the target'\''s upload limit (file\:///shared/dir or an rtenv agent URL); the runtime_env then points Ray at a URI its nodes fetch themselves.]' \
         '--output[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
         '-o[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \

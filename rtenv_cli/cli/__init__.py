@@ -14,7 +14,7 @@ from rtenv_cli import __version__
 from rtenv_cli.cli import _fastcoerce
 from rtenv_cli.cli.group import RtenvGroup
 
-_fastcoerce.install()  # before any command is built: typer's coercion imports pydantic (~130 ms)
+_fastcoerce.install()  # before any command is built: typer's own coercion imports pydantic
 
 app = typer.Typer(
     name="rtenv",

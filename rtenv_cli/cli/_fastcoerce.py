@@ -6,6 +6,11 @@ pydantic (about 130 ms here): more than the whole budget of `rtenv validate FILE
 choices, int, float, lists of those), we coerce with typer's own pydantic-free helpers
 (`coerce_cli_choice`, `coerce_cli_path`) and fall back to typer's adapter for anything else, so
 behaviour and error messages stay typer's.
+
+This patches typer's private internals (`typer.core._TyperParameter.get_runtime_param`,
+`typer._coercion.RuntimeParam`), so pyproject.toml caps typer below the next minor version, and
+tests/cli/test_app.py fails when the patch does not apply to a typer that coerces with pydantic.
+Older typer (before 0.29) coerces without pydantic and needs no patch.
 """
 
 from __future__ import annotations
@@ -20,16 +25,23 @@ _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
 
-def install() -> None:
+def needed() -> bool:
+    """Whether this typer coerces parameters through pydantic (the patch's reason to exist)."""
+    from importlib.util import find_spec
+
+    return find_spec("typer._coercion") is not None
+
+
+def install() -> bool:
+    """Patch typer's coercion once per process; return whether the patch is in place."""
     global _installed  # noqa: PLW0603 - patch once per process
     if _installed:
-        return
+        return True
     try:
-        from typer import _coercion, _param_types
-        from typer._click.exceptions import BadParameter
+        from typer import BadParameter, _coercion, _param_types
         from typer.core import _TyperParameter
-    except ImportError:  # another typer version: keep its own behaviour
-        return
+    except ImportError:  # a typer without pydantic coercion: nothing to avoid
+        return False
     _installed = True
     original = _TyperParameter.get_runtime_param
 
@@ -101,3 +113,4 @@ def install() -> None:
         return original(self)
 
     _TyperParameter.get_runtime_param = get_runtime_param  # type: ignore[method-assign]
+    return True

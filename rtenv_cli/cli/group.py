@@ -7,32 +7,67 @@ import sys
 from typing import Any
 
 import typer
-from typer._click import Context
+from typer import Context
 from typer.core import TyperGroup
 
 from rtenv_cli.core.errors import ExitCode, RtenvError
 
 
 class RtenvContext(Context):
-    """A context whose config defaults (`default_map`) may name options as users write them.
+    """A context whose config defaults (`default_map`) name options as users write them, and
+    never let a config value beat an explicit choice of the same thing.
 
     Config files say `format = "json"` or `keep-storage = "20GB"`; click looks defaults up by
-    parameter name (`fmt`, `keep_storage`). This maps an option's long names onto its parameter.
+    parameter name (`fmt`, `keep_storage`): this maps a parameter onto its long names. Options
+    in `SAME_DECISION` pick one thing together (push's `--to` and `--address`): a config value
+    for one is not used when another was given as a flag or an env var.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.meta[_LEAF] = self  # the innermost context: its params say how to report errors
+
     def lookup_default(self, name: str, call: bool = True) -> Any:
-        if self.default_map is not None and name not in self.default_map:
-            for param in self.command.params:
-                if param.name != name:
-                    continue
-                for opt in param.opts:
-                    key = opt.lstrip("-")
-                    if opt.startswith("--"):
-                        for spelling in (key, key.replace("-", "_")):
-                            if spelling in self.default_map:
-                                value = self.default_map[spelling]
-                                return value() if call and callable(value) else value
+        if self.default_map:
+            from rtenv_cli.cli.config_schema import config_key
+
+            param = self._param(name)
+            key = config_key(param, self.default_map) if param is not None else None
+            if key is not None:
+                if self._decided_elsewhere(name):
+                    return None
+                value = self.default_map[key]
+                return value() if call and callable(value) else value
         return super().lookup_default(name, call)  # type: ignore[call-overload]
+
+    def _param(self, name: str) -> Any:
+        return next((p for p in self.command.params if p.name == name), None)
+
+    def _decided_elsewhere(self, name: str) -> bool:
+        """Whether an option that decides the same as NAME was given as a flag or env var.
+
+        Click processes the options given on the command line before the others, so such an
+        option's source is known when NAME falls back to the config; an env var is looked up.
+        """
+        from rtenv_cli.cli.options import SAME_DECISION
+
+        for group in SAME_DECISION:
+            if name not in group:
+                continue
+            for other in group - {name}:
+                param = self._param(other)
+                if param is None:
+                    continue
+                source = self.get_parameter_source(other)
+                if source is not None and source.name in _EXPLICIT:
+                    return True
+                if param.resolve_envvar_value(self) is not None:
+                    return True
+        return False
+
+
+_LEAF = "rtenv.leaf_context"
+_EXPLICIT = frozenset({"COMMANDLINE", "ENVIRONMENT", "PROMPT"})
 
 
 def use_rtenv_context(command: Any) -> Any:
@@ -67,8 +102,6 @@ class RtenvGroup(TyperGroup):
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The commands section of `rtenv --help`, from the static table (no imports)."""
-        from typer._click.utils import make_default_short_help
-
         from rtenv_cli.cli.commands import COMMANDS
 
         names = self.list_commands(ctx)
@@ -78,7 +111,7 @@ class RtenvGroup(TyperGroup):
         rows = []
         for name in names:
             if name in COMMANDS:
-                rows.append((name, make_default_short_help(COMMANDS[name][1], limit)))
+                rows.append((name, _short_help(COMMANDS[name][1], limit)))
             else:
                 command = self.commands[name]
                 if not command.hidden:
@@ -89,12 +122,13 @@ class RtenvGroup(TyperGroup):
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
         if parent is None and "default_map" not in extra:
+            from rtenv_cli.cli.config_schema import CommandTables
             from rtenv_cli.core.config import load_default_map
 
             try:
-                extra["default_map"] = load_default_map()
+                extra["default_map"] = load_default_map(schema=CommandTables(self))
             except RtenvError as exc:
-                _report(exc)
+                _report(exc, None)
                 sys.exit(int(exc.exit_code))
         return super().make_context(info_name, args, parent=parent, **extra)
 
@@ -102,7 +136,7 @@ class RtenvGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except RtenvError as exc:
-            _report(exc)
+            _report(exc, ctx.meta.get(_LEAF))
             raise typer.Exit(int(exc.exit_code)) from None
         except BrokenPipeError:
             # the reader went away (`rtenv ... | head`): stop quietly, as cat or grep would
@@ -125,6 +159,13 @@ class RtenvGroup(TyperGroup):
             raise typer.Exit(int(ExitCode.USAGE)) from None
 
 
+def _short_help(text: str, limit: int) -> str:
+    """TEXT cut at a word to fit LIMIT columns, as click shortens a command's help."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 2)].rsplit(" ", 1)[0] + "..."
+
+
 def silence_stdout() -> None:
     """Point stdout at /dev/null so that the flush at exit does not fail again (Python docs'
     recipe for SIGPIPE)."""
@@ -140,10 +181,13 @@ def _is_click_control_flow(exc: Exception) -> bool:
     return type(exc).__module__.startswith(("typer._click", "click"))
 
 
-def _report(exc: RtenvError) -> None:
-    from rtenv_cli.render.output import current_output
+def _report(exc: RtenvError, ctx: Any) -> None:
+    """EXC for the user, in the format the failed command was asked for (its parsed --format:
+    `{"error": ...}` on stdout for json, whichever command it is)."""
+    from rtenv_cli.render.output import Output
 
-    current_output().error(exc)
+    fmt = ctx.params.get("fmt") if ctx is not None else None
+    Output(str(getattr(fmt, "value", fmt or "text"))).error(exc)
 
 
 def _log_internal_error(exc: Exception) -> None:

@@ -34,7 +34,7 @@ def ls_files(
     from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.packaging.walk import scan_package
     from rtenv_cli.render.output import Output
-    from rtenv_cli.render.push import human
+    from rtenv_cli.render.units import human_bytes
 
     if kind not in ("working_dir", "py_module"):
         raise UsageError(f"--kind {kind}: expected working_dir or py_module")
@@ -49,7 +49,7 @@ def ls_files(
         return
     for e in rows:
         name = e.relpath + ("/" if e.is_dir else "")
-        out.line(f"{human(e.size):>10}  {name}" if sizes else name)
+        out.line(f"{human_bytes(e.size):>10}  {name}" if sizes else name)
     if scan.root_excluded:
         out.warning("the root itself is excluded: Ray would package nothing",
                     hint="see `rtenv check-ignore -v .`")

@@ -29,9 +29,27 @@ AddressOpt = Annotated[
     ),
 ]
 
+TargetTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="Bearer token for the target. Default: the target's own variable, "
+        "RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, "
+        "~/.ray/auth_token) for a Ray cluster; prefer those: a flag shows in `ps`.",
+        show_default=False,
+    ),
+]
+
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would happen; "
                                          "change nothing.")]
 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Say more.")]
+
+# Options that decide the same thing (where a push or a cache command goes). In a command that
+# has both, a config-file value for one never beats the other given as a flag or an env var.
+SAME_DECISION: tuple[frozenset[str], ...] = (
+    frozenset({"to", "address"}),
+    frozenset({"agent", "address"}),
+)

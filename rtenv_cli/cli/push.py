@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from rtenv_cli.cli.options import AddressOpt, DryRunOpt, FormatOpt, TextJson, VerboseOpt
+from rtenv_cli.cli.options import (
+    AddressOpt,
+    DryRunOpt,
+    FormatOpt,
+    TargetTokenOpt,
+    TextJson,
+    VerboseOpt,
+)
 
 
 def _dump(runtime_env: dict, path: Path | None) -> str:
@@ -29,6 +36,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         "--to", help="Target: http(s)://dashboard-or-agent, file:///shared/dir, or local "
         "(overrides --address).")] = None,
     address: AddressOpt = None,
+    token: TargetTokenOpt = None,
     stage_to: Annotated[str | None, typer.Option(
         "--stage-to", metavar="TARGET", help="Where to publish packages over the target's "
         "upload limit (file:///shared/dir or an rtenv agent URL); the runtime_env then points "
@@ -80,7 +88,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         from rtenv_cli.cli.push_watch import run_watch_cli
 
         code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
-                             fmt=fmt.value, verbose=verbose, once=once and not watch,
+                             token=token, fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
                              polling=polling or
                              os.environ.get("RTENV_WATCH_POLLING") == "1")
@@ -93,7 +101,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     from rtenv_cli.render.push import summary
 
     out = Output(fmt.value)
-    target = None if dry_run else resolve_target(to, address)
+    target = None if dry_run else resolve_target(to, address, token=token)
     stage = target_for(stage_to, os.environ) if stage_to and not dry_run else None
     result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
                        progress=out.progress, sizes=dry_run or out.is_machine)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = None,
-                  fmt: str = "text", verbose: bool = False, once: bool = False,
+                  token: str | None = None, fmt: str = "text", verbose: bool = False,
+                  once: bool = False,
                   on_change: str | None = None, quiet_ms: int = 200, max_wait_ms: int = 2000,
                   reconcile_s: float = 60.0, polling: bool = False) -> int:
     """Run a watch session; returns the exit code (0, or 130 on Ctrl-C)."""
@@ -19,7 +20,7 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
     from rtenv_cli.render.watch import WatchRenderer
 
     out = Output(fmt)
-    target = resolve_target(to, address)
+    target = resolve_target(to, address, token=token)
     renderer = WatchRenderer(out, verbose=verbose, label=str(path))
     session = WatchSession(path, target, quiet_s=quiet_ms / 1000, max_wait_s=max_wait_ms / 1000,
                            reconcile_s=reconcile_s, polling=polling or None,

@@ -10,18 +10,45 @@ Tables are command names, keys are option names with dashes or underscores:
     to = "file:///shared/rtenv"
     [cache.gc]
     keep-storage = "20GB"
+
+With a schema (the CLI derives one from its commands' options), an unknown table or key, or a
+value of the wrong type, is an error naming the file and the key, with the closest known name.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rtenv_cli.core.errors import ConfigError
 
 CONFIG_ENV = "RTENV_CONFIG"
+PYPROJECT_TABLE = ("tool", "rtenv")
+
+
+class Key(Protocol):
+    """What a schema knows of one key: how to check a value."""
+
+    def check(self, value: Any) -> Any:
+        """The value to use (e.g. one string made a list); raise ValueError or TypeError."""
+
+
+# table name -> Schema (a table of tables, such as [cache]) or Key
+Schema = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """One config file's rtenv table; `prefix` is where that table sits in the file."""
+
+    path: Path
+    table: dict[str, Any]
+    prefix: tuple[str, ...] = ()
 
 
 def _toml_load(path: Path) -> dict[str, Any]:
@@ -89,14 +116,103 @@ def config_files(cwd: Path | None = None) -> list[Path]:
     return files
 
 
-def load_default_map(cwd: Path | None = None) -> dict[str, Any]:
-    """Merge the config files into a click default_map."""
-    merged: dict[str, Any] = {}
+def read_config(cwd: Path | None = None) -> list[ConfigFile]:
+    """The rtenv table of each config file, lowest precedence first."""
+    out: list[ConfigFile] = []
     for path in config_files(cwd):
-        data = _toml_load(path)
+        data: Any = _toml_load(path)
+        prefix: tuple[str, ...] = ()
         if path.name == "pyproject.toml":
-            data = data.get("tool", {}).get("rtenv", {})
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a table of commands", path=str(path))
-        merged = _merge(merged, _normalise(data))
+            for i, part in enumerate(PYPROJECT_TABLE):
+                if not isinstance(data, dict) or part not in data:
+                    data = {}
+                    break
+                data = data[part]
+                if not isinstance(data, dict):
+                    where = ".".join(PYPROJECT_TABLE[:i + 1])
+                    raise ConfigError(f"{path}: {where} must be a table, not {_kind(data)}",
+                                      path=str(path), hint=f"write it as [{where}]")
+            prefix = PYPROJECT_TABLE
+        out.append(ConfigFile(path, data, prefix))
+    return out
+
+
+def _kind(value: Any) -> str:
+    names = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+             (list, "an array"), (dict, "a table"))
+    return next((name for t, name in names if isinstance(value, t)), "a date or time")
+
+
+def _spelling(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _lookup(schema: Schema, key: str) -> tuple[str, Any] | None:
+    """The schema's own name for KEY and its entry; dashes and underscores are the same."""
+    wanted = _spelling(key)
+    for name in schema:  # names only: a lazy schema builds just the entries that are used
+        if _spelling(name) == wanted:
+            return name, schema[name]
+    return None
+
+
+def _unknown(file: ConfigFile, where: tuple[str, ...], key: str, value: Any,
+             schema: Schema) -> ConfigError:
+    names = sorted(_spelling(n) for n in schema)
+    close = difflib.get_close_matches(_spelling(key), names, n=1, cutoff=0.6)
+    if isinstance(value, dict):
+        what = f"unknown table [{'.'.join((*where, key))}]"
+    else:
+        what = f"unknown key {key!r}" + (f" in [{'.'.join(where)}]" if where else "")
+    known = "known: " + ", ".join(names)
+    suggestion = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"{file.path}: {what}", path=str(file.path),
+                       hint=f"{suggestion}{known}")
+
+
+def _checked(file: ConfigFile, table: dict[str, Any], schema: Schema,
+             where: tuple[str, ...]) -> dict[str, Any]:
+    """TABLE as click's default_map wants it (schema names), or a ConfigError."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        found = _lookup(schema, key)
+        if found is None:
+            raise _unknown(file, where, key, value, schema)
+        name, entry = found
+        here = (*where, key)
+        if isinstance(entry, Mapping):
+            if not isinstance(value, dict):
+                keys = sorted(_spelling(n) for n in entry)
+                raise ConfigError(
+                    f"{file.path}: {'.'.join(here)} must be a table, not {_kind(value)}",
+                    path=str(file.path),
+                    hint=f"write [{'.'.join(here)}] and its keys under it"
+                    + (f" (one of: {', '.join(keys)})" if keys else ""))
+            out[name] = _checked(file, value, entry, here)
+            continue
+        if isinstance(value, dict):
+            raise ConfigError(f"{file.path}: [{'.'.join(where)}] {key} must be a value, "
+                              "not a table", path=str(file.path),
+                              hint=f"write `{key} = ...` under [{'.'.join(where)}]")
+        try:
+            out[name] = entry.check(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{file.path}: [{'.'.join(where)}] {key} = {value!r}: {exc}",
+                              path=str(file.path),
+                              hint=f"see `rtenv {' '.join(where[len(file.prefix):])} --help` "
+                              f"for --{_spelling(name)}") from None
+    return out
+
+
+def load_default_map(cwd: Path | None = None, schema: Schema | None = None) -> dict[str, Any]:
+    """Merge the config files into a click default_map.
+
+    With SCHEMA, every table and key is checked against it and named as the schema names it;
+    without, keys are only spelled with underscores (for readers of one known table).
+    """
+    merged: dict[str, Any] = {}
+    for file in read_config(cwd):
+        table = _normalise(file.table) if schema is None else \
+            _checked(file, file.table, schema, file.prefix)
+        merged = _merge(merged, table)
     return merged

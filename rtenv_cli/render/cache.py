@@ -6,16 +6,7 @@ import time
 from typing import Any
 
 from rtenv_cli.render.output import Output
-
-_KIB = 1024
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < _KIB or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= _KIB
-    return f"{n:.1f} TiB"
+from rtenv_cli.render.units import human_bytes
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
@@ -39,8 +30,11 @@ def _table(out: Output, headers: list[str], rows: list[list[str]]) -> None:
     out.console().print(table)
 
 
-def _short(text: str, width: int = 26) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _short(out: Output, text: str, width: int = 26) -> str:
+    """TEXT cut to WIDTH for a terminal; whole for a pipe (scripts read the full value)."""
+    if not out.is_terminal or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
 
 
 def render_listing(out: Output, listing: Any) -> None:
@@ -52,22 +46,23 @@ def render_listing(out: Output, listing: Any) -> None:
     if not entries:
         out.line("(empty)")
         return
-    rows = [[e["kind"], _short(e["label"]), _short(e["uri"]), human_size(e["size_bytes"]),
+    rows = [[e["kind"], _short(out, e["label"]), _short(out, e["uri"]),
+             human_bytes(e["size_bytes"]),
              str(e["refs"]), ago(e["created_at"]), ago(e["last_used_at"])] for e in shown]
     if blobs:
         rows.append(["blob", f"{len(blobs)} delta blobs", "sha256:…",
-                     human_size(sum(b["size_bytes"] for b in blobs)),
+                     human_bytes(sum(b["size_bytes"] for b in blobs)),
                      str(sum(b["refs"] for b in blobs)), "-",
                      ago(max(b["last_used_at"] for b in blobs))])
     _table(out, ["kind", "label", "uri/key", "size", "refs", "created", "last used"], rows)
     if data.get("building"):
         out.line(f"\nbuilding now: {', '.join(data['building'])}")
     t = data["totals"]
-    out.line(f"\n{t['count']} entries, {human_size(t['size_bytes'])}; "
-             f"reclaimable (unreferenced): {human_size(t['reclaimable_bytes'])}")
+    out.line(f"\n{t['count']} entries, {human_bytes(t['size_bytes'])}; "
+             f"reclaimable (unreferenced): {human_bytes(t['reclaimable_bytes'])}")
     if t.get("uv_cache_bytes"):
         out.line(f"uv cache (shared by the venvs, pruned by `rtenv cache purge`): "
-                 f"{human_size(t['uv_cache_bytes'])}")
+                 f"{human_bytes(t['uv_cache_bytes'])}")
 
 
 def render_plan(out: Output, result: Any) -> None:
@@ -75,10 +70,11 @@ def render_plan(out: Output, result: Any) -> None:
     if not plan.remove:
         out.line(f"Nothing to remove ({plan.reason}); {plan.referenced} referenced entries kept")
         return
-    rows = [[e.kind, _short(e.label), _short(e.uri), human_size(e.size_bytes), ago(e.last_used_at)]
+    rows = [[e.kind, _short(out, e.label), _short(out, e.uri), human_bytes(e.size_bytes),
+             ago(e.last_used_at)]
             for e in plan.remove]
     verb = "Would remove" if result.dry_run else "Removing"
-    out.line(f"{verb} {len(plan.remove)} entries, {human_size(plan.freed_bytes)} "
+    out.line(f"{verb} {len(plan.remove)} entries, {human_bytes(plan.freed_bytes)} "
              f"({plan.reason}):")
     _table(out, ["kind", "label", "uri/key", "size", "last used"], rows)
 
@@ -90,11 +86,12 @@ def render_gc(out: Output, result: Any) -> None:
     if not result.plan.remove:
         render_plan(out, result)
         return
-    out.line(f"Removed {len(result.removed)} entries, {human_size(result.freed_bytes)} freed")
+    out.line(f"Removed {len(result.removed)} entries, {human_bytes(result.freed_bytes)} freed")
     if result.extra.get("uv_cache_pruned_bytes"):
-        out.line(f"Pruned uv's cache: {human_size(result.extra['uv_cache_pruned_bytes'])} freed")
+        out.line(f"Pruned uv's cache: {human_bytes(result.extra['uv_cache_pruned_bytes'])} freed")
     for e in result.skipped:
-        out.line(f"kept {e.kind} {_short(e.label)}: referenced or being built when its turn came")
+        out.line(f"kept {e.kind} {_short(out, e.label)}: referenced or being built when its "
+                 "turn came")
 
 
 def render_agent_info(out: Output, info: dict[str, Any]) -> None:
@@ -113,16 +110,16 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
             out.line(f"  runtime-env agent not reachable: {agent['error']}")
         for s in node["sessions"]:
             status = "live session" if s["live"] else "old session, never cleaned by Ray"
-            out.line(f"  {s['name']}  ({status})  {human_size(s['size_bytes'])}")
-            rows = [[e["kind"], _short(e["name"], 30), human_size(e["size_bytes"]),
+            out.line(f"  {s['name']}  ({status})  {human_bytes(s['size_bytes'])}")
+            rows = [[e["kind"], _short(out, e["name"], 30), human_bytes(e["size_bytes"]),
                      "-" if e["refs"] is None else str(e["refs"]), e["state"]]
                     for e in s["entries"]]
             if rows:
                 _table(out, ["    kind", "entry", "size", "refs", "state"],
                        [["    " + r[0], *r[1:]] for r in rows])
     t = data["totals"]
-    out.line(f"\nlive sessions: {human_size(t['live_bytes'])}; old sessions: "
-             f"{human_size(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
+    out.line(f"\nlive sessions: {human_bytes(t['live_bytes'])}; old sessions: "
+             f"{human_bytes(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
              f"--address ...`)")
 
 
@@ -133,8 +130,8 @@ def render_ray_clean(out: Output, plan: Any) -> None:
     else:
         verb = "Would remove" if data["dry_run"] else "Removed"
         out.line(f"{verb} {len(data['removable'])} old session caches, "
-                 f"{human_size(data['freed_bytes'])}:")
-        rows = [[r["node_id"][:12], r["session"], human_size(r["size_bytes"]), r["path"]]
+                 f"{human_bytes(data['freed_bytes'])}:")
+        rows = [[r["node_id"][:12], r["session"], human_bytes(r["size_bytes"]), r["path"]]
                 for r in data["removable"]]
         _table(out, ["node", "session", "size", "path"], rows)
     out.line(f"\nKept: {data['note']}.")

@@ -7,16 +7,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.render.output import paint
 
 if TYPE_CHECKING:
     from rtenv_cli.core.lint.engine import FileReport, ValidateReport
     from rtenv_cli.render.output import Output
 
 _STYLE = {Severity.ERROR: "1;31", Severity.WARNING: "1;33", Severity.INFO: "1;36"}
-
-
-def _paint(text: str, style: str, color: bool) -> str:
-    return f"\x1b[{style}m{text}\x1b[0m" if color else text
 
 
 def _plural(n: int, word: str) -> str:
@@ -37,7 +34,7 @@ def _source_lines(report: FileReport, diag: Diagnostic, color: bool) -> list[str
     pad = " " * len(number)
     caret = " " * (diag.column - 1) + "^" * max(1, min(width, max(1, len(text) - diag.column + 1)))
     return [f" {pad} |", f" {number} | {text}",
-            f" {pad} | {_paint(caret, _STYLE[diag.severity], color)}"]
+            f" {pad} | {paint(caret, _STYLE[diag.severity], color)}"]
 
 
 def _status(report: FileReport) -> str:
@@ -56,7 +53,7 @@ def render_text(out: Output, report: ValidateReport) -> None:
             out.line()
         for diag in file.diagnostics:
             where = f"{file.path}:{diag.line or 1}:{diag.column or 1}"
-            label = _paint(diag.severity.value, _STYLE[diag.severity], color)
+            label = paint(diag.severity.value, _STYLE[diag.severity], color)
             out.line(f"{where}: {diag.code} {label}: {diag.message}")
             for line in _source_lines(file, diag, color):
                 out.line(line)

@@ -20,14 +20,12 @@ from rtenv_cli.core.errors import RtenvError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-_current: Output | None = None
-
 MACHINE_FORMATS = frozenset({"json", "github", "sarif", "dotenv", "shell"})
 
 
-def current_output() -> Output:
-    """The Output of the running command (a text one if the command made none yet)."""
-    return _current if _current is not None else Output("text")
+def paint(text: str, style: str, color: bool) -> str:
+    """TEXT in an ANSI SGR STYLE (e.g. "1;31", bold red) when COLOR, else as it is."""
+    return f"\x1b[{style}m{text}\x1b[0m" if color else text
 
 
 def _wants_color(stream: TextIO) -> bool:
@@ -105,12 +103,10 @@ class Output:
     """Renders results, errors, prompts and progress for one command invocation."""
 
     def __init__(self, fmt: str = "text", *, quiet: bool = False) -> None:
-        global _current  # noqa: PLW0603 - one Output per process invocation, read by the error handler
         self.fmt = fmt
         self.quiet = quiet
         self._console: Console | None = None
         self._err_console: Console | None = None
-        _current = self
 
     # streams are looked up at call time so that test runners can swap them
     @property
@@ -133,13 +129,21 @@ class Output:
     def err_color(self) -> bool:
         return _wants_color(self.stderr)
 
+    @property
+    def is_terminal(self) -> bool:
+        """Whether stdout is a terminal (a pipe or a file gets whole lines, never cut)."""
+        isatty = getattr(self.stdout, "isatty", None)
+        return bool(isatty and isatty())
+
     def console(self) -> Console:
-        """A rich Console on stdout (for tables); plain when colour is off."""
+        """A rich Console on stdout (for tables); plain when colour is off. A pipe or a file has
+        no width: tables are as wide as their content, not cut at 80 columns (or $COLUMNS)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(
                 file=self.stdout,
+                width=None if self.is_terminal else sys.maxsize,
                 no_color=not self.color,
                 color_system="auto" if self.color else None,
                 highlight=False,
@@ -182,7 +186,7 @@ class Output:
 
     # -- messages (stderr) ------------------------------------------------------------------------
     def _styled(self, label: str, style: str) -> str:
-        return f"\x1b[{style}m{label}\x1b[0m" if self.err_color else label
+        return paint(label, style, self.err_color)
 
     def message(self, text: str) -> None:
         if not self.quiet:

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def human(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":  # noqa: PLR2004 - binary units
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+from rtenv_cli.render.units import human_bytes
 
 
 def summary(out: Any, result: Any) -> None:
@@ -22,18 +13,18 @@ def summary(out: Any, result: Any) -> None:
         if result.dry_run:
             state = "dry run, nothing sent"
         elif p.uploaded:
-            state = f"uploaded {human(p.zip_bytes)} to {p.target}"
+            state = f"uploaded {human_bytes(p.zip_bytes)} to {p.target}"
         else:
             state = f"already on {p.target}, nothing sent"
         if p.staged:
             state += " (staged: over the cluster's upload limit)"
         out.message(f"{p.field}: {p.source}")
-        out.message(f"  {p.uri}  {p.file_count} files, {human(p.total_bytes)}; {state}")
+        out.message(f"  {p.uri}  {p.file_count} files, {human_bytes(p.total_bytes)}; {state}")
         if result.dry_run and p.size_tree:
             out.message("  largest:")
             for path, size, files in p.size_tree:
                 count = f" ({files} files)" if path.endswith("/") else ""
-                out.message(f"    {human(size):>10}  {path}{count}")
+                out.message(f"    {human_bytes(size):>10}  {path}{count}")
         for d, rule in p.ignored_py_dirs:
             out.warning(f"{p.field}: ignored directory {d}/ holds .py files (rule {rule})",
                         hint=f"if the job needs it, see `rtenv check-ignore -v {d}`")

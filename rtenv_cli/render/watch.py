@@ -6,15 +6,7 @@ import time
 from typing import Any
 
 from rtenv_cli.render.output import Output
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":  # noqa: PLR2004 - SI units
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"
+from rtenv_cli.render.units import human_bytes
 
 
 def push_line(event: Any) -> str:

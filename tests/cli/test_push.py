@@ -248,3 +248,23 @@ def test_ls_files_and_check_ignore(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_transport_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(TransportError, match="only gcs://"):
         RayDashboardTarget("http://127.0.0.1:1").exists("https://x/y.zip")
+
+
+def test_push_token_reaches_an_agent_that_requires_one(tmp_path: Path) -> None:
+    """The 401 hint says `pass --token`: push has that flag, and it reaches the target."""
+    from tests.core.agent.conftest import agent_process
+    from tests.support.cli import run_process
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.py").write_text("print(1)\n")
+    env = {"RTENV_AGENT_TOKEN": ""}
+    with agent_process(tmp_path / "agent-store", token="t0ken") as agent:  # noqa: S106 - test
+        bad = run_process(["push", "proj", "--to", agent.url, "-f", "json"], cwd=str(tmp_path),
+                          env=env)
+        assert bad.exit_code == 1
+        assert "refused the token" in bad.json["error"]["message"]
+        assert "pass --token" in bad.stderr
+        ok = run_process(["push", "proj", "--to", agent.url, "--token", "t0ken", "-f", "json"],
+                         cwd=str(tmp_path), env=env)
+        assert ok.exit_code == 0, ok.stderr
+        assert ok.json["packages"][0]["uploaded"] is True

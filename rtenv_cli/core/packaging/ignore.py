@@ -5,7 +5,7 @@ its vendored pathspec 0.8.1 `gitwildmatch` into a separate matcher; a path is dr
 active matcher matches it (last match wins only *within* one list), and a directory's own ignore
 files are active before the directory itself is tested (its path relative to them is ".").
 
-We use pathspec 1.x's `GitIgnoreSpecPattern` (what the deprecated "gitwildmatch" name maps to).
+We use pathspec's public `GitIgnoreSpec` (its patterns are `GitIgnoreSpecPattern` in 1.x).
 It translates patterns like 0.8.1 for everything we test against Ray's own functions (`*`
 matching ".", `dir/` not matching the directory itself), with two differences handled in
 `_normalize`: 0.8.1 strips leading AND trailing whitespace of every line (1.x keeps leading
@@ -51,7 +51,8 @@ def _normalize(line: str) -> str:
     return s
 
 
-_DESCENDANTS = "(?:(?P<ps_d>/)|$)"  # 1.x's "the path itself or anything below it" ending
+# "the path itself or anything below it", as pathspec 1.x and 0.12 end a pattern
+_DESCENDANTS = ("(?:(?P<ps_d>/)|$)", "(?:(?P<ps_d>/).*)?$")
 
 
 class Pattern(NamedTuple):
@@ -67,12 +68,15 @@ def _pattern(text: str) -> Pattern:
     known = _TRANSLATIONS.get(text)
     if known is not None:
         return Pattern(known[0], re.compile(known[1]))
-    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+    from pathspec import GitIgnoreSpec  # public: its patterns are git's own wildmatch
 
-    pat = GitIgnoreSpecPattern(text)
+    pat = GitIgnoreSpec.from_lines([text]).patterns[0]
     regex = pat.regex.pattern if pat.regex is not None else ""
-    if pat.include is False and regex.endswith(_DESCENDANTS):
-        regex = regex[:-len(_DESCENDANTS)] + "$"
+    if pat.include is False:
+        for ending in _DESCENDANTS:
+            if regex.endswith(ending):
+                regex = regex[:-len(ending)] + "$"
+                break
     _TRANSLATIONS.add(text, pat.include, regex)
     return Pattern(pat.include, re.compile(regex))
 

@@ -68,9 +68,10 @@ class RayGcsTarget:
         self.offenders: dict[str, list[tuple[str, int]]] = {}
 
     @classmethod
-    def connect(cls, address: str, env: Mapping[str, str] | None = None) -> RayGcsTarget:
+    def connect(cls, address: str, env: Mapping[str, str] | None = None,
+                token: str | None = None) -> RayGcsTarget:
         """Connect now; raises NotGrpcError when the address answers HTTP/1 (a dashboard)."""
-        target = cls(address, env=env)
+        target = cls(address, env=env, token=token)
         with contextlib.suppress(GrpcError):  # unreachable: the calls retry, then say so
             target.channel()
         return target

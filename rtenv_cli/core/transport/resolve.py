@@ -1,6 +1,9 @@
 """Which target a push goes to: --to, else --address / RAY_ADDRESS / RAY_API_SERVER_ADDRESS,
 else the embedded local store.
 
+A token given (`rtenv push --token`) goes to whichever target that is; without one, each target
+reads its own: RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or its file) for Ray.
+
 `--to` accepts `file:///dir` (shared filesystem), `http(s)://` (an rtenv agent when it answers
 `/api/agent`, else a Ray dashboard), `host:port` without a scheme, or `local` (the embedded store).
 Like Ray (`ray.init(address=...)`, RAY_ADDRESS, `ray job submit --address`), an address without
@@ -28,14 +31,14 @@ def _is_agent(url: str) -> bool:
     return resp.status_code in (200, 401, 403) and "json" in resp.headers.get("content-type", "")
 
 
-def http_target(url: str, env: Mapping[str, str]) -> Any:
+def http_target(url: str, env: Mapping[str, str], token: str | None = None) -> Any:
     if _is_agent(url):
         from rtenv_cli.core.transport.agent_http import AgentTarget
 
-        return AgentTarget(url)
+        return AgentTarget(url, token)
     from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
 
-    return RayDashboardTarget(url, env=env)
+    return RayDashboardTarget(url, token, env=env)
 
 
 def local_store_target() -> Any:
@@ -47,7 +50,7 @@ def local_store_target() -> Any:
     return LocalStoreTarget()
 
 
-def target_for(dest: str, env: Mapping[str, str]) -> Any:
+def target_for(dest: str, env: Mapping[str, str], token: str | None = None) -> Any:
     if dest == "local":
         return local_store_target()
     if dest.startswith("file://"):
@@ -65,16 +68,16 @@ def target_for(dest: str, env: Mapping[str, str]) -> Any:
         from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 
         try:
-            return RayGcsTarget.connect(dest, env)
+            return RayGcsTarget.connect(dest, env, token)
         except NotGrpcError:
             dest = f"http://{dest}"
-    return http_target(dest, env)
+    return http_target(dest, env, token)
 
 
-def resolve_target(to: str | None, address: str | None, env: Mapping[str, str] | None = None
-                   ) -> Any:
+def resolve_target(to: str | None, address: str | None, env: Mapping[str, str] | None = None,
+                   token: str | None = None) -> Any:
     env = os.environ if env is None else env
     dest = to or address or env.get("RAY_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS")
     if not dest:
         return local_store_target()
-    return target_for(dest, env)
+    return target_for(dest, env, token)
