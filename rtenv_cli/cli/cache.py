@@ -64,7 +64,7 @@ def ls(
 def _clean(out: Output, *, agent: str | None, token: str | None, address: str | None,
            dry_run: bool, yes: bool, purge: bool, older_than: str | None = None,
            keep_storage: str | None = None, kinds: tuple[str, ...] = ()) -> None:
-    from rtenv_cli.core.cache.gc import parse_duration, parse_size
+    from rtenv_cli.core.units import parse_duration, parse_size
     from rtenv_cli.render.cache import render_gc, render_plan
 
     if address and not agent:
@@ -95,8 +95,8 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
 
 def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool, purge: bool,
                older_than: str | None) -> None:
-    from rtenv_cli.core.cache.gc import parse_duration
     from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
+    from rtenv_cli.core.units import parse_duration
     from rtenv_cli.render.cache import render_ray_clean
 
     older = parse_duration(older_than) if older_than and not purge else None

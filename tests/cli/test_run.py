@@ -170,3 +170,17 @@ def test_help_has_example() -> None:
     res = run_cli(["run", "--help"])
     assert res.exit_code == 0
     assert "$ rtenv run -r runtime_env.yaml -- python main.py" in res.stdout
+
+
+def test_memory_without_a_unit_is_refused_with_a_hint() -> None:
+    res = run_cli(["run", "--memory", "256", "--", "true"])
+    assert res.exit_code == 2
+    assert "256 bytes" in res.stderr
+    assert "--memory 256M" in res.stderr
+
+
+def test_infinite_cpus_is_a_usage_error() -> None:
+    res = run_cli(["run", "--num-cpus", "inf", "--", "true"])
+    assert res.exit_code == 2
+    assert "--num-cpus inf" in res.stderr
+    assert "internal error" not in res.stderr
