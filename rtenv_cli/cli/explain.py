@@ -83,7 +83,7 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
         $ rtenv explain serve_config.yaml --app llm --num-gpus 1
     """
-    from rtenv_cli.core.errors import UsageError
+    from rtenv_cli.core.errors import OperationError, UsageError
     from rtenv_cli.core.explain import service
     from rtenv_cli.render import explain as render
     from rtenv_cli.render.output import Output
@@ -107,6 +107,10 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         else:
             render.render_verify(out, report)
         raise typer.Exit(0 if report.ok else 1)
+    if result.preview.errors and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
+        # values Ray would never produce must not reach a shell that sources them
+        raise OperationError("Ray rejects this request: " + "; ".join(result.preview.errors),
+                             hint="fix the request (rtenv explain -f text shows the details)")
     if fmt is ExplainFormat.json:
         out.json(result.to_dict())
     elif fmt is ExplainFormat.dotenv:

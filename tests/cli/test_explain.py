@@ -69,6 +69,15 @@ def test_validation_errors_exit_1() -> None:
     assert len(r.json["errors"]) == 2
 
 
+@pytest.mark.parametrize("fmt", ["dotenv", "shell"])
+def test_rejected_request_prints_no_values_for_a_shell(fmt: str) -> None:
+    r = run_cli(["explain", "--num-gpus", "1.5", "--resource", "TPU=3", "-f", fmt])
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert "GPU=1.5" in r.stderr
+    assert "TPU=3" in r.stderr
+
+
 def test_text_dotenv_shell_and_redaction(tmp_path) -> None:
     rte = write(tmp_path, "r.yaml", "env_vars:\n  API_TOKEN: hunter2\n  X: 'a b'\n")
     r = run_cli(["explain", str(rte), "--num-gpus", "1"])
