@@ -62,7 +62,9 @@ def ls(
         from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
         from rtenv_cli.render.cache import render_ray_nodes
 
-        out.result(list_ray_nodes(where.value), render_ray_nodes)
+        listing = list_ray_nodes(where.value)
+        out.result(listing, render_ray_nodes)
+        _node_errors(out, listing.errors)
         return
     from rtenv_cli.core.cache.backends import open_backend
     from rtenv_cli.render.cache import render_listing
@@ -111,13 +113,24 @@ def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
     plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
     if dry_run or not plan.removable:
         out.result(plan, render_ray_clean)
+        _node_errors(out, plan.errors)
         return
     if not out.is_machine:
         render_ray_clean(out, plan)
     if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
         out.message("Nothing removed")
         raise typer.Exit(1)
-    out.result(clean_ray_nodes(address, dry_run=False, older_than_s=older), render_ray_clean)
+    done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
+    out.result(done, render_ray_clean)
+    _node_errors(out, done.errors)
+
+
+def _node_errors(out: Output, errors: tuple[str, ...]) -> None:
+    """Each node's failure as one line on stderr; any makes the command fail."""
+    for line in errors:
+        out.stderr.write(f"error: {line}\n")
+    if errors:
+        raise typer.Exit(1)
 
 
 @cache_app.command("gc")
