@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.errors import TransportError, UsageError
+from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 from rtenv_cli.core.transport.resolve import (
     AddressKind,
     auto_address,
     gcs_address_of_dashboard,
     resolve_address,
+    resolve_target,
 )
 from tests.core.agent.conftest import agent_process
 from tests.support.ports import free_port
@@ -75,3 +77,8 @@ def test_ray_addresses_and_the_dashboards_gcs(ray_cluster) -> None:
     assert auto.kind is AddressKind.GCS
     assert auto.value.endswith(f":{ray_cluster.gcs_port}")
     auto.close()
+    # push takes RAY_ADDRESS=auto as ray.init does (it was refused)
+    target = resolve_target(None, None, {"RAY_ADDRESS": "auto",
+                                         "RAY_TMPDIR": str(ray_cluster.temp_dir)})
+    assert isinstance(target, RayGcsTarget)
+    target.close()
