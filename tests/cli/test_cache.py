@@ -114,5 +114,5 @@ def test_address_of_an_rtenv_agent_works_like_agent(tmp_path: Path) -> None:
 def test_address_that_cache_cannot_use_is_a_usage_error() -> None:
     res = run_cli(["cache", "ls", "--address", "file:///shared/dir"])
     assert res.exit_code == 2
-    assert "is a shared directory" in res.stderr
+    assert "cannot use file:///shared/dir, a shared directory" in res.stderr
     assert "Traceback" not in res.stderr

@@ -166,7 +166,7 @@ def test_verify_refuses_an_infeasible_request_and_takes_a_dashboard_url(ray_clus
 def test_verify_address_must_be_a_ray_cluster() -> None:
     r = run_cli(["explain", "--verify", "--address", "file:///shared/dir"])
     assert r.exit_code == 2
-    assert "cannot use file:///shared/dir is a shared directory" in r.stderr
+    assert "cannot use file:///shared/dir, a shared directory" in r.stderr
     assert "6379" in r.stderr
 
 

@@ -65,14 +65,16 @@ class Address:
     def describe(self) -> str:
         shown = f"{self.given} ({self.value})" if self.given and self.given != self.value \
             else self.value
-        return f"{shown} is {_NAMES[self.kind]}"
+        return f"{shown}, {_NAMES[self.kind]}"
 
     def require(self, *kinds: AddressKind, command: str) -> Address:
         """This address, if `command` serves its kind; else a usage error naming what to give."""
         if self.kind in kinds:
             return self
         self.close()
-        wanted = " or ".join(_EXAMPLES[k] for k in kinds)
+        examples = [_EXAMPLES[k] for k in kinds]
+        wanted = examples[0] if len(examples) == 1 else \
+            ", ".join(examples[:-1]) + " or " + examples[-1]
         raise UsageError(f"{command} cannot use {self.describe()}",
                          hint=f"give {wanted}")
 

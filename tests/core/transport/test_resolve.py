@@ -38,7 +38,7 @@ def test_an_agent_url_is_an_agent_and_a_plain_http_server_a_dashboard(tmp_path: 
         assert bare.kind is AddressKind.AGENT
         with pytest.raises(UsageError) as refused:
             addr.require(AddressKind.GCS, AddressKind.DASHBOARD, command="rtenv explain --verify")
-        assert "is an rtenv agent" in refused.value.message
+        assert f"cannot use {agent.url}, an rtenv agent" in refused.value.message
         assert "6379" in (refused.value.hint or "")
 
 
