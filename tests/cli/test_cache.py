@@ -116,3 +116,12 @@ def test_address_that_cache_cannot_use_is_a_usage_error() -> None:
     assert res.exit_code == 2
     assert "cannot use file:///shared/dir, a shared directory" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_unreachable_gcs_address_is_one_clear_line() -> None:
+    from tests.support.ports import free_port
+
+    res = run_cli(["cache", "ls", "--address", f"127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1
+    assert "cannot reach the Ray GCS at 127.0.0.1:" in res.stderr
+    assert "Traceback" not in res.stderr

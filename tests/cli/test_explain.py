@@ -174,3 +174,13 @@ def test_address_help_is_about_the_verify_probe() -> None:
     text = run_cli(["explain", "--help"]).stdout
     assert "fastest push" not in text
     assert "--verify" in text.split("--address", 1)[1][:200]
+
+
+def test_verify_on_an_unreachable_gcs_says_so() -> None:
+    from tests.support.ports import free_port
+
+    r = run_cli(["explain", "--num-gpus", "1", "--verify", "--address",
+                 f"127.0.0.1:{free_port()}"])
+    assert r.exit_code == 1
+    assert "cannot reach the Ray GCS" in r.stderr
+    assert r.stdout == ""

@@ -67,7 +67,7 @@ def cache_address(agent: str | None, address: str | None,
         return Address(AddressKind.LOCAL, "local")
     return resolve_address(address, env).require(
         AddressKind.LOCAL, AddressKind.AGENT, AddressKind.DASHBOARD, AddressKind.GCS,
-        command="rtenv cache")
+        command="rtenv cache").check_reachable()
 
 
 def open_backend(where: Address, token: str | None = None) -> CacheBackend:

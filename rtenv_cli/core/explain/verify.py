@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rtenv_cli.core.errors import OperationError, TransportError
+from rtenv_cli.core.errors import OperationError
 from rtenv_cli.core.explain.worker_env import SRC_NODE, EnvPreview, ExplainRequest, predict
 
 
@@ -109,13 +109,9 @@ def gcs_address(address: str, env: Mapping[str, str] | None = None) -> str:
 
     where = resolve_address(address, env).require(AddressKind.GCS, AddressKind.DASHBOARD,
                                                   command="rtenv explain --verify")
-    where.close()
+    where.check_reachable().close()
     if where.kind is AddressKind.DASHBOARD:
         return gcs_address_of_dashboard(where.value, env)
-    if where.channel is None:  # nothing answered: ray.init would retry for a minute
-        raise TransportError(f"cannot reach the Ray GCS at {where.value}",
-                             hint="check --address / RAY_ADDRESS (the head's GCS, default port "
-                             "6379, or the dashboard URL) and that the cluster is up")
     return where.value
 
 

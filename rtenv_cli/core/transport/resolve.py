@@ -78,6 +78,15 @@ class Address:
         raise UsageError(f"{command} cannot use {self.describe()}",
                          hint=f"give {wanted}")
 
+    def check_reachable(self) -> Address:
+        """This address, unless it is a GCS that did not answer the probe (a driver's ray.init
+        would retry it for a minute before saying so)."""
+        if self.kind is AddressKind.GCS and self.channel is None:
+            raise TransportError(f"cannot reach the Ray GCS at {self.value}",
+                                 hint="check --address / RAY_ADDRESS (the head's GCS, default "
+                                 "port 6379, or the dashboard URL) and that the cluster is up")
+        return self
+
     def close(self) -> None:
         if self.channel is not None:
             with contextlib.suppress(Exception):
