@@ -64,6 +64,13 @@ def run(
     if num_cpus is not None and not math.isfinite(num_cpus):
         raise UsageError(f"--num-cpus {num_cpus} is not a number of CPUs",
                          hint="give a finite amount, e.g. --num-cpus 2 or --num-cpus 0.5")
+    if address and not address.startswith(("http://", "https://")):
+        # the one resolver: `local`, an agent's host:port; a file:// or Ray address is refused
+        from rtenv_cli.core.transport.resolve import AddressKind, resolve_address
+
+        where = resolve_address(address).require(AddressKind.LOCAL, AddressKind.AGENT,
+                                                 command="rtenv run")
+        address = None if where.kind is AddressKind.LOCAL else where.value
     req = RunRequest(command=list(command), runtime_env=runtime_env, address=address,
                      token=token, gpus=gpus, num_cpus=num_cpus,
                      memory_bytes=parse_memory(memory) if memory else None,

@@ -184,3 +184,16 @@ def test_infinite_cpus_is_a_usage_error() -> None:
     assert res.exit_code == 2
     assert "--num-cpus inf" in res.stderr
     assert "internal error" not in res.stderr
+
+
+def test_address_goes_through_the_one_resolver(tmp_path: Path) -> None:
+    (tmp_path / "env.yaml").write_text("env_vars:\n  A: b\n")
+    env = str(tmp_path / "env.yaml")
+    shared = run_cli(["run", "-r", env, "--address", "file:///shared/dir", "--", "true"])
+    assert shared.exit_code == 2
+    assert "rtenv run cannot use file:///shared/dir, a shared directory" in shared.stderr
+    assert "http://file:" not in shared.stderr
+    local = run_process(["run", "-r", env, "--address", "local", "--", "python", "-c",
+                         "import os; print(os.environ['A'])"])
+    assert local.exit_code == 0, local.stderr
+    assert local.stdout.strip() == "b"
