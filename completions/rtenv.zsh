@@ -26,7 +26,7 @@ _rtenv_run() {
         '--token[Bearer token for the agent.]' \
         '--gpus[GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).]' \
         '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).]' \
-        '--memory[Memory limit, e.g. 512MB or 2GiB (cgroup; the command is killed above it).]' \
+        '--memory[Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command is killed above it). A bare number is bytes; below 1 MiB it is refused.]' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
         '--cgroup-root[cgroup filesystem mount.]' \
@@ -103,7 +103,7 @@ _rtenv_explain() {
         '--gpu-map[Query NVML for the GPU map.]' \
         '--no-gpu-map[Query NVML for the GPU map.]' \
         '--verify[Run a probe with this request on --address and diff.]' \
-        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[With --verify\: the Ray cluster to run the probe on, as its GCS address (host\:6379), its dashboard URL (http\://host\:8265) or auto (the cluster `ray start` started here).]' \
         '--format[Output format.]:value:(text json dotenv shell)' \
         '-f[Output format.]:value:(text json dotenv shell)' \
         '--help[Show help and exit]' \
@@ -132,7 +132,7 @@ _rtenv_cache_purge() {
     _arguments \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
@@ -149,7 +149,7 @@ _rtenv_cache_ls() {
     _arguments \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
@@ -165,7 +165,7 @@ _rtenv_cache_gc() {
         '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
-        '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
+        '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--yes[Do not ask for confirmation.]' \

@@ -59,7 +59,7 @@ def agent(
         $ rtenv agent --host 0.0.0.0 --token "$TOKEN" --max-size 20GB
     """
     from rtenv_cli.core.agent.server import AgentConfig, serve
-    from rtenv_cli.core.cache.gc import parse_duration, parse_size
+    from rtenv_cli.core.units import parse_duration, parse_size
 
     out = Output("text")
     config = AgentConfig(root=root, host=host, port=port, token=token,

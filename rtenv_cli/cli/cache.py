@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rtenv_cli.cli.options import AddressOpt, DryRunOpt, FormatOpt, TextJson, YesOpt
+from rtenv_cli.cli.options import DryRunOpt, FormatOpt, TextJson, YesOpt
 from rtenv_cli.render.output import Output
 
 cache_app = typer.Typer(
@@ -20,6 +20,11 @@ AgentOpt = Annotated[str | None, typer.Option(
     help="URL of an rtenv agent. Default: the embedded store.")]
 TokenOpt = Annotated[str | None, typer.Option(
     "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True, help="Bearer token for the agent.")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"], show_envvar=True,
+    help="What to inspect: a Ray cluster (its GCS host:6379, its dashboard http://host:8265, "
+    "or auto for the one `ray start` started here) for every node's caches, or an rtenv agent "
+    "URL. Default: the embedded store.")]
 KindOpt = Annotated[list[str] | None, typer.Option(
     "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob "
     "(repeatable).")]
@@ -49,35 +54,42 @@ def ls(
         $ rtenv cache ls --address http://127.0.0.1:8265
     """
     out = Output(fmt.value)
-    if address and not agent:
+    from rtenv_cli.core.cache.backends import cache_address
+
+    where = cache_address(agent, address)
+    if where.is_ray:
+        where.close()
         from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
         from rtenv_cli.render.cache import render_ray_nodes
 
-        out.result(list_ray_nodes(address), render_ray_nodes)
+        listing = list_ray_nodes(where.value)
+        out.result(listing, render_ray_nodes)
+        _node_errors(out, listing.errors)
         return
     from rtenv_cli.core.cache.backends import open_backend
     from rtenv_cli.render.cache import render_listing
 
-    out.result(open_backend(agent, token).listing(_kinds(kind)), render_listing)
+    out.result(open_backend(where, token).listing(_kinds(kind)), render_listing)
 
 
 def _clean(out: Output, *, agent: str | None, token: str | None, address: str | None,
            dry_run: bool, yes: bool, purge: bool, older_than: str | None = None,
            keep_storage: str | None = None, kinds: tuple[str, ...] = ()) -> None:
-    from rtenv_cli.core.cache.gc import parse_duration, parse_size
+    from rtenv_cli.core.cache.backends import cache_address, open_backend
+    from rtenv_cli.core.units import parse_duration, parse_size
     from rtenv_cli.render.cache import render_gc, render_plan
-
-    if address and not agent:
-        _clean_ray(out, address=address, dry_run=dry_run, yes=yes, purge=purge,
-                   older_than=older_than)
-        return
-    from rtenv_cli.core.cache.backends import open_backend
 
     older = parse_duration(older_than) if older_than else None
     keep = parse_size(keep_storage) if keep_storage else None
+    where = cache_address(agent, address)
+    if where.is_ray:
+        where.close()
+        _clean_ray(out, address=where.value, dry_run=dry_run, yes=yes,
+                   older=None if purge else older)
+        return
     if not purge and older is None and keep is None:
         older = parse_duration("24h")
-    backend = open_backend(agent, token)
+    backend = open_backend(where, token)
     plan = backend.gc(dry_run=True, older_than_s=older, keep_storage=keep, kinds=kinds,
                       purge=purge)
     if dry_run or not plan.plan.remove:
@@ -93,23 +105,32 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
     out.result(result, render_gc)
 
 
-def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool, purge: bool,
-               older_than: str | None) -> None:
-    from rtenv_cli.core.cache.gc import parse_duration
+def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
+               older: float | None) -> None:
     from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
     from rtenv_cli.render.cache import render_ray_clean
 
-    older = parse_duration(older_than) if older_than and not purge else None
     plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
     if dry_run or not plan.removable:
         out.result(plan, render_ray_clean)
+        _node_errors(out, plan.errors)
         return
     if not out.is_machine:
         render_ray_clean(out, plan)
     if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
         out.message("Nothing removed")
         raise typer.Exit(1)
-    out.result(clean_ray_nodes(address, dry_run=False, older_than_s=older), render_ray_clean)
+    done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
+    out.result(done, render_ray_clean)
+    _node_errors(out, done.errors)
+
+
+def _node_errors(out: Output, errors: tuple[str, ...]) -> None:
+    """Each node's failure as one line on stderr; any makes the command fail."""
+    for line in errors:
+        out.stderr.write(f"error: {line}\n")
+    if errors:
+        raise typer.Exit(1)
 
 
 @cache_app.command("gc")

@@ -9,7 +9,10 @@ from typing import Annotated
 
 import typer
 
-from rtenv_cli.cli.options import AddressOpt
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"], show_envvar=True,
+    help="With --verify: the Ray cluster to run the probe on, as its GCS address (host:6379), "
+    "its dashboard URL (http://host:8265) or auto (the cluster `ray start` started here).")]
 
 
 class ExplainFormat(str, Enum):
@@ -83,7 +86,7 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
         $ rtenv explain serve_config.yaml --app llm --num-gpus 1
     """
-    from rtenv_cli.core.errors import UsageError
+    from rtenv_cli.core.errors import OperationError, UsageError
     from rtenv_cli.core.explain import service
     from rtenv_cli.render import explain as render
     from rtenv_cli.render.output import Output
@@ -94,12 +97,11 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         runtime_env=runtime_env, job_runtime_env=job_runtime_env, kind=kind.value,
         num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=resource or [],
         gpu_vendor=gpu_vendor.value, accelerator_type=accelerator_type, node_env=node, app=app)
-    result = service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
     out = Output("json" if fmt is ExplainFormat.json else "text")
     if verify:
         if not address:
-            raise UsageError("--verify needs --address", hint="pass the head's GCS address, "
-                             "e.g. --address 127.0.0.1:6379, or set RAY_ADDRESS")
+            raise UsageError("--verify needs --address", hint="pass the head's GCS address "
+                             "(--address 127.0.0.1:6379), its dashboard URL, or set RAY_ADDRESS")
         from rtenv_cli.core.explain.verify import verify_on_cluster
         report = verify_on_cluster(req, address)
         if fmt is ExplainFormat.json:
@@ -107,6 +109,11 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         else:
             render.render_verify(out, report)
         raise typer.Exit(0 if report.ok else 1)
+    result = service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
+    if result.preview.errors and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
+        # values Ray would never produce must not reach a shell that sources them
+        raise OperationError("Ray rejects this request: " + "; ".join(result.preview.errors),
+                             hint="fix the request (rtenv explain -f text shows the details)")
     if fmt is ExplainFormat.json:
         out.json(result.to_dict())
     elif fmt is ExplainFormat.dotenv:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -35,8 +36,8 @@ def run(
         "--num-cpus", help="CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).",
         min=0.01)] = None,
     memory: Annotated[str | None, typer.Option(
-        "--memory", help="Memory limit, e.g. 512MB or 2GiB (cgroup; the command is killed above "
-        "it).")] = None,
+        "--memory", help="Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command "
+        "is killed above it). A bare number is bytes; below 1 MiB it is refused.")] = None,
     verbose: VerboseOpt = False,
     cgroup_root: Annotated[Path, typer.Option(
         "--cgroup-root", help="cgroup filesystem mount.", hidden=True)] = Path("/sys/fs/cgroup"),
@@ -55,13 +56,24 @@ def run(
 
         $ rtenv run -r runtime_env.yaml --num-cpus 1 --memory 2GB -- python train.py
     """
-    from rtenv_cli.core.cache.gc import parse_size
+    from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.run import RunRequest, run_command
+    from rtenv_cli.core.units import parse_memory
 
     out = Output("text")
+    if num_cpus is not None and not math.isfinite(num_cpus):
+        raise UsageError(f"--num-cpus {num_cpus} is not a number of CPUs",
+                         hint="give a finite amount, e.g. --num-cpus 2 or --num-cpus 0.5")
+    if address and not address.startswith(("http://", "https://")):
+        # the one resolver: `local`, an agent's host:port; a file:// or Ray address is refused
+        from rtenv_cli.core.transport.resolve import AddressKind, resolve_address
+
+        where = resolve_address(address).require(AddressKind.LOCAL, AddressKind.AGENT,
+                                                 command="rtenv run")
+        address = None if where.kind is AddressKind.LOCAL else where.value
     req = RunRequest(command=list(command), runtime_env=runtime_env, address=address,
                      token=token, gpus=gpus, num_cpus=num_cpus,
-                     memory_bytes=parse_size(memory) if memory else None,
+                     memory_bytes=parse_memory(memory) if memory else None,
                      cgroup_root=cgroup_root, base_dir=base_dir)
     def ready(handle: object, seconds: float) -> None:
         from rtenv_cli.render.cache import render_run_ready

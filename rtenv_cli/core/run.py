@@ -230,8 +230,9 @@ class _Session:
 def embedded_budget() -> Any:
     """The embedded store's size/age budget: the `[agent]` table of the config files
     (`max-size = "20GB"`, `max-age = "7d"`), the same limits `rtenv agent` takes as flags."""
-    from rtenv_cli.core.cache.gc import Budget, parse_duration, parse_size
+    from rtenv_cli.core.cache.gc import Budget
     from rtenv_cli.core.config import load_default_map
+    from rtenv_cli.core.units import parse_duration, parse_size
 
     table = load_default_map().get("agent") or {}
     size, age = table.get("max_size"), table.get("max_age")

@@ -108,9 +108,18 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
         agent = node.get("agent") or {}
         if "error" in agent:
             out.line(f"  runtime-env agent not reachable: {agent['error']}")
+        if node.get("error"):
+            out.line(f"  failed: {node['error']}")
         for s in node["sessions"]:
             status = "live session" if s["live"] else "old session, never cleaned by Ray"
-            out.line(f"  {s['name']}  ({status})  {human_bytes(s['size_bytes'])}")
+            others = [i[:12] for i in s.get("nodes") or [] if i != node["node_id"]]
+            shared = f"; shared with node {', '.join(others)}" if others else ""
+            counted = "" if s.get("counted", True) else " (counted once, above)"
+            out.line(f"  {s['name']}  ({status}{shared})  {human_bytes(s['size_bytes'])}"
+                     f"{counted}")
+            for t in s.get("deleting") or []:
+                out.line(f"    being deleted (an interrupted gc; the next gc finishes it): "
+                         f"{t['path']}  {human_bytes(t['size_bytes'])}")
             rows = [[e["kind"], _short(out, e["name"], 30), human_bytes(e["size_bytes"]),
                      "-" if e["refs"] is None else str(e["refs"]), e["state"]]
                     for e in s["entries"]]

@@ -93,3 +93,35 @@ def test_purge_prunes_uv_cache_of_removed_envs() -> None:
     assert res.exit_code == 0
     assert res.json["uv_cache_pruned_bytes"] >= 0
     assert [e["key"] for e in res.json["removed"]] == list(held.entries)
+
+
+def test_address_of_an_rtenv_agent_works_like_agent(tmp_path: Path) -> None:
+    from tests.core.agent.conftest import agent_process
+
+    with agent_process(tmp_path / "store") as agent:
+        for args in (["--address", agent.url], ["--agent", agent.url]):
+            ls = run_cli(["cache", "ls", *args, "--format", "json"])
+            assert ls.exit_code == 0, ls.stderr
+            assert agent.url in ls.json["source"]
+            gc = run_cli(["cache", "gc", *args, "--yes", "--format", "json"])
+            assert gc.exit_code == 0, gc.stderr
+            purge = run_cli(["cache", "purge", *args, "--dry-run", "--format", "json"])
+            assert purge.exit_code == 0, purge.stderr
+        via_env = run_cli(["cache", "ls"], env={"RAY_ADDRESS": agent.url})
+        assert via_env.exit_code == 0, via_env.stderr
+
+
+def test_address_that_cache_cannot_use_is_a_usage_error() -> None:
+    res = run_cli(["cache", "ls", "--address", "file:///shared/dir"])
+    assert res.exit_code == 2
+    assert "cannot use file:///shared/dir, a shared directory" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unreachable_gcs_address_is_one_clear_line() -> None:
+    from tests.support.ports import free_port
+
+    res = run_cli(["cache", "ls", "--address", f"127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1
+    assert "cannot reach the Ray GCS at 127.0.0.1:" in res.stderr
+    assert "Traceback" not in res.stderr

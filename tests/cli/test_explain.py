@@ -69,6 +69,15 @@ def test_validation_errors_exit_1() -> None:
     assert len(r.json["errors"]) == 2
 
 
+@pytest.mark.parametrize("fmt", ["dotenv", "shell"])
+def test_rejected_request_prints_no_values_for_a_shell(fmt: str) -> None:
+    r = run_cli(["explain", "--num-gpus", "1.5", "--resource", "TPU=3", "-f", fmt])
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert "GPU=1.5" in r.stderr
+    assert "TPU=3" in r.stderr
+
+
 def test_text_dotenv_shell_and_redaction(tmp_path) -> None:
     rte = write(tmp_path, "r.yaml", "env_vars:\n  API_TOKEN: hunter2\n  X: 'a b'\n")
     r = run_cli(["explain", str(rte), "--num-gpus", "1"])
@@ -131,3 +140,47 @@ def test_verify_against_live_head(ray_cluster) -> None:
                    "--verify", "--address", ray_cluster.address], env=env)
     assert bad.exit_code == 1
     assert "CUDA_VISIBLE_DEVICES: '3' -> '0'" in bad.stdout
+
+
+@pytest.mark.ray
+def test_verify_refuses_an_infeasible_request_and_takes_a_dashboard_url(ray_cluster) -> None:
+    env = ray_cluster.client_env()
+    # the head has 8 GPUs: Ray would keep a 9-GPU task pending forever
+    gpus = run_process(["explain", "--num-gpus", "9", "--verify", "--address",
+                        ray_cluster.address], env=env, timeout=90)
+    assert gpus.exit_code == 1
+    assert "infeasible: needs GPU=9, the cluster has 8" in gpus.stderr
+    assert gpus.stdout == ""
+    assert "Traceback" not in gpus.stderr
+    # the help accepts a dashboard URL: it is turned into the GCS address
+    ok = run_process(["explain", "--num-gpus", "1", "--verify", "--address",
+                      ray_cluster.dashboard_url, "-f", "json"], env=env, timeout=90)
+    assert ok.exit_code == 0, ok.stderr
+    assert ok.json["ok"] is True
+    missing = run_process(["explain", "--resource", "NO_SUCH=1", "--verify", "--address",
+                           ray_cluster.dashboard_url], env=env, timeout=90)
+    assert missing.exit_code == 1
+    assert "needs NO_SUCH=1, the cluster has 0" in missing.stderr
+
+
+def test_verify_address_must_be_a_ray_cluster() -> None:
+    r = run_cli(["explain", "--verify", "--address", "file:///shared/dir"])
+    assert r.exit_code == 2
+    assert "cannot use file:///shared/dir, a shared directory" in r.stderr
+    assert "6379" in r.stderr
+
+
+def test_address_help_is_about_the_verify_probe() -> None:
+    text = run_cli(["explain", "--help"]).stdout
+    assert "fastest push" not in text
+    assert "--verify" in text.split("--address", 1)[1][:200]
+
+
+def test_verify_on_an_unreachable_gcs_says_so() -> None:
+    from tests.support.ports import free_port
+
+    r = run_cli(["explain", "--num-gpus", "1", "--verify", "--address",
+                 f"127.0.0.1:{free_port()}"])
+    assert r.exit_code == 1
+    assert "cannot reach the Ray GCS" in r.stderr
+    assert r.stdout == ""

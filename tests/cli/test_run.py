@@ -170,3 +170,30 @@ def test_help_has_example() -> None:
     res = run_cli(["run", "--help"])
     assert res.exit_code == 0
     assert "$ rtenv run -r runtime_env.yaml -- python main.py" in res.stdout
+
+
+def test_memory_without_a_unit_is_refused_with_a_hint() -> None:
+    res = run_cli(["run", "--memory", "256", "--", "true"])
+    assert res.exit_code == 2
+    assert "256 bytes" in res.stderr
+    assert "--memory 256M" in res.stderr
+
+
+def test_infinite_cpus_is_a_usage_error() -> None:
+    res = run_cli(["run", "--num-cpus", "inf", "--", "true"])
+    assert res.exit_code == 2
+    assert "--num-cpus inf" in res.stderr
+    assert "internal error" not in res.stderr
+
+
+def test_address_goes_through_the_one_resolver(tmp_path: Path) -> None:
+    (tmp_path / "env.yaml").write_text("env_vars:\n  A: b\n")
+    env = str(tmp_path / "env.yaml")
+    shared = run_cli(["run", "-r", env, "--address", "file:///shared/dir", "--", "true"])
+    assert shared.exit_code == 2
+    assert "rtenv run cannot use file:///shared/dir, a shared directory" in shared.stderr
+    assert "http://file:" not in shared.stderr
+    local = run_process(["run", "-r", env, "--address", "local", "--", "python", "-c",
+                         "import os; print(os.environ['A'])"])
+    assert local.exit_code == 0, local.stderr
+    assert local.stdout.strip() == "b"

@@ -1,11 +1,14 @@
-"""Where `rtenv cache` looks: the embedded store (default) or an rtenv agent (`--agent URL`)."""
+"""Where `rtenv cache` looks: the embedded store (default), an rtenv agent (`--agent URL`, or
+`--address` naming one), or a Ray cluster's nodes (`--address` of its dashboard or GCS)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rtenv_cli.core.cache.gc import GcResult, plan_gc, prune_uv_cache, run_gc
 from rtenv_cli.core.cache.ls import CacheListing, list_store
+from rtenv_cli.core.transport.resolve import Address, AddressKind, resolve_address
 
 
 class CacheBackend(Protocol):
@@ -54,5 +57,19 @@ class AgentBackend:
             kinds=list(kinds), purge=purge))
 
 
-def open_backend(agent: str | None, token: str | None = None) -> CacheBackend:
-    return AgentBackend(agent, token) if agent else LocalBackend()
+def cache_address(agent: str | None, address: str | None,
+                  env: Mapping[str, str] | None = None) -> Address:
+    """What `rtenv cache` works on: `--agent URL` as given, else what `--address` (or
+    RAY_ADDRESS) names by the one resolver push and run use, else the embedded store."""
+    if agent:
+        return Address(AddressKind.AGENT, agent.rstrip("/"))
+    if not address:
+        return Address(AddressKind.LOCAL, "local")
+    return resolve_address(address, env).require(
+        AddressKind.LOCAL, AddressKind.AGENT, AddressKind.DASHBOARD, AddressKind.GCS,
+        command="rtenv cache").check_reachable()
+
+
+def open_backend(where: Address, token: str | None = None) -> CacheBackend:
+    """The store-like backend of a local or agent address (Ray nodes are ray_nodes')."""
+    return AgentBackend(where.value, token) if where.kind is AddressKind.AGENT else LocalBackend()

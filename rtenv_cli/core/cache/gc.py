@@ -8,34 +8,11 @@ being built when its turn comes is skipped, never removed, even if a create race
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rtenv_cli.core.agent.index import Entry
-from rtenv_cli.core.errors import UsageError
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "ki": 2**10, "m": 10**6,
-          "mb": 10**6, "mib": 2**20, "mi": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30,
-          "gi": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40, "ti": 2**40}
-_DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$", re.IGNORECASE)
-_DUR = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_size(text: str) -> int:
-    match = _SIZE_RE.match(text)
-    if not match or (match.group(2) or "").lower() not in _UNITS:
-        raise UsageError(f"cannot read size {text!r}", hint="write e.g. 500MB, 20GB or 2GiB")
-    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
-
-
-def parse_duration(text: str) -> float:
-    match = _DUR_RE.match(text)
-    if not match:
-        raise UsageError(f"cannot read duration {text!r}", hint="write e.g. 90m, 24h or 7d")
-    return float(match.group(1)) * _DUR[(match.group(2) or "s").lower()]
 
 
 @dataclass(frozen=True)

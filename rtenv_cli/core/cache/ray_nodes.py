@@ -6,6 +6,10 @@ the cluster, or run as a driver for a GCS address). It lists every `session_*` d
 reports (reference counts). Only OLD sessions' caches are ever deleted: Ray 2.60's agent trusts its
 in-memory URI cache and would hand out a deleted directory of the live session; the live session
 is bounded by the `RAY_RUNTIME_ENV_<PLUGIN>_CACHE_SIZE_GB` settings, which are reported instead.
+
+Nodes may share a temp dir (several raylets on one machine, a shared filesystem): each session
+folder is reported by every node that sees it (`nodes`) and counted once (`counted`, on its first
+report), by the folder's identity. A node that fails is one line in `errors`; the others report.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from rtenv_cli.core.errors import OperationError, TransportError, UnsupportedError
 
 MARKER = "RTENV_SCAN "
+ERROR_MARKER = "RTENV_SCAN_ERROR "
 DEFAULT_CACHE_GB = 10
 LIVE_SESSION_NOTE = (
     "the live session's caches are left to Ray: its agent trusts an in-memory cache and would "
@@ -36,9 +41,14 @@ class RayNodesListing:
     nodes: tuple[dict[str, Any], ...]
     reported: int | None = None  # runtime envs the state API reports cluster-wide
 
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return node_errors(self.nodes)
+
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "nodes": list(self.nodes), "reported": self.reported,
-                "totals": _totals(self.nodes), "note": LIVE_SESSION_NOTE}
+                "totals": _totals(self.nodes), "errors": list(self.errors),
+                "note": LIVE_SESSION_NOTE}
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,10 @@ class RayCleanPlan:
     def freed_bytes(self) -> int:
         return sum(r["size_bytes"] for r in self.removable)
 
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return node_errors(self.nodes)
+
     def settings(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for node in self.nodes:
@@ -64,13 +78,44 @@ class RayCleanPlan:
         return {"address": self.address, "dry_run": self.dry_run,
                 "removable": list(self.removable), "removed": list(self.removed),
                 "freed_bytes": self.freed_bytes, "settings": self.settings(),
-                "note": LIVE_SESSION_NOTE}
+                "errors": list(self.errors), "note": LIVE_SESSION_NOTE}
+
+
+def node_errors(nodes: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
+    """One line per failure: a node that could not scan, or a folder it could not delete."""
+    out = []
+    for n in nodes:
+        where = f"node {n['node_id'][:12]} ({n['node_ip']})"
+        if n.get("error"):
+            out.append(f"{where}: {n['error']}")
+        out += [f"{where}: {e}" for e in n.get("errors") or []]
+    return tuple(out)
+
+
+def mark_shared(nodes: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    """Give each session the nodes it lives on, and count a shared folder once (its first
+    report)."""
+    holders: dict[str, list[str]] = {}
+    for n in nodes:
+        for s in n["sessions"]:
+            holders.setdefault(s.get("key") or f"{n['node_id']}:{s['path']}", []).append(
+                n["node_id"])
+    seen: set[str] = set()
+    for n in nodes:
+        for s in n["sessions"]:
+            key = s.get("key") or f"{n['node_id']}:{s['path']}"
+            s["nodes"] = holders[key]
+            s["counted"] = key not in seen
+            seen.add(key)
+    return nodes
 
 
 def _totals(nodes: tuple[dict[str, Any], ...]) -> dict[str, int]:
     live = old = 0
     for node in nodes:
         for s in node["sessions"]:
+            if not s.get("counted", True):
+                continue
             if s["live"]:
                 live += s["size_bytes"]
             else:
@@ -116,10 +161,11 @@ def _via_job(address: str, args: list[str], timeout: float) -> str:
             client.stop_job(job_id)
             raise OperationError(f"the node scan job {job_id} did not finish in {timeout:g}s")
         time.sleep(0.3)
-    logs = client.get_job_logs(job_id)
+    logs = str(client.get_job_logs(job_id))
     if status != JobStatus.SUCCEEDED:
-        raise OperationError(f"the node scan job {job_id} failed:\n{logs[-2000:]}")
-    return str(logs)
+        raise OperationError(f"the node scan job {job_id} failed: {_failure(logs)}",
+                             hint=f"`ray job logs {job_id}` shows its whole output")
+    return logs
 
 
 def _via_driver(address: str, args: list[str], timeout: float) -> str:
@@ -127,9 +173,19 @@ def _via_driver(address: str, args: list[str], timeout: float) -> str:
     proc = subprocess.run([sys.executable, "-c", _script(), *args], env=env, text=True,
                           capture_output=True, timeout=timeout, check=False)
     if proc.returncode != 0:
-        raise OperationError(f"the node scan failed:\n{proc.stderr[-2000:]}",
+        raise OperationError(f"the node scan failed: {_failure(proc.stdout + proc.stderr)}",
                              hint="is the Ray cluster reachable at this GCS address?")
     return proc.stdout
+
+
+def _failure(output: str) -> str:
+    """One line for a failed scan: the script's own error line, else the output's last line
+    (the message of a traceback), never the whole output (which echoes the script)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if line.startswith(ERROR_MARKER):
+            return line[len(ERROR_MARKER):]
+    return lines[-1][:500] if lines else "no output"
 
 
 def _scan(address: str, mode: str, older_than_s: float | None,
@@ -140,8 +196,8 @@ def _scan(address: str, mode: str, older_than_s: float | None,
     for line in reversed(out.splitlines()):
         if line.startswith(MARKER):
             nodes = json.loads(line[len(MARKER):])["nodes"]
-            return tuple(_join(n) for n in nodes)
-    raise OperationError("the node scan printed no result", hint=out[-1000:])
+            return mark_shared(tuple(_join(n) for n in nodes))
+    raise OperationError(f"the node scan printed no result: {_failure(out)}")
 
 
 def _join(node: dict[str, Any]) -> dict[str, Any]:
@@ -182,9 +238,23 @@ def list_ray_nodes(address: str) -> RayNodesListing:
 def clean_ray_nodes(address: str, *, dry_run: bool,
                     older_than_s: float | None = None) -> RayCleanPlan:
     nodes = _scan(address, "scan" if dry_run else "clean", older_than_s)
-    removable = tuple({"node_id": n["node_id"], "node_ip": n["node_ip"],
-                       "session": s["name"], "path": f"{s['path']}/runtime_resources",
-                       "size_bytes": s["size_bytes"]}
-                      for n in nodes for s in n["sessions"] if s["removable"])
-    removed = tuple(p for n in nodes for p in n.get("removed") or [])
+    return plan_from(address, nodes, dry_run=dry_run)
+
+
+def plan_from(address: str, nodes: tuple[dict[str, Any], ...], *,
+              dry_run: bool) -> RayCleanPlan:
+    """What the nodes' reports say goes (dry run) or went: each shared folder once."""
+    # a node sharing the folder may have looked after another deleted it: take the report
+    # that found something to remove
+    taken: dict[str, dict[str, Any]] = {}
+    for n in nodes:
+        for s in n["sessions"]:
+            key = s.get("key") or f"{n['node_id']}:{s['path']}"
+            if s["removable"] and key not in taken:
+                taken[key] = {"node_id": n["node_id"], "node_ip": n["node_ip"],
+                              "nodes": s.get("nodes", [n["node_id"]]), "session": s["name"],
+                              "path": f"{s['path']}/runtime_resources",
+                              "size_bytes": s["size_bytes"]}
+    removable = tuple(taken.values())
+    removed = tuple(dict.fromkeys(p for n in nodes for p in n.get("removed") or []))
     return RayCleanPlan(address, nodes, dry_run, removable, removed)

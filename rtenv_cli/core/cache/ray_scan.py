@@ -4,10 +4,17 @@ agent what it holds (`/get_runtime_envs_info`), and optionally deletes old sessi
 
     python ray_scan.py scan|clean OLDER_THAN_S|-
 
-Prints one line `RTENV_SCAN <json>`. The file is sent as source text (the cluster need not have
-rtenv installed); it must therefore stay self-contained.
+Prints one line `RTENV_SCAN <json>` (a node that fails is one `error` line in it, the others
+still report), or `RTENV_SCAN_ERROR <message>` when the cluster cannot be reached. The file is
+sent as source text (the cluster need not have rtenv installed); it must therefore stay
+self-contained.
+
+Deleting is safe when nodes share a temp dir (several raylets on one machine, a shared
+filesystem) and resumable: see clean_session. Each session dir carries its folder identity
+(`key`), so whoever joins the nodes' reports counts a shared folder once.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +25,8 @@ import time
 KINDS = {"working_dir_files": "working_dir", "py_modules_files": "py_modules", "pip": "pip",
          "uv": "uv", "conda": "conda", "java_jars_files": "java_jars"}
 SESSION_RE = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
+MARKER = "RTENV_SCAN "
+ERROR_MARKER = "RTENV_SCAN_ERROR "
 PLUGINS = ("WORKING_DIR", "PY_MODULES", "PIP", "UV", "CONDA", "JAVA_JARS")
 
 
@@ -115,64 +124,189 @@ def uris_of(env):
     return out
 
 
-def scan_node(mode, older_than_s, node):
-    from ray._private import worker
+TOMB = ".rtenv-deleting-"  # runtime_resources renamed to this + a tag, then deleted
 
-    session = worker.global_worker.node.get_session_dir_path()
-    temp = os.path.dirname(session)
-    in_use = sessions_in_use() | {os.path.basename(session)}
-    now = time.time()
-    sessions, removed = [], []
-    for name in sorted(os.listdir(temp)):
+
+def _listdir(path):
+    """Names in `path`; none when it is gone (another node sharing the dir deleted it)."""
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def machine_id():
+    """Nodes on one machine share it (and so their local filesystems' device numbers)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        import socket
+
+        return socket.gethostname()
+
+
+def folder_key(path):
+    """Identity of a folder across nodes: two nodes sharing a temp dir see the same one."""
+    st = os.stat(path)
+    return f"{machine_id()}:{st.st_dev}:{st.st_ino}"
+
+
+def cache_entries(rr):
+    entries = []
+    for sub, kind in KINDS.items():
+        d = os.path.join(rr, sub)
+        for child in _listdir(d):
+            cpath = os.path.join(d, child)
+            mtime = _mtime(cpath)
+            if child.endswith(".lock") or mtime is None or not os.path.isdir(cpath):
+                continue
+            entries.append({"kind": kind, "name": child, "path": cpath,
+                            "size_bytes": du(cpath), "mtime": mtime})
+    return entries
+
+
+def remove_tree(path):
+    """Delete `path`; what another deleter removed first is not an error. Returns the first
+    real failure as one line, or None."""
+    failures = []
+
+    def on_error(_func, failed, exc):
+        exc = exc if isinstance(exc, BaseException) else exc[1]
+        if not isinstance(exc, FileNotFoundError):
+            failures.append(f"cannot delete {failed}: {exc.strerror or exc}")
+
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(path, onexc=on_error)
+    else:
+        shutil.rmtree(path, onerror=on_error)
+    return failures[0] if failures else None
+
+
+def clean_session(path, tag, *, condemn):
+    """Delete a session's caches, resumably and alongside other deleters: rename
+    runtime_resources to a tombstone first (nothing then sees a half-deleted cache; of two
+    nodes sharing the dir one wins the rename), then delete every tombstone there, including
+    those an interrupted earlier run left. Returns the failures (one line each)."""
+    rr = os.path.join(path, "runtime_resources")
+    if condemn:
+        with contextlib.suppress(FileNotFoundError):  # another node sharing it renamed it first
+            os.rename(rr, rr + TOMB + tag)
+    errors = []
+    for name in _listdir(path):
+        if name.startswith("runtime_resources" + TOMB):
+            err = remove_tree(os.path.join(path, name))
+            if err:
+                errors.append(err)
+    return errors
+
+
+def scan_session(path, name, *, live, mode, older_than_s, now, tag):
+    """One session dir: its caches, leftover tombstones, and (clean) their deletion."""
+    rr = os.path.join(path, "runtime_resources")
+    mtime = _mtime(path)
+    if mtime is None:
+        return None, []
+    key = folder_key(path)
+    entries = cache_entries(rr) if os.path.isdir(rr) else []
+    tombs = [{"path": os.path.join(path, t), "size_bytes": du(os.path.join(path, t))}
+             for t in _listdir(path) if t.startswith("runtime_resources" + TOMB)]
+    old_enough = older_than_s is None or now - mtime >= older_than_s
+    condemn = not live and os.path.isdir(rr) and old_enough
+    removable = condemn or (not live and bool(tombs))  # a tombstone was already condemned
+    errors, removed = [], False
+    if mode == "clean" and removable:
+        errors = clean_session(path, tag, condemn=condemn)
+        removed = not errors and not os.path.exists(rr)
+    size = sum(e["size_bytes"] for e in entries) + sum(t["size_bytes"] for t in tombs)
+    return {"name": name, "path": path, "key": key, "live": live, "mtime": mtime,
+            "size_bytes": size, "entries": entries, "deleting": tombs,
+            "removable": removable, "removed": removed}, errors
+
+
+def scan_temp(temp, in_use, *, mode, older_than_s, tag, now=None):
+    """Every `session_*` dir of a Ray temp dir; errors are one line each, never raised."""
+    now = time.time() if now is None else now
+    sessions, errors = [], []
+    for name in _listdir(temp):
         path = os.path.join(temp, name)
         if not name.startswith("session_") or os.path.islink(path) or not os.path.isdir(path):
             continue
-        rr = os.path.join(path, "runtime_resources")
-        live = name in in_use
-        mtime = os.stat(path).st_mtime
-        entries = []
-        if os.path.isdir(rr):
-            for sub, kind in KINDS.items():
-                d = os.path.join(rr, sub)
-                if not os.path.isdir(d):
-                    continue
-                for child in sorted(os.listdir(d)):
-                    cpath = os.path.join(d, child)
-                    if child.endswith(".lock") or not os.path.isdir(cpath):
-                        continue
-                    entries.append({"kind": kind, "name": child, "path": cpath,
-                                    "size_bytes": du(cpath),
-                                    "mtime": os.stat(cpath).st_mtime})
-        size = sum(e["size_bytes"] for e in entries)
-        old_enough = older_than_s is None or now - mtime >= older_than_s
-        removable = not live and os.path.isdir(rr) and old_enough
-        if mode == "clean" and removable:
-            tomb = rr + f".rtenv-deleting-{os.getpid()}"
-            os.rename(rr, tomb)  # tombstone first: nothing sees a half-deleted cache
-            shutil.rmtree(tomb, ignore_errors=True)
-            removed.append(rr)
-        sessions.append({"name": name, "path": path, "live": live, "mtime": mtime,
-                         "size_bytes": size, "entries": entries, "removable": removable})
-    settings = {f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB":
-                os.environ.get(f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB") for p in PLUGINS}
+        try:
+            session, errs = scan_session(path, name, live=name in in_use, mode=mode,
+                                         older_than_s=older_than_s, now=now, tag=tag)
+        except OSError as exc:
+            session, errs = None, [f"{path}: {exc.strerror or exc}"]
+        errors += errs
+        if session is not None:
+            sessions.append(session)
+    return sessions, errors
+
+
+def scan_node(mode, older_than_s, node):
+    try:
+        from ray._private import worker
+
+        session = worker.global_worker.node.get_session_dir_path()
+        temp = os.path.dirname(session)
+        in_use = sessions_in_use() | {os.path.basename(session)}
+        tag = f"{node['NodeID'][:8]}-{os.getpid()}"
+        sessions, errors = scan_temp(temp, in_use, mode=mode, older_than_s=older_than_s,
+                                     tag=tag)
+        settings = {f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB":
+                    os.environ.get(f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB") for p in PLUGINS}
+        return {"node_id": node["NodeID"], "node_ip": node["NodeManagerAddress"],
+                "temp_dir": temp, "session": os.path.basename(session), "sessions": sessions,
+                "removed": [os.path.join(s["path"], "runtime_resources") for s in sessions
+                            if s["removed"]],
+                "errors": errors, "agent": agent_states(node), "settings": settings}
+    except Exception as exc:
+        return failed(node, f"{type(exc).__name__}: {exc}")
+
+
+def failed(node, message):
     return {"node_id": node["NodeID"], "node_ip": node["NodeManagerAddress"],
-            "temp_dir": temp, "session": os.path.basename(session), "sessions": sessions,
-            "removed": removed, "agent": agent_states(node), "settings": settings}
+            "error": one_line(message), "sessions": [], "removed": [], "errors": []}
+
+
+def one_line(text):
+    """The message of an exception's text (a Ray task error carries the whole traceback)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else "unknown error"
 
 
 def main():
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     mode = sys.argv[1]
     older = None if len(sys.argv) < 3 or sys.argv[2] == "-" else float(sys.argv[2])  # noqa: PLR2004 - argv: script, mode, age
-    ray.init(logging_level="ERROR", log_to_driver=False)
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray.init(logging_level="ERROR", log_to_driver=False)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+    except Exception as exc:
+        print(ERROR_MARKER + one_line(f"cannot connect to the cluster: {exc}"), flush=True)
+        sys.exit(1)
     task = ray.remote(num_cpus=0)(scan_node)
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
         n["NodeID"], soft=False)).remote(mode, older, n) for n in nodes]
-    results = ray.get(refs, timeout=300)
-    print("RTENV_SCAN " + json.dumps({"nodes": results}), flush=True)
+    ray.wait(refs, num_returns=len(refs), timeout=300)
+    results = []
+    for node, ref in zip(nodes, refs, strict=True):
+        try:
+            results.append(ray.get(ref, timeout=0))
+        except ray.exceptions.GetTimeoutError:
+            results.append(failed(node, "the node did not answer in 300 s"))
+        except Exception as exc:  # the node died, or its worker did: say so, keep the others
+            results.append(failed(node, f"{type(exc).__name__}: {exc}"))
+    print(MARKER + json.dumps({"nodes": results}), flush=True)
 
 
 if __name__ == "__main__":

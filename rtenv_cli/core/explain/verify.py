@@ -1,7 +1,9 @@
 """`rtenv explain --verify`: run a probe with the same request on a live Ray cluster and diff.
 
-Ray is imported only in the child process this module starts (`python -c <probe>`), so rtenv
-never imports Ray itself; the child connects with `ray.init(address=...)`.
+Ray is imported only in the child process this module starts (`python -c <probe.py>`), so rtenv
+never imports Ray itself; the child connects with `ray.init(address=<GCS>)`. A dashboard URL or
+`auto` is turned into that GCS address first (transport.resolve). A request no node could ever
+run is refused by the probe before it is submitted (Ray would keep it pending forever).
 """
 
 from __future__ import annotations
@@ -12,67 +14,10 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rtenv_cli.core.errors import OperationError
 from rtenv_cli.core.explain.worker_env import SRC_NODE, EnvPreview, ExplainRequest, predict
-
-_PROBE = r'''
-import json, os, sys, time, ray
-spec = json.loads(sys.argv[1])
-ray.init(address=spec["address"], runtime_env=spec["job"] or None, log_to_driver=False)
-
-def read():
-    return {"env": dict(os.environ), "cwd": os.getcwd()}
-
-@ray.remote
-def probe_task():
-    return read()
-
-@ray.remote
-class ProbeActor:
-    def read(self):
-        return read()
-
-def settle(held, before):
-    # A finished task's worker lease and a killed actor's resources go back to the raylet
-    # asynchronously: without this the next probe can get GPU 1 while GPU 0 is still being
-    # returned. Wait until what the last probe held is free again, i.e. as free as it was before
-    # that probe (other work on a shared cluster may hold some all along), in the GCS's view,
-    # which trails the raylet by one report period (100 ms): hence the sleep before looking.
-    deadline = time.monotonic() + 30
-    while held and time.monotonic() < deadline:
-        time.sleep(0.25)
-        free = ray.available_resources()
-        if all(free.get(k, 0) >= before.get(k, 0) for k in held):
-            return free
-    return ray.available_resources()
-
-out = []
-held, before = [], {}
-for p in spec["probes"]:
-    before = settle(held, before)
-    held = [k for k, v in p["resources"].items() if v] + (["GPU"] if p["num_gpus"] else [])
-    opts = {"resources": p["resources"]}
-    if p["num_cpus"] is not None:
-        opts["num_cpus"] = p["num_cpus"]
-    if p["num_gpus"]:
-        opts["num_gpus"] = p["num_gpus"]
-    if p["runtime_env"] is not None:
-        opts["runtime_env"] = p["runtime_env"]
-    a = None
-    try:
-        if p["kind"] == "actor":
-            a = ProbeActor.options(**opts).remote()
-            out.append(ray.get(a.read.remote(), timeout=120))
-        else:
-            out.append(ray.get(probe_task.options(**opts).remote(), timeout=120))
-    except Exception as exc:
-        out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
-    finally:
-        if a is not None:
-            ray.kill(a)
-print("RTENV-PROBE " + json.dumps(out))
-'''
 
 
 def probe_spec(req: ExplainRequest) -> dict[str, object]:
@@ -92,8 +37,9 @@ def run_probes(address: str, job_runtime_env: Mapping[str, object] | None,
             "probes": [probe_spec(r) for r in requests]}
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    source = Path(__file__).with_name("probe.py").read_text(encoding="utf-8")
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(spec)],
+        proc = subprocess.run([sys.executable, "-c", source, json.dumps(spec)],
                               capture_output=True, text=True, timeout=timeout, env=child_env,
                               check=False)
     except subprocess.TimeoutExpired:
@@ -102,8 +48,10 @@ def run_probes(address: str, job_runtime_env: Mapping[str, object] | None,
     for line in proc.stdout.splitlines():
         if line.startswith("RTENV-PROBE "):
             return json.loads(line[len("RTENV-PROBE "):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    raise OperationError(f"the probe on {address} failed: " + " | ".join(tail),
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    # the last line of Ray's traceback is its message; the rest is Ray's internals
+    last = next((ln for ln in reversed(lines) if ln.strip()), "no output")
+    raise OperationError(f"the probe on {address} failed: {last.strip()[:500]}",
                          hint="is the address the head's GCS address (host:port)?")
 
 
@@ -150,12 +98,34 @@ class VerifyReport:
                 "diff": {k: {"predicted": a, "actual": b} for k, (a, b) in self.diff.items()}}
 
 
-def verify_on_cluster(req: ExplainRequest, address: str) -> VerifyReport:
+def gcs_address(address: str, env: Mapping[str, str] | None = None) -> str:
+    """The GCS address `ray.init` needs for what the user gave: a GCS host:port as is, a
+    dashboard URL through the dashboard's node summary, `auto` through Ray's address file."""
+    from rtenv_cli.core.transport.resolve import (
+        AddressKind,
+        gcs_address_of_dashboard,
+        resolve_address,
+    )
+
+    where = resolve_address(address, env).require(AddressKind.GCS, AddressKind.DASHBOARD,
+                                                  command="rtenv explain --verify")
+    where.check_reachable().close()
+    if where.kind is AddressKind.DASHBOARD:
+        return gcs_address_of_dashboard(where.value, env)
+    return where.value
+
+
+def verify_on_cluster(req: ExplainRequest, address: str,
+                      env: Mapping[str, str] | None = None) -> VerifyReport:
     preview = predict(req)
     if preview.errors:
-        return VerifyReport(False, 0, {}, "; ".join(preview.errors))
-    (res,) = run_probes(address, req.job_runtime_env, [req])
+        raise OperationError("Ray rejects this request: " + "; ".join(preview.errors),
+                             hint="fix the request; nothing was run on the cluster")
+    gcs = gcs_address(address, env)
+    (res,) = run_probes(gcs, req.job_runtime_env, [req], env=env)
     if "error" in res:
-        return VerifyReport(False, 0, {}, str(res["error"]))
+        hint = ("ask for what a node has (`ray status` lists the cluster's resources)"
+                if res.get("infeasible") else "the probe task or actor failed on the cluster")
+        raise OperationError(str(res["error"]), hint=hint)
     d = diff(preview, res["env"])  # type: ignore[arg-type]
     return VerifyReport(not d, len(compared_keys(preview)), d)

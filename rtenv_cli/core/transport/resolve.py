@@ -1,24 +1,121 @@
-"""Which target a push goes to: --to, else --address / RAY_ADDRESS / RAY_API_SERVER_ADDRESS,
-else the embedded local store.
+"""What an address names, decided once for every command: an rtenv agent, a Ray dashboard, a Ray
+cluster's GCS, a shared directory, or the embedded local store.
 
-A token given (`rtenv push --token`) goes to whichever target that is; without one, each target
-reads its own: RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or its file) for Ray.
+`resolve_address` takes what the user wrote (`--to`, `--address`, RAY_ADDRESS or
+RAY_API_SERVER_ADDRESS) and returns a typed `Address`:
 
-`--to` accepts `file:///dir` (shared filesystem), `http(s)://` (an rtenv agent when it answers
-`/api/agent`, else a Ray dashboard), `host:port` without a scheme, or `local` (the embedded store).
-Like Ray (`ray.init(address=...)`, RAY_ADDRESS, `ray job submit --address`), an address without
-a scheme names the cluster's GCS (`head:6379`): packages go there directly over gRPC, as
-`ray.init` uploads them (transport.ray_gcs). When that port answers HTTP/1 instead (a dashboard
-or an rtenv agent given without `http://`), it is taken as that HTTP server.
+- `local`: the embedded store;
+- `file:///dir`: a shared filesystem;
+- `http(s)://host:port`: an rtenv agent when it answers `/api/agent`, else a Ray dashboard;
+- `host:port` without a scheme: like Ray (`ray.init(address=...)`, `ray job submit --address`),
+  the cluster's GCS (`head:6379`); when that port answers HTTP/1 instead (a dashboard or an
+  rtenv agent given without `http://`), it is taken as that HTTP server;
+- `auto`: the cluster `ray start` last started on this machine, read from Ray's address file as
+  `ray.init(address="auto")` reads it (ray._common.utils.get_ray_address_file:
+  `$RAY_TMPDIR|$TMPDIR|/tmp` + `/ray/ray_current_cluster`).
+
+Each command then says which kinds it serves (`Address.require`).
+
+A token given (`rtenv push --token`) goes to whichever target the address names; without one,
+each target reads its own: RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or its file)
+for Ray.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
-from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.errors import TransportError, UsageError
+
+
+class AddressKind(str, Enum):
+    LOCAL = "local"
+    FILE = "file"
+    AGENT = "agent"
+    DASHBOARD = "dashboard"
+    GCS = "gcs"
+
+
+_EXAMPLES = {
+    AddressKind.LOCAL: "local",
+    AddressKind.FILE: "file:///shared/dir",
+    AddressKind.AGENT: "http://<node>:8790 (an rtenv agent)",
+    AddressKind.DASHBOARD: "http://<head>:8265 (the Ray dashboard)",
+    AddressKind.GCS: "<head>:6379 (the Ray GCS)",
+}
+_NAMES = {AddressKind.LOCAL: "the embedded local store", AddressKind.FILE: "a shared directory",
+          AddressKind.AGENT: "an rtenv agent", AddressKind.DASHBOARD: "a Ray dashboard",
+          AddressKind.GCS: "a Ray GCS"}
+
+
+@dataclass(frozen=True)
+class Address:
+    kind: AddressKind
+    value: str  # "local", the file:// URL, the http(s) URL, or host:port
+    given: str = ""  # what the user wrote, when it differs (e.g. "auto")
+    channel: Any = field(default=None, compare=False, repr=False)  # an open GCS connection
+
+    @property
+    def is_ray(self) -> bool:
+        return self.kind in (AddressKind.DASHBOARD, AddressKind.GCS)
+
+    def describe(self) -> str:
+        shown = f"{self.given} ({self.value})" if self.given and self.given != self.value \
+            else self.value
+        return f"{shown}, {_NAMES[self.kind]}"
+
+    def require(self, *kinds: AddressKind, command: str) -> Address:
+        """This address, if `command` serves its kind; else a usage error naming what to give."""
+        if self.kind in kinds:
+            return self
+        self.close()
+        examples = [_EXAMPLES[k] for k in kinds]
+        wanted = examples[0] if len(examples) == 1 else \
+            ", ".join(examples[:-1]) + " or " + examples[-1]
+        raise UsageError(f"{command} cannot use {self.describe()}",
+                         hint=f"give {wanted}")
+
+    def check_reachable(self) -> Address:
+        """This address, unless it is a GCS that did not answer the probe (a driver's ray.init
+        would retry it for a minute before saying so)."""
+        if self.kind is AddressKind.GCS and self.channel is None:
+            raise TransportError(f"cannot reach the Ray GCS at {self.value}",
+                                 hint="check --address / RAY_ADDRESS (the head's GCS, default "
+                                 "port 6379, or the dashboard URL) and that the cluster is up")
+        return self
+
+    def close(self) -> None:
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                self.channel.close()
+
+
+def ray_temp_dir(env: Mapping[str, str]) -> Path:
+    """Ray's default temp dir (ray._common.utils.get_default_ray_temp_dir, on Linux)."""
+    base = env.get("RAY_TMPDIR") or env.get("TMPDIR") or "/tmp"  # noqa: S108 - Ray's own default
+    return Path(base) / "ray"
+
+
+def auto_address(env: Mapping[str, str]) -> str:
+    """The GCS address `ray.init(address="auto")` connects to: the one `ray start` wrote."""
+    path = ray_temp_dir(env) / "ray_current_cluster"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if not text:
+        raise UsageError(f"address auto: no Ray cluster was started on this machine ({path} "
+                         "does not exist)",
+                         hint="start one with `ray start --head`, or give its address, e.g. "
+                         "--address <head>:6379 or http://<head>:8265")
+    return text
 
 
 def _is_agent(url: str) -> bool:
@@ -31,53 +128,151 @@ def _is_agent(url: str) -> bool:
     return resp.status_code in (200, 401, 403) and "json" in resp.headers.get("content-type", "")
 
 
-def http_target(url: str, env: Mapping[str, str], token: str | None = None) -> Any:
-    if _is_agent(url):
-        from rtenv_cli.core.transport.agent_http import AgentTarget
+def _http(url: str, given: str) -> Address:
+    kind = AddressKind.AGENT if _is_agent(url) else AddressKind.DASHBOARD
+    return Address(kind, url.rstrip("/"), given)
 
-        return AgentTarget(url, token)
-    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
 
-    return RayDashboardTarget(url, token, env=env)
+def _host_port(text: str, given: str, env: Mapping[str, str], *, auto: bool,
+               token: str | None = None) -> Address:
+    """GCS unless the port answers HTTP/1; an unreachable one stays GCS (its calls say so),
+    except for `auto`, where it means the cluster `ray start` recorded is gone."""
+    from rtenv_cli.core.transport.grpc_unary import Channel, GrpcError, NotGrpcError
+    from rtenv_cli.core.transport.ray_dashboard import load_token
+    from rtenv_cli.core.transport.ray_gcs import split_host_port
+
+    host, port = split_host_port(text)
+    token = token if token is not None else load_token(env)
+    meta = [("authorization", f"Bearer {token}")] if token else []
+    try:
+        channel = Channel(host, port, metadata=meta)
+    except NotGrpcError:
+        return _http(f"http://{text}", given)
+    except GrpcError as exc:
+        if auto:
+            raise TransportError(f"address auto: the cluster `ray start` last recorded ({text}) "
+                                 f"does not answer: {exc.message}",
+                                 hint="no local Ray cluster runs: start one with `ray start "
+                                 "--head`, or give the address of a running one") from None
+        channel = None
+    return Address(AddressKind.GCS, text, given, channel)
+
+
+def resolve_address(text: str, env: Mapping[str, str] | None = None,
+                    token: str | None = None) -> Address:
+    """Decide what `text` names (see the module doc); probes the network for http and
+    host:port addresses."""
+    env = os.environ if env is None else env
+    given = text.strip()
+    if given == "local":
+        return Address(AddressKind.LOCAL, "local")
+    if given.startswith("file://"):
+        return Address(AddressKind.FILE, given)
+    if given.startswith("ray://"):
+        raise UsageError(f"{given} is a Ray Client address, which rtenv does not speak",
+                         hint="give the head's GCS address (<head>:6379) or the dashboard URL "
+                         "(http://<head>:8265)")
+    if given == "auto":
+        return _host_port(auto_address(env), given, env, auto=True, token=token)
+    if given.startswith(("http://", "https://")):
+        return _http(given, given)
+    if "://" in given:
+        raise UsageError(f"unsupported address {given}",
+                         hint="use http(s)://host:port, host:port, file:///dir, auto or local")
+    if not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", given):
+        raise UsageError(f"{given!r} is not an address",
+                         hint="use <head>:6379 (the Ray GCS), http://<head>:8265 (the "
+                         "dashboard), http://<node>:8790 (an rtenv agent), file:///dir, auto "
+                         "or local")
+    return _host_port(given, given, env, auto=False, token=token)
+
+
+def given_address(address: str | None, env: Mapping[str, str]) -> str | None:
+    """--address, else RAY_ADDRESS, else RAY_API_SERVER_ADDRESS (empty values count as unset)."""
+    return address or env.get("RAY_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS") or None
+
+
+def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
+                             wait_s: float = 10.0) -> str:
+    """The GCS address of the cluster whose dashboard is `url`: the port the head's raylet was
+    started with (`--gcs-address=`, in the dashboard's node summary), on the dashboard's host
+    (the one this machine reaches; the GCS listens on every interface by default)."""
+    import time
+    from urllib.parse import urlsplit
+
+    import requests
+
+    from rtenv_cli.core.transport.ray_dashboard import load_token
+
+    token = load_token(os.environ if env is None else env)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + wait_s
+    port = None
+    while port is None:
+        try:
+            resp = requests.get(f"{url.rstrip('/')}/nodes", params={"view": "summary"},
+                                headers=headers, timeout=10)
+            port = _gcs_port(resp.json()["data"]["summary"])
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            port = None
+        if port is None:
+            if time.monotonic() > deadline:
+                raise UsageError(f"cannot find the Ray GCS address from the dashboard at {url}",
+                                 hint="give the head's GCS address instead, e.g. --address "
+                                 "<head>:6379 (`ray status` on the head prints it)")
+            time.sleep(0.5)
+    host = urlsplit(url).hostname or "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _gcs_port(summary: list[dict[str, Any]]) -> int | None:
+    """The GCS port named on a raylet's command line (head first): the node summary carries
+    each raylet's `cmdline`, where Ray's own local discovery (services._find_address_from_flag)
+    reads `--gcs-address=`."""
+    nodes = sorted(summary, key=lambda n: not (n.get("raylet") or {}).get("isHeadNode"))
+    for node in nodes:
+        for arg in node.get("cmdline") or []:
+            for word in str(arg).split(" "):
+                if word.startswith("--gcs-address="):
+                    _host, _, port = word.partition("=")[2].rpartition(":")
+                    if port.isdigit():
+                        return int(port)
+    return None
 
 
 def local_store_target() -> Any:
-    try:
-        from rtenv_cli.core.transport.local_store import LocalStoreTarget
-    except ImportError as exc:
-        raise UsageError("no push target: the embedded local store is not available",
-                         hint="pass --to file:///dir or --address http://<head>:8265") from exc
+    from rtenv_cli.core.transport.local_store import LocalStoreTarget
+
     return LocalStoreTarget()
 
 
-def target_for(dest: str, env: Mapping[str, str], token: str | None = None) -> Any:
-    if dest == "local":
+def target_for(dest: str | Address, env: Mapping[str, str], token: str | None = None) -> Any:
+    """The push target an address names."""
+    addr = dest if isinstance(dest, Address) else resolve_address(dest, env, token)
+    if addr.kind is AddressKind.LOCAL:
         return local_store_target()
-    if dest.startswith("file://"):
+    if addr.kind is AddressKind.FILE:
         from rtenv_cli.core.transport.file_target import FileTarget
 
-        return FileTarget(dest)
-    if dest.startswith("ray://") or dest == "auto":
-        raise UsageError(f"{dest} is not a dashboard address",
-                         hint="pass the dashboard URL, e.g. --address http://127.0.0.1:8265")
-    if "://" in dest and not dest.startswith(("http://", "https://")):
-        raise UsageError(f"unsupported push target {dest}",
-                         hint="use http(s)://host:port, file:///dir or local")
-    if "://" not in dest:
-        from rtenv_cli.core.transport.grpc_unary import NotGrpcError
-        from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+        return FileTarget(addr.value)
+    if addr.kind is AddressKind.AGENT:
+        from rtenv_cli.core.transport.agent_http import AgentTarget
 
-        try:
-            return RayGcsTarget.connect(dest, env, token)
-        except NotGrpcError:
-            dest = f"http://{dest}"
-    return http_target(dest, env, token)
+        return AgentTarget(addr.value, token)
+    if addr.kind is AddressKind.DASHBOARD:
+        from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+
+        return RayDashboardTarget(addr.value, token, env=env)
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    return RayGcsTarget(addr.value, env=env, token=token, channel=addr.channel)
 
 
 def resolve_target(to: str | None, address: str | None, env: Mapping[str, str] | None = None,
                    token: str | None = None) -> Any:
+    """Where a push goes: --to, else the address (see given_address), else the local store."""
     env = os.environ if env is None else env
-    dest = to or address or env.get("RAY_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS")
+    dest = to or given_address(address, env)
     if not dest:
         return local_store_target()
     return target_for(dest, env, token)

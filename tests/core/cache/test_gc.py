@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from rtenv_cli.core.agent.index import Entry
-from rtenv_cli.core.cache.gc import parse_duration, parse_size, plan_gc
-from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.cache.gc import plan_gc
 
 NOW = 1_000_000.0
 
@@ -38,22 +35,3 @@ def test_kinds_and_purge() -> None:
     assert [e.key for e in plan_gc(ENTRIES, purge=True, kinds=("package",)).remove] == ["pkg"]
     assert {e.key for e in plan_gc(ENTRIES, purge=True).remove} == {"new", "old", "older", "pkg"}
     assert plan_gc(ENTRIES).remove == ()
-
-
-@pytest.mark.parametrize(("text", "value"), [("20GB", 20 * 10**9), ("2GiB", 2 * 2**30),
-                                             ("500mb", 500 * 10**6), ("1024", 1024)])
-def test_parse_size(text: str, value: int) -> None:
-    assert parse_size(text) == value
-
-
-@pytest.mark.parametrize(("text", "value"), [("24h", 86400), ("7d", 604800), ("90m", 5400),
-                                             ("30", 30)])
-def test_parse_duration(text: str, value: float) -> None:
-    assert parse_duration(text) == value
-
-
-def test_bad_values_are_usage_errors() -> None:
-    with pytest.raises(UsageError):
-        parse_size("big")
-    with pytest.raises(UsageError):
-        parse_duration("soon")

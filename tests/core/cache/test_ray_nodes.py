@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes, list_ray_nodes
 from tests.support.cli import run_cli
-from tests.support.ray_head import RayHead
+from tests.support.ports import free_ports
+from tests.support.ray_head import RayHead, ray_executable, worker_port_base
 
 OLD = "session_2020-01-01_00-00-00_000000_1"
 
@@ -70,3 +78,80 @@ def test_ls_and_gc_against_a_real_head(ray_cluster: RayHead, tmp_path: Path) -> 
     assert (old / "logs" / "keep.log").exists()  # only the caches go
     live_rr = Path(ray_cluster.session_dir()) / "runtime_resources" / "working_dir_files"
     assert any(live_rr.iterdir())  # the live session is never touched
+
+
+def _alive(head: RayHead) -> int:
+    with urllib.request.urlopen(f"{head.dashboard_url}/api/v0/nodes", timeout=10) as resp:  # noqa: S310 - the head's URL
+        nodes = json.load(resp)["data"]["result"]["result"]
+    return sum(1 for n in nodes if n["state"] == "ALIVE")
+
+
+def _wait_alive(head: RayHead, count: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 90
+    while _alive(head) != count:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"the cluster did not reach {count} alive nodes")
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def second_node(head: RayHead) -> Iterator[None]:
+    """A worker node on this machine joining `head` with the SAME temp dir (two raylets
+    sharing it, as on a multi-GPU box running one raylet per GPU group); stopped by its
+    process group, and waited out of the cluster so later tests see one node."""
+    assert head.temp_dir is not None
+    ports = free_ports(6)
+    workers = worker_port_base(ports)
+    args = [ray_executable(), "start", "--block", f"--address={head.address}",
+            "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--num-cpus=1",
+            f"--object-manager-port={ports[0]}", f"--node-manager-port={ports[1]}",
+            f"--dashboard-agent-listen-port={ports[2]}", f"--dashboard-agent-grpc-port={ports[3]}",
+            f"--runtime-env-agent-port={ports[4]}", f"--metrics-export-port={ports[5]}",
+            f"--min-worker-port={workers}", f"--max-worker-port={workers + 200}",
+            f"--temp-dir={head.temp_dir / 'ray'}", "--object-store-memory=100000000"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CUDA_VISIBLE"))}
+    env.update({"HOME": str(head.home), "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_AUTH_MODE": "disabled"})
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        _wait_alive(head, 2, proc)
+        yield
+    finally:
+        # the raylet leaves the cluster on SIGTERM; `ray start --block` itself needs SIGKILL
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(RuntimeError):
+            _wait_alive(head, 1, proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_nodes_sharing_a_temp_dir(ray_cluster: RayHead) -> None:
+    old = _fabricate_old_session(ray_cluster)
+    # and a gc that was killed mid-delete: its tombstone must be listed and finished
+    tomb = old / "runtime_resources.rtenv-deleting-99999"
+    (tomb / "pip" / ("b" * 40)).mkdir(parents=True, exist_ok=True)
+    (tomb / "pip" / ("b" * 40) / "left.bin").write_bytes(b"\2" * 200_000)
+    with second_node(ray_cluster):
+        listed = run_cli(["cache", "ls", "--address", ray_cluster.dashboard_url, "-f", "json"])
+        assert listed.exit_code == 0, listed.stderr
+        data = listed.json
+        assert len(data["nodes"]) == 2
+        reports = [s for n in data["nodes"] for s in n["sessions"] if s["name"] == OLD]
+        assert len(reports) == 2  # reported by each node where it lives ...
+        assert sorted(reports[0]["nodes"]) == sorted(n["node_id"] for n in data["nodes"])
+        size = reports[0]["size_bytes"]
+        assert size >= 500_000  # the tombstone's bytes count, it is not 0 B
+        assert data["totals"]["old_sessions_bytes"] == size  # ... and counted once
+        assert [t["path"] for t in reports[0]["deleting"]] == [str(tomb)]
+
+        res = run_cli(["cache", "gc", "--address", ray_cluster.address, "--yes", "-f", "json"])
+        assert res.exit_code == 0, res.stdout + res.stderr
+        assert res.json["errors"] == []
+        assert [r["session"] for r in res.json["removable"]] == [OLD]
+        assert res.json["freed_bytes"] == size
+        assert sorted(p.name for p in old.iterdir()) == ["logs"]
