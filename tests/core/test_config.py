@@ -128,7 +128,7 @@ def test_a_good_config_is_taken_as_written(tmp_path: Path,
     assert result.exit_code == 0, result.stderr
     assert result.json["files"][0]["path"].endswith("a.yml")
 
-    from rtenv_cli.core.cache.gc import parse_size
+    from rtenv_cli.core.units import parse_size
     from rtenv_cli.core.run import embedded_budget
 
     monkeypatch.chdir(tmp_path)
