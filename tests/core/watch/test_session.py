@@ -210,7 +210,7 @@ def _env_file(tmp_path: Path, body: str) -> Path:
 def test_runtime_env_edits_valid_and_invalid(tree: Path, store: LocalStoreTarget,
                                               tmp_path: Path) -> None:
     env = _env_file(tmp_path, "working_dir: src\nenv_vars:\n  A: '1'\n")
-    with Running(env, store) as run:
+    with Running(env, store, base_dir=tmp_path) as run:
         assert run.events[0].runtime_env["working_dir"] == ray_uri(tree)
         env.write_text("working_dir: src\nenv_vars: [not, a, mapping]\n")
         wait_for(lambda: any(k == "error" for k, _m, _h in run.notices))
@@ -245,7 +245,7 @@ def test_local_file_py_module_is_refused(tmp_path: Path, store: LocalStoreTarget
     (tmp_path / "helper.py").write_text("x = 1\n")
     env = _env_file(tmp_path, "working_dir: src\npy_modules: [helper.py]\n")
     with pytest.raises(RtenvError) as info:  # validation (job-submit) or watch refuses it
-        WatchSession(env, store)
+        WatchSession(env, store, base_dir=tmp_path)
     assert "helper.py" in info.value.message
 
 
@@ -255,7 +255,7 @@ def test_py_module_directory_is_watched(tmp_path: Path, store: LocalStoreTarget)
     (tmp_path / "mylib").mkdir()
     (tmp_path / "mylib" / "__init__.py").write_text("v = 1\n")
     env = _env_file(tmp_path, "working_dir: src\npy_modules: [mylib]\n")
-    with Running(env, store) as run:
+    with Running(env, store, base_dir=tmp_path) as run:
         first = run.events[0]
         assert set(first.uris) == {"working_dir", "py_modules[0]"}
         (tmp_path / "mylib" / "__init__.py").write_text("v = 2\n")
