@@ -95,13 +95,13 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
         if not path.is_file():
             raise ConfigError("no runtime_env.yaml in the current directory",
                               hint="pass a runtime_env file or a directory: rtenv push src/")
-    p = Path(path)
-    if p.is_dir():
-        return {"working_dir": os.path.abspath(cwd / p)}, base, str(p)
-    if not p.exists():
-        raise ConfigError(f"{p}: no such file or directory",
+    full = cwd / path
+    if full.is_dir():
+        return {"working_dir": os.path.abspath(full)}, base, str(path)
+    if not full.exists():
+        raise ConfigError(f"{path}: no such file or directory",
                           hint="pass a runtime_env YAML/JSON file or a directory")
-    return load_runtime_env_file(cwd / p).runtime_env, base, str(p)
+    return load_runtime_env_file(full).runtime_env, base, str(path)
 
 
 def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str, str]) -> list[str]:
@@ -347,7 +347,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
         from rtenv_cli.core.packaging.sizes import size_tree
 
         tree = tuple(size_tree(scan)) if scan is not None and sizes else ()
-        py_dirs = ()
+        py_dirs: tuple[tuple[str, str], ...] = ()
         warns: tuple[str, ...] = ()
         count = scan.file_count if scan is not None else 1
         total = scan.total_bytes if scan is not None else plan.source.stat().st_size

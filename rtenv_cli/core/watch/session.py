@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import ConfigError, RtenvError, UnsupportedError
+from rtenv_cli.core.push import (
+    PackagePlan,
+    load_input,
+    package_runtime_env,
+    require_source,
+    validate,
+)
 from rtenv_cli.core.transport.base import DeltaTarget, ForkingTarget, Target
 from rtenv_cli.core.watch import delta as delta_mod
 from rtenv_cli.core.watch.debounce import Debouncer
@@ -126,7 +133,7 @@ class WatchSession:
         self._early_tail: threading.Thread | None = None  # the last early upload started
         try:
             self.runtime_env = self._read_env()
-            self.sources = self._sources_for(self.runtime_env)
+            self.sources = self._sources(self._plans(self.runtime_env))
         except BaseException:
             self.close()
             raise
@@ -134,21 +141,15 @@ class WatchSession:
     # -- configuration -------------------------------------------------------------------------
     def _read_env(self) -> dict[str, Any]:
         """The runtime_env, read and validated exactly as `rtenv push` does (ConfigError)."""
-        from rtenv_cli.core.push import load_input, validate
-
         data, base, label = load_input(self.path, base_dir=self.base_dir)
         if self.env_file is not None:
             validate(data, base, label, os.environ)
         return data
 
-    def _sources_for(self, env: Mapping[str, Any]) -> list[Source]:
-        """push's source discovery; a source whose path and excludes did not change keeps its
-        snapshot (and its last zip)."""
-        from rtenv_cli.core.push import package_runtime_env, require_source
-
-        old = {(s.label, str(s.snap.root), tuple(s.snap.excludes)): s for s in self.sources}
-        out: list[Source] = []
-        for plan in package_runtime_env(env, self.base_dir, self.outputs):
+    def _plans(self, env: Mapping[str, Any]) -> list[PackagePlan]:
+        """push's source discovery, with the sources a watch can follow (directories)."""
+        plans = package_runtime_env(env, self.base_dir, self.outputs)
+        for plan in plans:
             require_source(plan)
             if not plan.source.is_dir():
                 raise UnsupportedError(
@@ -156,9 +157,14 @@ class WatchSession:
                     "only", path=str(self.env_file or self.path),
                     hint="push file modules and wheels once with `rtenv push`, then watch the "
                     "directories")
-            prev = old.get((plan.field, str(plan.source), plan.excludes))
-            out.append(prev or Source(plan.field, Snapshot(plan.source, plan.kind, plan.excludes)))
-        return out
+        return plans
+
+    def _sources(self, plans: list[PackagePlan]) -> list[Source]:
+        """A Source per plan; one whose path and excludes did not change keeps its snapshot
+        (and its last zip)."""
+        old = {(s.label, str(s.snap.root), tuple(s.snap.excludes)): s for s in self.sources}
+        return [old.get((p.field, str(p.source), p.excludes))
+                or Source(p.field, Snapshot(p.source, p.kind, p.excludes)) for p in plans]
 
     def _published_env(self) -> dict[str, Any]:
         env = copy.deepcopy(self.runtime_env)
@@ -177,7 +183,7 @@ class WatchSession:
         snap = src.snap
         uri = snap.uri
         if isinstance(self.target, DeltaTarget):
-            return self._push_delta(src)
+            return self._push_delta(src, self.target)
         prepared, src.prepared = src.prepared, None
         if prepared is not None and prepared.uri != uri:
             discard(prepared, src.last_zip)
@@ -201,8 +207,9 @@ class WatchSession:
         stream = self.target.streams_while_written
         built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream)
         try:
-            if built.ready is not None:
-                self.target.upload(uri, built.path, ready=built.ready, size=built.zip_bytes)
+            if built.ready is not None:  # only for a target that streams_while_written
+                self.target.upload(uri, built.path, ready=built.ready,  # type: ignore[call-arg]
+                                   size=built.zip_bytes)
             else:
                 self.target.upload(uri, built.path)
         except BaseException:
@@ -212,7 +219,7 @@ class WatchSession:
         src.last_zip = built
         return built.zip_bytes
 
-    def _push_delta(self, src: Source) -> int:
+    def _push_delta(self, src: Source, target: DeltaTarget) -> int:
         snap = src.snap
         manifest = snap.manifest()
         if src.known_blobs and src.last_manifest is not None:
@@ -220,11 +227,12 @@ class WatchSession:
             # then the manifest as changes to the last one (bytes in proportion to the edit).
             # A gc in between makes the commit fail with missing blobs, an agent that lost the
             # base says so: the full protocol below then recovers.
-            new = [e.sha256 for e in snap.files() if e.sha256 not in src.known_blobs]
+            new = [e.sha256 for e in snap.files()
+                   if e.sha256 and e.sha256 not in src.known_blobs]
             try:
-                _count, sent = delta_mod.send_blobs(snap, self.target, new)
+                _count, sent = delta_mod.send_blobs(snap, target, new)
                 body = delta_mod.relative_manifest(src.last_manifest, manifest)
-                self.target.commit_manifest(body)
+                target.commit_manifest(body)
                 # grows over the session: reverting an edit sends no blob at all
                 src.known_blobs |= {e.sha256 for e in snap.files() if e.sha256}
                 src.last_manifest = manifest
@@ -234,7 +242,7 @@ class WatchSession:
                 raise
             except RtenvError:
                 src.known_blobs = set()
-        result = delta_mod.push_delta(snap, self.target, manifest)
+        result = delta_mod.push_delta(snap, target, manifest)
         src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
         src.last_manifest = manifest
         return result.bytes_sent
@@ -319,7 +327,7 @@ class WatchSession:
             return True
         try:
             env = self._read_env()
-            sources = self._sources_for(env)
+            sources = self._sources(self._plans(env))
         except (RtenvError, OSError) as exc:
             message = exc.message if isinstance(exc, RtenvError) else str(exc)
             self.on_notice("error", f"{message}; not pushed, still watching",
