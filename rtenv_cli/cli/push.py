@@ -95,6 +95,13 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     if watch or once:
         from rtenv_cli.cli.push_watch import run_watch_cli
 
+        if output is not None and path is not None and output.resolve() == path.resolve():
+            from rtenv_cli.core.errors import UsageError
+
+            raise UsageError(f"-o {output} is the runtime_env being watched",
+                             hint="write the pushed runtime_env to another file, e.g. -o "
+                             "pushed.yaml")
+
         code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
                              fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,

@@ -124,3 +124,13 @@ def test_watch_rewrites_the_output_after_each_push_and_never_packages_it(
             proc.wait(timeout=10)
     assert proc.returncode in (0, 130), err
     assert out == ""  # no push beyond the two above: rewriting pushed.yaml triggers none
+
+
+def test_output_over_the_watched_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {tmp_path / 'src'}\n")
+    result = run_cli(["push", "--watch", str(spec), "-o", str(spec)])
+    assert result.exit_code == 2
+    assert "is the runtime_env being watched" in result.stderr
+    assert spec.read_text() == f"working_dir: {tmp_path / 'src'}\n"
