@@ -50,8 +50,9 @@ _rtenv_push() {
         '--address[Ray cluster\: its GCS address (host\:6379, the fastest push) or dashboard URL (http\://host\:8265); or an rtenv agent URL. Default\: the embedded local store.]' \
         '--token[Bearer token for the target. Default\: the target'\''s own variable, RTENV_AGENT_TOKEN for an rtenv agent, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) for a Ray cluster; prefer those\: a flag shows in `ps`.]' \
         '--stage-to[Where to publish packages over the target'\''s upload limit (file\:///shared/dir or an rtenv agent URL); the runtime_env then points Ray at a URI its nodes fetch themselves.]' \
-        '--output[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
-        '-o[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout.]' \
+        '--output[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout; with --watch, rewritten after every push. Never packaged, even inside the working_dir.]' \
+        '-o[Write the rewritten runtime_env here (.json -> JSON, else YAML) instead of stdout; with --watch, rewritten after every push. Never packaged, even inside the working_dir.]' \
+        '--base-dir[Resolve relative paths in the runtime_env against this directory. Default\: the current directory, as `ray job submit` does.]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \

@@ -18,6 +18,14 @@ from rtenv_cli.cli.options import (
 )
 
 
+def write_output(path: Path, runtime_env: dict) -> None:
+    """Write the pushed runtime_env to `path` (-o), atomically: a reader (or `ray job submit`)
+    never sees half a file, even while --watch rewrites it."""
+    from rtenv_cli.core.fsutil import atomic_write_text
+
+    atomic_write_text(path, _dump(runtime_env, path))
+
+
 def _dump(runtime_env: dict, path: Path | None) -> str:
     import json
 
@@ -43,7 +51,11 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         "Ray at a URI its nodes fetch themselves.")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the rewritten runtime_env here (.json -> JSON, else "
-        "YAML) instead of stdout.")] = None,
+        "YAML) instead of stdout; with --watch, rewritten after every push. Never packaged, "
+        "even inside the working_dir.")] = None,
+    base_dir: Annotated[Path | None, typer.Option(
+        "--base-dir", help="Resolve relative paths in the runtime_env against this directory. "
+        "Default: the current directory, as `ray job submit` does.", show_default=False)] = None,
     dry_run: DryRunOpt = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching and re-push on "
                                         "every change until Ctrl-C.")] = False,
@@ -84,12 +96,24 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ rtenv push --watch runtime_env.yaml --address http://127.0.0.1:8265
     """
+    if base_dir is not None and not base_dir.is_dir():
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError(f"--base-dir {base_dir}: not a directory")
     if watch or once:
         from rtenv_cli.cli.push_watch import run_watch_cli
+
+        if output is not None and path is not None and output.resolve() == path.resolve():
+            from rtenv_cli.core.errors import UsageError
+
+            raise UsageError(f"-o {output} is the runtime_env being watched",
+                             hint="write the pushed runtime_env to another file, e.g. -o "
+                             "pushed.yaml")
 
         code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
                              token=token, fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
+                             base_dir=base_dir, output=output,
                              polling=polling or
                              os.environ.get("RTENV_WATCH_POLLING") == "1")
         if code:
@@ -104,12 +128,11 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     target = None if dry_run else resolve_target(to, address, token=token)
     stage = target_for(stage_to, os.environ) if stage_to and not dry_run else None
     result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
-                       progress=out.progress, sizes=dry_run or out.is_machine)
+                       progress=out.progress, sizes=dry_run or out.is_machine,
+                       base_dir=base_dir, outputs=(output,) if output is not None else ())
     text = _dump(result.runtime_env, output)
     if output is not None and not dry_run:
-        from rtenv_cli.core.fsutil import atomic_write_text
-
-        atomic_write_text(output, text)
+        write_output(output, result.runtime_env)
     if out.is_machine:
         out.json(result.to_dict())
         return

@@ -12,20 +12,30 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                   token: str | None = None, fmt: str = "text", verbose: bool = False,
                   once: bool = False,
                   on_change: str | None = None, quiet_ms: int = 200, max_wait_ms: int = 2000,
-                  reconcile_s: float = 60.0, polling: bool = False) -> int:
-    """Run a watch session; returns the exit code (0, or 130 on Ctrl-C)."""
+                  reconcile_s: float = 60.0, polling: bool = False,
+                  base_dir: Path | None = None, output: Path | None = None) -> int:
+    """Run a watch session; returns the exit code (0, or 130 on Ctrl-C). `output` (-o) is
+    rewritten with the pushed runtime_env after every push, before --on-change runs."""
+    from rtenv_cli.cli.push import write_output
     from rtenv_cli.core.transport.resolve import resolve_target
-    from rtenv_cli.core.watch.session import WatchSession
+    from rtenv_cli.core.watch.session import PushEvent, WatchSession
     from rtenv_cli.render.output import Output
     from rtenv_cli.render.watch import WatchRenderer
 
     out = Output(fmt)
     target = resolve_target(to, address, token=token)
     renderer = WatchRenderer(out, verbose=verbose, label=str(path))
+
+    def pushed(event: PushEvent) -> None:
+        if output is not None:
+            write_output(output, dict(event.runtime_env))
+        renderer.on_push(event)
+
     session = WatchSession(path, target, quiet_s=quiet_ms / 1000, max_wait_s=max_wait_ms / 1000,
                            reconcile_s=reconcile_s, polling=polling or None,
-                           on_push=renderer.on_push, on_notice=renderer.on_notice,
-                           on_change_cmd=on_change)
+                           on_push=pushed, on_notice=renderer.on_notice,
+                           on_change_cmd=on_change, base_dir=base_dir,
+                           outputs=(output,) if output is not None else ())
     try:
         if once:
             session.initial_push()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,45 +78,37 @@ class PushResult:
                 "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes)}
 
 
-def load_input(path: Path | str | None, cwd: Path | None = None
-               ) -> tuple[dict[str, Any], Path, str]:
-    """(runtime_env, base_dir, label) for a runtime_env file or a directory (= working_dir)."""
+def load_input(path: Path | str | None, cwd: Path | None = None,
+               base_dir: Path | None = None) -> tuple[dict[str, Any], Path, str]:
+    """(runtime_env, base_dir, label) for a runtime_env file or a directory (= working_dir).
+
+    `path` defaults to runtime_env.yaml in `cwd` (the current directory). Relative paths in the
+    runtime_env resolve against `base_dir`, by default `cwd`: what `ray job submit
+    --runtime-env FILE` does, whatever directory FILE is in.
+    """
+    from rtenv_cli.core.spec.locate import load_runtime_env_file
+
     cwd = Path.cwd() if cwd is None else cwd
+    base = Path(os.path.abspath(cwd if base_dir is None else cwd / base_dir))
     if path is None:
         path = cwd / "runtime_env.yaml"
         if not path.is_file():
             raise ConfigError("no runtime_env.yaml in the current directory",
                               hint="pass a runtime_env file or a directory: rtenv push src/")
-    p = Path(path)
-    if p.is_dir():
-        return {"working_dir": str(p.absolute())}, cwd, str(p)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such file or directory",
+    full = cwd / path
+    if full.is_dir():
+        return {"working_dir": os.path.abspath(full)}, base, str(path)
+    if not full.exists():
+        raise ConfigError(f"{path}: no such file or directory",
                           hint="pass a runtime_env YAML/JSON file or a directory")
-    from rtenv_cli.core.spec.loader import load_path
-
-    doc = load_path(p)
-    if doc.error is not None:
-        raise ConfigError(f"{p}: cannot parse: {doc.error.to_dict().get('message')}", path=str(p),
-                          hint="fix the YAML/JSON syntax; `rtenv validate` shows where")
-    data = doc.data
-    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict) and \
-            "working_dir" not in data:
-        data = data["runtime_env"]  # a job spec
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: a runtime_env must be a mapping", path=str(p))
-    return data, cwd, str(p)
+    return load_runtime_env_file(full).runtime_env, base, str(path)
 
 
 def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str, str]) -> list[str]:
     """Refuse what Ray would refuse; return warnings. Size findings are push's own business."""
-    try:
-        from rtenv_cli.core.lint.diagnostic import Severity
-        from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
-    except ImportError:  # validate feature absent: the basic shape checks only
-        if not isinstance(data.get("py_modules", []), list):
-            raise ConfigError("py_modules must be a list", path=label) from None
-        return []
+    from rtenv_cli.core.lint.diagnostic import Severity
+    from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
+
     # Local working_dir/py_modules are packaged (and checked) by push itself with Ray's exact
     # rules; the validator would walk and hash each tree again (seconds on a 10k-file tree), so
     # it sees them as already-uploaded packages.
@@ -141,21 +134,52 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
             if d.severity == Severity.WARNING and not ours(d)]
 
 
-def package_runtime_env(runtime_env: Mapping[str, Any], base_dir: Path) -> list[PackagePlan]:
-    """Every local working_dir / py_modules entry of `runtime_env`."""
-    excludes = tuple(runtime_env.get("excludes") or ())
-    plans: list[PackagePlan] = []
+def package_runtime_env(runtime_env: Mapping[str, Any], base_dir: Path,
+                        outputs: Sequence[Path] = ()) -> list[PackagePlan]:
+    """Every local working_dir / py_modules entry of `runtime_env`: the one source discovery of
+    push, watch and run.
+
+    Relative paths resolve against `base_dir` and every source is made absolute and normalised
+    (`../libs/helper` names the directory itself, as watchers report it). `outputs` are files
+    rtenv writes (push -o): one that lies inside a source is excluded from its package, so
+    writing it never changes the package's URI.
+    """
+    excludes = runtime_env.get("excludes") or ()
+    excludes = tuple(excludes.split(",") if isinstance(excludes, str) else excludes)
+    wanted: list[tuple[str, tuple[Any, ...], str, str]] = []
     wd = runtime_env.get("working_dir")
     if isinstance(wd, str) and "://" not in wd:
-        plans.append(PackagePlan("working_dir", ("working_dir",), (base_dir / wd).absolute(),
-                                 "working_dir", excludes))
+        wanted.append(("working_dir", ("working_dir",), wd, "working_dir"))
     mods = runtime_env.get("py_modules")
     if isinstance(mods, list):
-        for i, m in enumerate(mods):
-            if isinstance(m, str) and "://" not in m:
-                plans.append(PackagePlan(f"py_modules[{i}]", ("py_modules", i),
-                                         (base_dir / m).absolute(), "py_module", excludes))
+        wanted += [(f"py_modules[{i}]", ("py_modules", i), m, "py_module")
+                   for i, m in enumerate(mods) if isinstance(m, str) and "://" not in m]
+    plans = []
+    for label, json_path, value, kind in wanted:
+        source = Path(os.path.abspath(base_dir / value))
+        own = tuple(_exclude_pattern(source, out) for out in outputs)
+        plans.append(PackagePlan(label, json_path, source, kind,
+                                 excludes + tuple(p for p in own if p is not None)))
     return plans
+
+
+def require_source(plan: PackagePlan) -> None:
+    """ConfigError unless the plan's source exists."""
+    if not plan.source.exists():
+        raise ConfigError(f"{plan.field}: {plan.source}: no such file or directory",
+                          path=str(plan.source),
+                          hint="relative paths resolve against the current directory, as in "
+                          "`ray job submit --runtime-env`; --base-dir changes it")
+
+
+def _exclude_pattern(source: Path, output: Path) -> str | None:
+    """An anchored gitignore pattern matching exactly `output` inside `source`, or None."""
+    out = os.path.abspath(output)
+    for root, path in ((str(source), out), (os.path.realpath(source), os.path.realpath(out))):
+        rel = os.path.relpath(path, root)
+        if rel not in (".", "..") and not rel.startswith(".." + os.sep):
+            return "/" + re.sub(r"([\\*?\[\]!#])", r"\\\1", rel.replace(os.sep, "/"))
+    return None
 
 
 def _check_collisions(found: list[tuple[PackagePlan, str]]) -> None:
@@ -226,7 +250,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
     dest = rtenv_home() / "build"
     # a target that can read a zip still being written gets it streamed: the copy of the
     # unchanged members (a re-push) then overlaps the upload
-    stream = getattr(target, "streams_while_written", False)
+    stream = target.streams_while_written
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
         built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv,
                            digests=digests, stream=stream)
@@ -274,37 +298,56 @@ def _set(d: dict[str, Any], json_path: tuple[Any, ...], value: Any) -> None:
 def push(path: Path | str | None, *, target: Target | None, dry_run: bool = False,
          stage_to: Target | None = None, env: Mapping[str, str] | None = None,
          progress: Progress | None = None, cwd: Path | None = None,
+         base_dir: Path | None = None, outputs: Sequence[Path] = (),
          sizes: bool | None = None) -> PushResult:
-    """Validate, package and publish; see the module docstring. `sizes`: fill each package's
-    size tree (default: only for a dry run, whose report shows it)."""
-    from rtenv_cli.core.packaging.walk import memoized_scans
-
-    with memoized_scans():
-        return _push(path, target=target, dry_run=dry_run, stage_to=stage_to,
-                     env=dict(os.environ if env is None else env), progress=progress, cwd=cwd,
-                     sizes=dry_run if sizes is None else sizes)
-
-
-def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
-          stage_to: Target | None, env: dict[str, str], progress: Progress | None,
-          cwd: Path | None, sizes: bool) -> PushResult:
-    data, base_dir, label = load_input(path, cwd)
+    """Validate, package and publish; see the module docstring. `base_dir`: what relative
+    paths resolve against (default: `cwd`, the current directory); `outputs`: files this push
+    writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
+    (default: only for a dry run, whose report shows it)."""
+    env = dict(os.environ if env is None else env)
+    data, base, label = load_input(path, cwd, base_dir)
     # A directory argument means {"working_dir": <it>}: nothing the validator could find (the
     # packaging checks are push's own), so its import and run are skipped.
     generated = path is not None and Path(path).is_dir()
-    notes = [] if generated else validate(data, base_dir, label, env)
-    plans = package_runtime_env(data, base_dir)
+    notes = [] if generated else validate(data, base, label, env)
+    result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
+                     progress=progress, outputs=outputs,
+                     sizes=dry_run if sizes is None else sizes)
+    return replace(result, notes=(*notes, *result.notes))
+
+
+def publish(data: Mapping[str, Any], base_dir: Path, *, target: Target | None,
+            dry_run: bool = False, stage_to: Target | None = None,
+            env: Mapping[str, str] | None = None, progress: Progress | None = None,
+            outputs: Sequence[Path] = (), sizes: bool = False) -> PushResult:
+    """Package and publish the local sources of an already validated runtime_env `data`."""
+    from rtenv_cli.core.packaging.walk import memoized_scans
+
+    with memoized_scans():
+        return _publish_all(data, base_dir, target=target, dry_run=dry_run, stage_to=stage_to,
+                            env=dict(os.environ if env is None else env), progress=progress,
+                            outputs=outputs, sizes=sizes)
+
+
+def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | None,
+                 dry_run: bool, stage_to: Target | None, env: dict[str, str],
+                 progress: Progress | None, outputs: Sequence[Path], sizes: bool
+                 ) -> PushResult:
+    notes = []
+    plans = package_runtime_env(data, base_dir, outputs)
+    for plan in plans:
+        require_source(plan)
     if not plans:
         notes.append("no local working_dir or py_modules: nothing to package")
     scanned = [(p, *_scan(p, env)) for p in plans]
     _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
-    out = copy.deepcopy(data)
+    out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []
     for plan, scan, uri, digests in scanned:
         from rtenv_cli.core.packaging.sizes import size_tree
 
         tree = tuple(size_tree(scan)) if scan is not None and sizes else ()
-        py_dirs = ()
+        py_dirs: tuple[tuple[str, str], ...] = ()
         warns: tuple[str, ...] = ()
         count = scan.file_count if scan is not None else 1
         total = scan.total_bytes if scan is not None else plan.source.stat().st_size
@@ -327,7 +370,7 @@ def _push(path: Path | str | None, *, target: Target | None, dry_run: bool,
                                        warns))
     if plans:
         out.pop("excludes", None)  # applied here; Ray ignores it for URIs
-    pins = getattr(target, "pins", False) and not dry_run and plans
+    pins = target is not None and target.pins and not dry_run and plans
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,8 +22,6 @@ from typing import Any
 from rtenv_cli.core.errors import ConfigError, UsageError
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_LEFTOVER = re.compile(r"\$\{[A-Z0-9_]+\}")
-_VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -49,33 +46,11 @@ def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None =
     Relative paths resolve against `base_dir`, by default the current directory: that is what
     `ray job submit --runtime-env FILE` does, so a file means the same to rtenv and to Ray.
     """
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file", hint="pass -r PATH to a runtime_env YAML/JSON")
+    from rtenv_cli.core.lint.engine import validate_runtime_env
+    from rtenv_cli.core.spec.locate import load_runtime_env_file
+
+    data = load_runtime_env_file(path).runtime_env
     base_dir = (base_dir or Path.cwd()).resolve()
-    try:
-        from rtenv_cli.core.spec.loader import load_path
-
-        doc = load_path(path)
-        if doc.error is not None:
-            raise ConfigError(f"{path}: {doc.error}", path=str(path))
-        data = doc.data
-    except ImportError:  # the validate feature lands separately
-        import yaml
-
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: {exc}", path=str(path)) from exc
-    if isinstance(data, dict) and isinstance(data.get("runtime_env"), dict):
-        data = data["runtime_env"]
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a runtime_env must be a mapping", path=str(path))
-    try:
-        from rtenv_cli.core.lint.engine import validate_runtime_env
-    except ImportError:
-        return data, base_dir
     report = validate_runtime_env(data, base_dir=base_dir, source=str(path))
     if not report.valid:
         first = "; ".join(str(getattr(d, "message", d)) for d in report.diagnostics[:3])
@@ -89,30 +64,11 @@ def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None =
 
 
 def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> dict[str, Any]:
-    """Replace local working_dir/py_modules paths by package URIs uploaded to `target`."""
+    """`runtime_env` with local working_dir/py_modules replaced by package URIs uploaded to
+    `target` (push's discovery and packaging), and pip/uv requirements files read here."""
+    from rtenv_cli.core.push import publish
+
     out = dict(runtime_env)
-    excludes = list(runtime_env.get("excludes") or [])
-
-    def publish(value: str, kind: str) -> str:
-        if "://" in value:
-            return value
-        source = (base_dir / value).resolve()
-        if not source.exists():
-            raise ConfigError(f"{kind} {value}: no such file or directory",
-                              hint="relative paths resolve against the current directory, as "
-                              "in Ray; use --base-dir to change it")
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="rtenv-run-") as tmp:
-            from rtenv_cli.core.packaging.build import build_package
-
-            built = build_package(source, kind=kind, dest_dir=Path(tmp),
-                                  excludes=excludes if kind == "working_dir" else ())
-            uri, path = built.uri, Path(built.path)
-            if not target.exists(uri):
-                target.upload(uri, path)
-        return str(target.published_uri(uri))
-
     for field_name in ("pip", "uv"):
         if isinstance(out.get(field_name), str):  # a requirements file: read it here, not remotely
             req_file = base_dir / out[field_name]
@@ -124,48 +80,26 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
                                   "(--base-dir)") from exc
             out[field_name] = [ln.strip() for ln in lines
                                if ln.strip() and not ln.strip().startswith("#")]
-    if isinstance(out.get("working_dir"), str):
-        out["working_dir"] = publish(out["working_dir"], "working_dir")
-    if isinstance(out.get("py_modules"), list):
-        out["py_modules"] = [publish(str(m), "py_module") for m in out["py_modules"]]
-    return out
+    return publish(out, base_dir, target=target).runtime_env
 
 
 def expand(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
-    try:
-        from rtenv_cli.core.explain.expand import expand_env_vars
-    except ImportError:  # the explain feature lands separately: Ray's `update_envs`, re-stated
-        applied: dict[str, str] = {}
-        scope = dict(base)
-        for key, value in sorted(env_vars.items()):  # a protobuf map: sorted keys
-            # posixpath.expandvars against `scope` instead of os.environ
-            expanded = _VAR.sub(lambda m: scope.get(m.group(1) or m.group(2), m.group(0)), value)
-            applied[key] = scope[key] = _LEFTOVER.sub("", expanded)
-        return applied
+    """Ray's `${VAR}` expansion of env_vars against the environment `base`."""
+    from rtenv_cli.core.explain.expand import expand_env_vars
+
     return dict(expand_env_vars(env_vars, base))
 
 
 def accelerator_env(req: RunRequest, base: Mapping[str, str],
                     env_vars: Mapping[str, str]) -> dict[str, str | None]:
-    """The variables Ray sets for this allocation (None: Ray removes the variable).
+    """The variables Ray sets for this allocation (None: Ray removes the variable), as explain
+    predicts them (every accelerator family, a node's preset visible list, OMP_NUM_THREADS)."""
+    from rtenv_cli.core.explain.allocation import ResourceRequest
+    from rtenv_cli.core.explain.worker_env import SRC_ACCEL, SRC_OMP, ExplainRequest, predict
 
-    Uses explain's prediction (every accelerator family, a node's preset visible list) when it is
-    installed; otherwise CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS, the two Ray always sets.
-    """
     if req.gpus is None and req.num_cpus is None:
         return {}
     ids = tuple(int(x) for x in (req.gpus or "").split(",") if x.strip())
-    try:
-        from rtenv_cli.core.explain.allocation import ResourceRequest
-        from rtenv_cli.core.explain.worker_env import SRC_ACCEL, SRC_OMP, ExplainRequest, predict
-    except ImportError:
-        out: dict[str, str | None] = {}
-        if req.gpus is not None:
-            out["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
-        if req.num_cpus is not None and "OMP_NUM_THREADS" not in env_vars:
-            # Ray sets OMP_NUM_THREADS to the task's num_cpus unless the job set it
-            out["OMP_NUM_THREADS"] = str(max(1, int(req.num_cpus)))
-        return out
     resources = (ResourceRequest("GPU", float(len(ids)), ids, False),) if req.gpus is not None \
         else ()
     preview = predict(ExplainRequest(kind="task", num_cpus=req.num_cpus, resources=resources,

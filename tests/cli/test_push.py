@@ -268,3 +268,62 @@ def test_push_token_reaches_an_agent_that_requires_one(tmp_path: Path) -> None:
                          cwd=str(tmp_path), env=env)
         assert ok.exit_code == 0, ok.stderr
         assert ok.json["packages"][0]["uploaded"] is True
+
+
+def _repo_with_config(root: Path) -> Path:
+    """A repository whose runtime_env sits in configs/ and names `app` relative to the root."""
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "main.py").write_text("print('app')\n")
+    (root / "configs").mkdir()
+    spec = root / "configs" / "runtime_env.yaml"
+    spec.write_text("working_dir: app\n")
+    return spec
+
+
+def test_push_and_push_once_resolve_paths_against_the_cwd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like `ray job submit --runtime-env configs/runtime_env.yaml` run from the repo root."""
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    root = tmp_path / "repo"
+    _repo_with_config(root)
+    monkeypatch.chdir(root)
+    pushed = run_cli(["push", "configs/runtime_env.yaml", "--format", "json"])
+    assert pushed.exit_code == 0, pushed.stderr
+    once = run_cli(["push", "--once", "configs/runtime_env.yaml", "--format", "json"])
+    assert once.exit_code == 0, once.stderr
+    uri = get_uri_for_directory(str(root / "app"), include_gitignore=True)
+    assert pushed.json["runtime_env"]["working_dir"] == uri
+    assert once.json["uri"] == uri
+    # --base-dir means the same to both, from anywhere
+    monkeypatch.chdir(tmp_path)
+    args = ["--base-dir", str(root), str(root / "configs" / "runtime_env.yaml"), "--format",
+            "json"]
+    assert run_cli(["push", *args]).json["runtime_env"]["working_dir"] == uri
+    assert run_cli(["push", "--once", *args]).json["uri"] == uri
+    failed = run_cli(["push", "--once", str(root / "configs" / "runtime_env.yaml")])
+    assert failed.exit_code == 2  # from tmp_path, `app` does not exist: for Ray neither
+    assert "no such file or directory" in failed.stderr
+    assert "--base-dir" in failed.stderr
+
+
+def test_output_inside_the_working_dir_is_never_packaged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's `rtenv push runtime_env.yaml -o pushed.yaml` with `working_dir: .`: the second
+    push gives the same URI (the first one's output is not part of the package)."""
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "main.py").write_text("print('app')\n")
+    (app / "runtime_env.yaml").write_text("working_dir: .\n")
+    uri = get_uri_for_directory(str(app), include_gitignore=True)
+    monkeypatch.chdir(app)
+    uris = []
+    for args in (["runtime_env.yaml"], ["runtime_env.yaml"], ["--once", "runtime_env.yaml"]):
+        result = run_cli(["push", *args, "-o", "pushed.yaml"])
+        assert result.exit_code == 0, result.stderr
+        import yaml
+
+        uris.append(yaml.safe_load((app / "pushed.yaml").read_text())["working_dir"])
+    assert uris == [uri, uri, uri]

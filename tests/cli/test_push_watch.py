@@ -85,3 +85,52 @@ def test_watch_json_lines_on_change_and_ctrl_c(tmp_path: Path) -> None:
     assert "Traceback" not in err
     for line in out.splitlines():  # nothing but JSON objects on stdout
         assert set(json.loads(line)) == KEYS
+
+
+def test_watch_rewrites_the_output_after_each_push_and_never_packages_it(
+        tmp_path: Path) -> None:
+    """`push --watch . -o pushed.yaml` inside the working_dir: the file always holds the last
+    push's runtime_env, and writing it neither changes the URI nor triggers a push."""
+    import yaml
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("v1\n")
+    out_file = src / "pushed.yaml"
+    env = dict(os.environ, RTENV_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtenv_cli", "push", "--watch", ".", "-o", "pushed.yaml",
+         "--format", "json", "--quiet-ms", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=src,
+        start_new_session=True, preexec_fn=default_signals)  # noqa: PLW1509 - only signal() calls
+    try:
+        first = _read_json_line(proc)
+        uri = get_uri_for_directory(str(src), include_gitignore=True,
+                                    excludes=[".git", ".venv", "venv", "__pycache__",
+                                              "pushed.yaml"])
+        assert first["uri"] == uri
+        assert yaml.safe_load(out_file.read_text()) == {"working_dir": first["uri"]}
+        (src / "main.py").write_text("v2\n")
+        second = _read_json_line(proc)
+        assert second["trigger"] == "change"
+        assert (second["added"], second["modified"]) == (0, 1)  # main.py, not pushed.yaml
+        wait_for(lambda: yaml.safe_load(out_file.read_text()) == {"working_dir": second["uri"]})
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert proc.returncode in (0, 130), err
+    assert out == ""  # no push beyond the two above: rewriting pushed.yaml triggers none
+
+
+def test_output_over_the_watched_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text(f"working_dir: {tmp_path / 'src'}\n")
+    result = run_cli(["push", "--watch", str(spec), "-o", str(spec)])
+    assert result.exit_code == 2
+    assert "is the runtime_env being watched" in result.stderr
+    assert spec.read_text() == f"working_dir: {tmp_path / 'src'}\n"

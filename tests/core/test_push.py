@@ -50,3 +50,27 @@ def test_push_rewrites_and_skips_present(tmp_path: Path) -> None:
     invalid.write_text("working_dir: src\npip: 3\n")
     with pytest.raises(ConfigError):
         push(invalid, target=target, cwd=tmp_path)
+
+
+def test_sources_are_normalised_against_the_base_dir(tmp_path: Path) -> None:
+    plans = package_runtime_env({"working_dir": "./sub/../../app",
+                                 "py_modules": ["../libs/helper"]}, tmp_path / "proj")
+    assert [p.source for p in plans] == [tmp_path / "app", tmp_path / "libs" / "helper"]
+
+
+def test_an_output_inside_a_source_is_excluded_exactly(tmp_path: Path) -> None:
+    """The output's name is matched literally: `out[1].yaml` must not also drop `out1.yaml`."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "main.py").write_text("M = 1\n")
+    (app / "out1.yaml").write_text("kept\n")
+    output = app / "out[1].yaml"
+    output.write_text("working_dir: gcs://_ray_pkg_x.zip\n")
+    with_output = push(app, target=None, dry_run=True, outputs=[output])
+    assert with_output.packages[0].file_count == 2
+    output.unlink()
+    without = push(app, target=None, dry_run=True)
+    assert with_output.packages[0].uri == without.packages[0].uri
+    elsewhere = package_runtime_env({"working_dir": "app"}, tmp_path,
+                                    outputs=[tmp_path / "pushed.yaml"])
+    assert elsewhere[0].excludes == ()

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rtenv_cli.core.errors import ConfigError, UsageError
+from rtenv_cli.core.errors import UsageError
 from rtenv_cli.core.explain.allocation import (
     ResourceRequest,
     parse_amount,
@@ -19,66 +19,10 @@ from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, predic
 
 
 def load_runtime_env(path: Path, app: str | None = None) -> dict[str, object]:
-    # Not the composer-based spec loader: explain needs no positions and must start fast, so
-    # JSON goes through json and YAML through PyYAML's C safe loader (same YAML 1.1 semantics).
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}", path=str(path),
-                         hint="pass an existing runtime_env YAML or JSON file") from None
-    try:
-        if path.suffix == ".json":
-            import json
+    """The runtime_env of `path` (bare, a job spec, or a Serve config's application `app`)."""
+    from rtenv_cli.core.spec.locate import load_runtime_env_file
 
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
-    except ValueError as exc:
-        raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
-                          hint="fix the syntax (rtenv validate shows where)") from None
-    except Exception as exc:  # yaml.YAMLError: yaml is imported lazily, so catch broadly
-        if type(exc).__module__.startswith("yaml"):
-            raise ConfigError(f"{path}: cannot parse: {exc}", path=str(path),
-                              hint="fix the syntax (rtenv validate shows where)") from None
-        raise
-    from rtenv_cli.core.spec.locate import document_kind  # the shapes validate recognises
-
-    kind = document_kind(data)
-    if kind == "serve":
-        data = _serve_app_env(path, data["applications"], app)  # type: ignore[index]
-    elif app is not None:
-        raise UsageError(f"--app {app}: {path} is not a Serve config (no `applications:`)",
-                         path=str(path), hint="drop --app for a runtime_env or job file")
-    elif kind == "job":
-        data = data["runtime_env"]  # type: ignore[index]
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a runtime_env must be a mapping", path=str(path),
-                          hint="write keys like env_vars:, working_dir:")
-    return data
-
-
-def _serve_app_env(path: Path, applications: list[object], app: str | None) -> object:
-    """The runtime_env of one application of a Serve config (`serve deploy` file): the one
-    named `app`, or the only one."""
-    apps = [a for a in applications if isinstance(a, dict)]
-    names = [str(a.get("name", "default")) for a in apps]  # Serve's default app name
-    listed = ", ".join(names) or "none"
-    if app is None:
-        if len(apps) != 1:
-            raise UsageError(f"{path} is a Serve config with {len(apps)} applications",
-                             path=str(path), hint=f"pick one with --app NAME ({listed})")
-        chosen = apps[0]
-    else:
-        matches = [a for a, name in zip(apps, names, strict=True) if name == app]
-        if not matches:
-            raise UsageError(f"{path}: no Serve application named {app!r}", path=str(path),
-                             hint=f"the applications are: {listed}")
-        chosen = matches[0]
-    return chosen.get("runtime_env")
+    return load_runtime_env_file(path, app=app).runtime_env
 
 
 def node_env_from(pairs: Sequence[str], env_file: Path | None,

@@ -234,8 +234,8 @@ def _scan(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str
         return PackageScan(root, kind, (e,), 1, s.st_size, single_file=True)
     if not root.is_dir():
         raise PackagingError(f"{root}: no such file or directory", path=str(root),
-                             hint="relative paths resolve against the runtime_env file's "
-                             "directory (or the CWD for a directory argument)")
+                             hint="relative paths in a runtime_env resolve against the current "
+                             "directory (--base-dir changes it)")
     st = _State(root, env)
     base = excludes_matcher(kind, excludes, env)
     rs = root.stat()

@@ -75,6 +75,8 @@ class AgentTarget:
     """A push target: an rtenv agent's package store."""
 
     max_upload_bytes: int | None = None
+    pins = False
+    streams_while_written = False
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.http = _Http(url, token)

@@ -19,6 +19,8 @@ class LocalStoreTarget:
     """The in-process store under `rtenv_home()/store` (or `root`)."""
 
     max_upload_bytes: int | None = None  # no server in between: no request-size limit
+    pins = False
+    streams_while_written = False
 
     def __init__(self, root: Path | str | None = None) -> None:
         from rtenv_cli.core.agent.store import Store

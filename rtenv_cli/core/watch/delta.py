@@ -1,10 +1,10 @@
 """Client side of the per-file delta protocol (manifest -> missing blobs -> PUT -> commit).
 
-Works with any target exposing `missing_blobs(manifest)`, `put_blob(sha256, path)` and
-`commit_manifest(manifest)`: the agent over HTTP (`AgentTarget`) and the embedded store
-(`LocalStoreTarget`, same calls through the Store API). The server verifies every blob's sha256
-and the assembled package's Ray URI, so a file edited after it was hashed is refused there (a
-ContentChanged here) instead of being published under a URI that does not describe it.
+Works with any `DeltaTarget` (transport/base.py): the agent over HTTP (`AgentTarget`) and the
+embedded store (`LocalStoreTarget`, same calls through the Store API). The server verifies every
+blob's sha256 and the assembled package's Ray URI, so a file edited after it was hashed is
+refused there (a ContentChanged here) instead of being published under a URI that does not
+describe it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import RtenvError
+from rtenv_cli.core.transport.base import DeltaTarget
 from rtenv_cli.core.watch.snapshot import Snapshot
 from rtenv_cli.core.watch.zipcache import ContentChanged
 
@@ -30,11 +31,6 @@ class DeltaResult:
     package_bytes: int | None
 
 
-def supports_delta(target: Any) -> bool:
-    return all(callable(getattr(target, n, None))
-               for n in ("missing_blobs", "put_blob", "commit_manifest"))
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -43,7 +39,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def send_blobs(snap: Snapshot, target: Any, shas: Iterable[str]) -> tuple[int, int]:
+def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str]) -> tuple[int, int]:
     """Upload the blobs `shas` of `snap` (one batch where the target takes batches); return
     (count, bytes). A file edited after the snapshot read it is a ContentChanged."""
     by_sha = {e.sha256: e for e in snap.files()}
@@ -56,11 +52,7 @@ def send_blobs(snap: Snapshot, target: Any, shas: Iterable[str]) -> tuple[int, i
     if not entries:
         return 0, 0
     try:
-        if callable(getattr(target, "put_blobs", None)):
-            target.put_blobs([(sha, snap.root / e.relpath) for sha, e in entries])
-        else:
-            for sha, e in entries:
-                target.put_blob(sha, snap.root / e.relpath)
+        target.put_blobs([(sha, snap.root / e.relpath) for sha, e in entries])
     except RtenvError as exc:
         # The store refuses a blob whose bytes do not hash to `sha`: the file was edited after
         # the snapshot read it. Say so precisely rather than surfacing a checksum error.
@@ -89,7 +81,7 @@ def relative_manifest(base: Mapping[str, Any], manifest: Mapping[str, Any]) -> d
             "remove": [p for p in old if p not in new]}
 
 
-def push_delta(snap: Snapshot, target: Any,
+def push_delta(snap: Snapshot, target: DeltaTarget,
                manifest: Mapping[str, Any] | None = None) -> DeltaResult:
     """The whole protocol: the manifest (`snap.manifest()` unless the caller has it), the
     blobs the target lacks, the commit."""

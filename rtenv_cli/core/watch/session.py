@@ -13,15 +13,24 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import ConfigError, RtenvError, UnsupportedError
+from rtenv_cli.core.push import (
+    PackagePlan,
+    load_input,
+    package_runtime_env,
+    require_source,
+    validate,
+)
+from rtenv_cli.core.transport.base import DeltaTarget, ForkingTarget, Target
 from rtenv_cli.core.watch import delta as delta_mod
 from rtenv_cli.core.watch.debounce import Debouncer
 from rtenv_cli.core.watch.events import Watcher, WatchNotice
@@ -75,30 +84,24 @@ class Source:
     prepared: BuiltZip | None = None  # built during the quiet period, for its snapshot's URI
 
 
-def load_runtime_env(path: Path) -> tuple[dict[str, Any], Any]:
-    """(runtime_env, FileReport); ConfigError when the file cannot be used at all."""
-    from rtenv_cli.core.lint.engine import ValidateOptions, validate_paths
-    from rtenv_cli.core.spec.loader import load_path
-
-    doc = load_path(path)
-    if doc.error is not None or not isinstance(doc.data, dict):
-        raise ConfigError(f"{path}: not a runtime_env mapping", path=str(path),
-                          hint="run `rtenv validate` on it")
-    data = doc.data.get("runtime_env", doc.data)
-    report = validate_paths([path], ValidateOptions(base_dir=path.parent)).files[0]
-    return dict(data), report
-
-
 class WatchSession:
-    def __init__(self, path: Path | str, target: Any, *, quiet_s: float = 0.2,
+    """Push the local sources of a runtime_env file (or of a directory: the working_dir) to
+    `target` on every change. Relative paths resolve against `base_dir` (default: the current
+    directory, as for `rtenv push` and Ray); `outputs` are files the caller rewrites after each
+    push (push -o), never packaged and never a trigger."""
+
+    def __init__(self, path: Path | str, target: Target, *, quiet_s: float = 0.2,
                  max_wait_s: float = 2.0, reconcile_s: float = 60.0, pin_s: float = 300.0,
                  polling: bool | None = None, poll_interval_s: float = 1.0,
                  on_push: Callable[[PushEvent], None] | None = None,
                  on_notice: Callable[[str, str, str | None], None] | None = None,
                  on_change_cmd: str | None = None, work_dir: Path | None = None,
                  observer_factory: Callable[[], Any] | None = None,
-                 early_upload: bool = True) -> None:
+                 early_upload: bool = True, base_dir: Path | None = None,
+                 outputs: Sequence[Path] = ()) -> None:
         self.path = Path(path).absolute()
+        self.base_dir = Path(os.path.abspath(Path.cwd() if base_dir is None else base_dir))
+        self.outputs = tuple(Path(os.path.abspath(p)) for p in outputs)
         self.target = target
         self.debouncer = Debouncer(quiet_s, max_wait_s)
         self.reconcile_s, self.pin_s = reconcile_s, pin_s
@@ -108,10 +111,11 @@ class WatchSession:
         self.on_push = on_push or (lambda _e: None)
         self.on_notice = on_notice or (lambda _k, _m, _h: None)
         self.on_change_cmd = on_change_cmd
-        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
         if not self.path.exists():
             raise ConfigError(f"{self.path} does not exist", path=str(self.path),
                               hint="pass a directory (the working_dir) or a runtime_env file")
+        self._own_work_dir = work_dir is None  # made here: removed by close()
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
         self.env_file: Path | None = None if self.path.is_dir() else self.path
         self.runtime_env: dict[str, Any] = {}
         self.published: dict[str, Any] = {}
@@ -119,7 +123,7 @@ class WatchSession:
         self.pinned: list[str] = []
         self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
-        self.events: list[PushEvent] = []
+        self.last_event: PushEvent | None = None
         self._deferred: set[str] = set()
         self._deferred_lock = threading.Lock()
         self._early = Change()  # what `_prepare` applied to the snapshots since the last batch
@@ -127,50 +131,40 @@ class WatchSession:
         self._stale_uploads: list[_EarlyUpload] = []  # cancelled, joined at close
         self._early_target: Any = None
         self._early_tail: threading.Thread | None = None  # the last early upload started
-        self._load()
+        try:
+            self.runtime_env = self._read_env()
+            self.sources = self._sources(self._plans(self.runtime_env))
+        except BaseException:
+            self.close()
+            raise
 
     # -- configuration -------------------------------------------------------------------------
-    def _load(self) -> None:
-        if self.env_file is None:
-            self.runtime_env = {"working_dir": str(self.path)}
-            self.sources = [Source("working_dir", Snapshot(self.path, "working_dir"))]
-            return
-        env, report = load_runtime_env(self.env_file)
-        if not report.valid:
-            first = next((d for d in report.diagnostics if d.severity.value == "error"), None)
-            raise ConfigError(f"{self.env_file}: {first.message if first else 'invalid'}",
-                              path=str(self.env_file), hint="run `rtenv validate` on it")
-        self.runtime_env = env
-        self.sources = self._sources_for(env)
+    def _read_env(self) -> dict[str, Any]:
+        """The runtime_env, read and validated exactly as `rtenv push` does (ConfigError)."""
+        data, base, label = load_input(self.path, base_dir=self.base_dir)
+        if self.env_file is not None:
+            validate(data, base, label, os.environ)
+        return data
 
-    def _sources_for(self, env: Mapping[str, Any]) -> list[Source]:
-        base = self.env_file.parent if self.env_file else self.path
-        excludes = env.get("excludes") or ()
-        if isinstance(excludes, str):
-            excludes = [x for x in excludes.split(",") if x]
-        old = {(s.label, str(s.snap.root)): s for s in self.sources}
-        out: list[Source] = []
-        wanted: list[tuple[str, Path, str, tuple[str, ...]]] = []
-        wd = env.get("working_dir")
-        if isinstance(wd, str) and "://" not in wd:
-            wanted.append(("working_dir", (base / wd).absolute(), "working_dir", tuple(excludes)))
-        for i, mod in enumerate(env.get("py_modules") or ()):
-            if isinstance(mod, str) and "://" not in mod and (base / mod).is_dir():
-                wanted.append((f"py_modules[{i}]", (base / mod).absolute(), "py_module",
-                               tuple(excludes)))
-            elif isinstance(mod, str) and "://" not in mod:
+    def _plans(self, env: Mapping[str, Any]) -> list[PackagePlan]:
+        """push's source discovery, with the sources a watch can follow (directories)."""
+        plans = package_runtime_env(env, self.base_dir, self.outputs)
+        for plan in plans:
+            require_source(plan)
+            if not plan.source.is_dir():
                 raise UnsupportedError(
-                    f"py_modules[{i}] {mod!r} is a local file; --watch packages directories only",
-                    path=str(self.env_file),
+                    f"{plan.field} {plan.source} is a local file; --watch packages directories "
+                    "only", path=str(self.env_file or self.path),
                     hint="push file modules and wheels once with `rtenv push`, then watch the "
                     "directories")
-        for label, root, kind, exc in wanted:
-            prev = old.get((label, str(root)))
-            if prev is not None and tuple(prev.snap.excludes) == exc:
-                out.append(prev)
-            else:
-                out.append(Source(label, Snapshot(root, kind, exc)))
-        return out
+        return plans
+
+    def _sources(self, plans: list[PackagePlan]) -> list[Source]:
+        """A Source per plan; one whose path and excludes did not change keeps its snapshot
+        (and its last zip)."""
+        old = {(s.label, str(s.snap.root), tuple(s.snap.excludes)): s for s in self.sources}
+        return [old.get((p.field, str(p.source), p.excludes))
+                or Source(p.field, Snapshot(p.source, p.kind, p.excludes)) for p in plans]
 
     def _published_env(self) -> dict[str, Any]:
         env = copy.deepcopy(self.runtime_env)
@@ -188,8 +182,8 @@ class WatchSession:
     def _push_source(self, src: Source) -> int:
         snap = src.snap
         uri = snap.uri
-        if delta_mod.supports_delta(self.target):
-            return self._push_delta(src)
+        if isinstance(self.target, DeltaTarget):
+            return self._push_delta(src, self.target)
         prepared, src.prepared = src.prepared, None
         if prepared is not None and prepared.uri != uri:
             discard(prepared, src.last_zip)
@@ -210,11 +204,12 @@ class WatchSession:
                 src.last_zip = build_zip(snap, self.work_dir)
             return sent_early
         # a target that reads a zip while it is written gets the splice streamed (see push)
-        stream = getattr(self.target, "streams_while_written", False)
+        stream = self.target.streams_while_written
         built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream)
         try:
-            if built.ready is not None:
-                self.target.upload(uri, built.path, ready=built.ready, size=built.zip_bytes)
+            if built.ready is not None:  # only for a target that streams_while_written
+                self.target.upload(uri, built.path, ready=built.ready,  # type: ignore[call-arg]
+                                   size=built.zip_bytes)
             else:
                 self.target.upload(uri, built.path)
         except BaseException:
@@ -224,7 +219,7 @@ class WatchSession:
         src.last_zip = built
         return built.zip_bytes
 
-    def _push_delta(self, src: Source) -> int:
+    def _push_delta(self, src: Source, target: DeltaTarget) -> int:
         snap = src.snap
         manifest = snap.manifest()
         if src.known_blobs and src.last_manifest is not None:
@@ -232,11 +227,12 @@ class WatchSession:
             # then the manifest as changes to the last one (bytes in proportion to the edit).
             # A gc in between makes the commit fail with missing blobs, an agent that lost the
             # base says so: the full protocol below then recovers.
-            new = [e.sha256 for e in snap.files() if e.sha256 not in src.known_blobs]
+            new = [e.sha256 for e in snap.files()
+                   if e.sha256 and e.sha256 not in src.known_blobs]
             try:
-                _count, sent = delta_mod.send_blobs(snap, self.target, new)
+                _count, sent = delta_mod.send_blobs(snap, target, new)
                 body = delta_mod.relative_manifest(src.last_manifest, manifest)
-                self.target.commit_manifest(body)
+                target.commit_manifest(body)
                 # grows over the session: reverting an edit sends no blob at all
                 src.known_blobs |= {e.sha256 for e in snap.files() if e.sha256}
                 src.last_manifest = manifest
@@ -246,7 +242,7 @@ class WatchSession:
                 raise
             except RtenvError:
                 src.known_blobs = set()
-        result = delta_mod.push_delta(snap, self.target, manifest)
+        result = delta_mod.push_delta(snap, target, manifest)
         src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
         src.last_manifest = manifest
         return result.bytes_sent
@@ -275,7 +271,7 @@ class WatchSession:
                           (time.perf_counter() - start) * 1000, trigger,
                           {s.label: s.snap.uri for s in self.sources}, published, triggered_by)
         self.published = published
-        self.events.append(event)
+        self.last_event = event
         self.on_push(event)
         self._run_on_change(event)
         return event
@@ -330,24 +326,17 @@ class WatchSession:
         if self.env_file is None:
             return True
         try:
-            env, report = load_runtime_env(self.env_file)
-        except (ConfigError, OSError) as exc:
-            self.on_notice("error", f"{self.env_file}: {exc}; not pushed, still watching",
-                           "fix the file; the next save is picked up")
-            return False
-        if not report.valid:
-            for d in report.diagnostics:
-                if d.severity.value == "error":
-                    where = f":{d.line}" if d.line else ""
-                    self.on_notice("error", f"{self.env_file}{where}: {d.code} {d.message}",
-                                   d.hint)
-            self.on_notice("error", "runtime_env is invalid; not pushed, still watching",
+            env = self._read_env()
+            sources = self._sources(self._plans(env))
+        except (RtenvError, OSError) as exc:
+            message = exc.message if isinstance(exc, RtenvError) else str(exc)
+            self.on_notice("error", f"{message}; not pushed, still watching",
+                           getattr(exc, "hint", None) or
                            "fix the file; the next save is picked up")
             return False
         old = self._published_env()
         self.runtime_env = env
-        before = self.sources
-        self.sources = self._sources_for(env)
+        before, self.sources = self.sources, sources
         for gone in (s for s in before if all(s is not n for n in self.sources)):
             discard(gone.prepared)
             discard(gone.last_zip)
@@ -379,9 +368,9 @@ class WatchSession:
         try:
             for src in self.sources:  # folded one by one: what is applied is reported
                 self._early = self._early.then(src.snap.update(paths))
-            if delta_mod.supports_delta(self.target):
+            if isinstance(self.target, DeltaTarget):
                 return
-            stream = getattr(self.target, "streams_while_written", False)
+            stream = self.target.streams_while_written
             for src in self.sources:
                 if src.snap.uri == src.pushed or (src.prepared is not None
                                                   and src.prepared.uri == src.snap.uri):
@@ -401,14 +390,13 @@ class WatchSession:
         save cancels it, and a version that was uploaded but superseded is pinned only
         EARLY_PIN_S: unreferenced, the GCS deletes it then, as it does any expired pin."""
         built = src.prepared
-        fork = getattr(self.target, "fork", None)
-        if not self.early_upload or built is None or not callable(fork):
+        if not self.early_upload or built is None or not isinstance(self.target, ForkingTarget):
             return
         old = self._uploads.pop(src.label, None)
         if old is not None:
             self._drop_upload(old)
         if self._early_target is None:
-            self._early_target = fork()
+            self._early_target = self.target.fork()
         target = self._early_target
         job = _EarlyUpload(built.uri, threading.Event())
         before = self._early_tail
@@ -485,7 +473,7 @@ class WatchSession:
         self.on_notice("warning", notice.message, notice.hint)
 
     def _pin(self) -> None:
-        if getattr(self.target, "pins", False) or "Ray" in getattr(self.target, "label", ""):
+        if self.target.pins:
             for uri in self.pinned:
                 self.target.exists(uri)
 
@@ -540,9 +528,13 @@ class WatchSession:
         self._uploads.clear()
         if self._early_target is not None:
             self._early_target.close()
+            self._early_target = None
         for src in self.sources:
             discard(src.prepared)
             discard(src.last_zip)
+            src.prepared = src.last_zip = None
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
 def runtime_env_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

@@ -210,7 +210,7 @@ def _env_file(tmp_path: Path, body: str) -> Path:
 def test_runtime_env_edits_valid_and_invalid(tree: Path, store: LocalStoreTarget,
                                               tmp_path: Path) -> None:
     env = _env_file(tmp_path, "working_dir: src\nenv_vars:\n  A: '1'\n")
-    with Running(env, store) as run:
+    with Running(env, store, base_dir=tmp_path) as run:
         assert run.events[0].runtime_env["working_dir"] == ray_uri(tree)
         env.write_text("working_dir: src\nenv_vars: [not, a, mapping]\n")
         wait_for(lambda: any(k == "error" for k, _m, _h in run.notices))
@@ -245,7 +245,7 @@ def test_local_file_py_module_is_refused(tmp_path: Path, store: LocalStoreTarget
     (tmp_path / "helper.py").write_text("x = 1\n")
     env = _env_file(tmp_path, "working_dir: src\npy_modules: [helper.py]\n")
     with pytest.raises(RtenvError) as info:  # validation (job-submit) or watch refuses it
-        WatchSession(env, store)
+        WatchSession(env, store, base_dir=tmp_path)
     assert "helper.py" in info.value.message
 
 
@@ -255,7 +255,7 @@ def test_py_module_directory_is_watched(tmp_path: Path, store: LocalStoreTarget)
     (tmp_path / "mylib").mkdir()
     (tmp_path / "mylib" / "__init__.py").write_text("v = 1\n")
     env = _env_file(tmp_path, "working_dir: src\npy_modules: [mylib]\n")
-    with Running(env, store) as run:
+    with Running(env, store, base_dir=tmp_path) as run:
         first = run.events[0]
         assert set(first.uris) == {"working_dir", "py_modules[0]"}
         (tmp_path / "mylib" / "__init__.py").write_text("v = 2\n")
@@ -315,3 +315,64 @@ def test_a_watch_restarted_on_a_pushed_tree_splices_its_first_edit(tree: Path,
         assert src.last_zip.uri == ev.uri
         assert src.last_zip.compressed == 1  # only main.py
         assert src.last_zip.reused >= 9
+
+
+def test_a_py_module_given_as_a_parent_relative_path_is_watched(
+        tmp_path: Path, store: LocalStoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`py_modules: [../libs/helper]`, relative to the CWD as for push and Ray: edits in it are
+    seen (the path is normalised once, in push's source discovery)."""
+    proj = tmp_path / "proj"
+    (proj / "app").mkdir(parents=True)
+    (proj / "app" / "main.py").write_text("m\n")
+    helper = tmp_path / "libs" / "helper"
+    helper.mkdir(parents=True)
+    (helper / "__init__.py").write_text("v = 1\n")
+    env = _env_file(proj, "working_dir: app\npy_modules: [../libs/helper]\n")
+    monkeypatch.chdir(proj)
+    with Running(env, store) as run:
+        first = run.events[0]
+        assert first.uris["py_modules[0]"] == ray_py_module_uri(helper)
+        (helper / "__init__.py").write_text("v = 2\n")
+        ev = run.next_event(1)
+        assert ev.modified == ("__init__.py",)
+        assert ev.uris["py_modules[0]"] == ray_py_module_uri(helper) != first.uris["py_modules[0]"]
+        assert ev.uris["working_dir"] == first.uris["working_dir"]
+        assert _published(store, ev.uris["py_modules[0]"]) == {"helper/__init__.py"}
+
+
+def ray_py_module_uri(root: Path) -> str:
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    return get_uri_for_directory(str(root), include_gitignore=True)
+
+
+def test_an_output_inside_the_working_dir_is_neither_packaged_nor_a_trigger(
+        tree: Path, store: LocalStoreTarget) -> None:
+    """push --watch -o: the caller rewrites the output after each push; it never changes the
+    URI and never starts another push."""
+    from rtenv_cli.core.fsutil import atomic_write_text
+
+    out = tree / "pushed.yaml"
+    with Running(tree, store, outputs=[out]) as run:
+        before = run.events[0].uri
+        assert before == ray_uri(tree)
+        atomic_write_text(out, f"working_dir: {before}\n")
+        (tree / "main.py").write_text("after\n")
+        ev = run.next_event(1)
+        assert ev.modified == ("main.py",)
+        assert ev.added == ()
+        out.unlink()
+        assert ev.uri == ray_uri(tree)
+
+
+def test_close_removes_its_work_dir(tree: Path, tmp_path: Path) -> None:
+    from rtenv_cli.core.transport.file_target import FileTarget
+    from rtenv_cli.core.watch.session import WatchSession
+
+    session = WatchSession(tree, FileTarget((tmp_path / "shared").as_uri()))
+    work = session.work_dir
+    session.initial_push()
+    assert session.sources[0].last_zip is not None
+    session.close()
+    assert not work.exists()
+    session.close()  # twice: the CLI's Ctrl-C path closes again
