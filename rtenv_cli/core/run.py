@@ -110,7 +110,10 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
                                   excludes=excludes if kind == "working_dir" else ())
             uri, path = built.uri, Path(built.path)
             if not target.exists(uri):
-                target.upload(uri, path)
+                # a verifying store needs the names Ray hashed that the zip cannot show
+                extra = ({"hashed_dirs": built.hashed_dirs}
+                         if getattr(target, "verifies_packages", False) else {})
+                target.upload(uri, path, **extra)
         return str(target.published_uri(uri))
 
     for field_name in ("pip", "uv"):

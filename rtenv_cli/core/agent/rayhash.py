@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from rtenv_cli.core.errors import PackagingError
@@ -31,7 +32,7 @@ def check_name(name: str) -> None:
                              hint="use a Ray package name such as _ray_pkg_<hex>.zip")
 
 
-def _digests_for_zip(path: Path) -> dict[str, bytes]:
+def _digests_for_zip(path: Path, extra_dirs: Iterable[str] = ()) -> dict[str, bytes]:
     """The Ray hash of `path` under every layout Ray produces (see module doc)."""
     import zipfile
 
@@ -68,6 +69,7 @@ def _digests_for_zip(path: Path) -> dict[str, bytes]:
                 parts = PurePosixPath(rel).parts
                 dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
             dirs.update(r for r in rels if r not in file_digests[layout])
+            dirs.update(extra_dirs)
             acc = EMPTY_ACC
             for d in sorted(dirs):
                 acc = fold(acc, hashlib.sha1(d.encode()).digest())  # noqa: S324 - Ray's scheme
@@ -79,12 +81,14 @@ def _digests_for_zip(path: Path) -> dict[str, bytes]:
         return accs
 
 
-def verify_package(name: str, path: Path) -> None:
-    """Raise PackagingError unless the file at `path` is what `name` says it is."""
+def verify_package(name: str, path: Path, *, extra_dirs: Iterable[str] = ()) -> None:
+    """Raise PackagingError unless the file at `path` is what `name` says it is. `extra_dirs`:
+    relpaths Ray hashed by name that the zip cannot show (directories whose children were all
+    excluded), folded into every layout's hash."""
     check_name(name)
     if match := DIR_HASH_RE.match(name):
         want = match.group(1)
-        accs = _digests_for_zip(path)
+        accs = _digests_for_zip(path, tuple(extra_dirs))
         if want not in {acc.hex() for acc in accs.values()}:
             raise PackagingError(
                 f"content of {name} does not match its name (hash {accs['flat'].hex()})",

@@ -7,7 +7,7 @@ to upload); the delta calls and environment calls are the agent's own (see CONTR
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -75,6 +75,7 @@ class AgentTarget:
     """A push target: an rtenv agent's package store."""
 
     max_upload_bytes: int | None = None
+    verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.http = _Http(url, token)
@@ -90,12 +91,17 @@ class AgentTarget:
         resp = self.http.call("GET", f"/api/packages/gcs/{self._name(uri)}", ok=(200, 404))
         return bool(resp.status_code == 200)  # noqa: PLR2004 - HTTP OK
 
-    def upload(self, uri: str, path: Path, *,
-               on_progress: Callable[[int], None] | None = None) -> None:
+    def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
+               hashed_dirs: Sequence[str] = ()) -> None:
+        """Ray's PUT, plus the names Ray hashed that the zip cannot show (the agent verifies
+        the package against its name and needs them)."""
+        from rtenv_cli.core.agent.delta import hashed_dirs_header
+
         size = Path(path).stat().st_size
         with Path(path).open("rb") as fh:
             self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", data=fh,
-                           headers={"Content-Length": str(size)})
+                           headers={"Content-Length": str(size),
+                                    **hashed_dirs_header(hashed_dirs)})
         if on_progress is not None:
             on_progress(size)
 
