@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
+import requests  # noqa: TID253 - tests are not on the CLI's startup path
 from ray._private.ray_constants import get_runtime_env_default_excludes
 from ray._private.runtime_env.packaging import (
     create_package,
@@ -115,8 +115,8 @@ def _tree_of(path: Path) -> dict[str, Any]:
     return out
 
 
-def _ray_accepts(tmp: Path, source: Path, kind: str, excludes: list[str], uri: str,
-                 data: bytes, *, remote: bool = False) -> None:
+def _ray_accepts(tmp: Path, source: Path, kind: str, excludes: list[str], *, uri: str,
+                 data: bytes, remote: bool = False) -> None:
     """Ray's URI of `source` is `uri`, and Ray's unzip of `data` is the tree of Ray's own zip."""
     ex = (get_runtime_env_default_excludes() if kind == "working_dir" else []) + excludes
     assert get_uri_for_directory(str(source), True, ex) == uri
@@ -149,7 +149,7 @@ def _edit(m: Path) -> None:
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))
-def test_every_route_serves_the_same_bytes_and_ray_accepts_them(  # noqa: PLR0915 - one story
+def test_every_route_serves_the_same_bytes_and_ray_accepts_them(
         tmp_path: Path, tree: str) -> None:
     m = make_project(tmp_path / "proj", tree)
     excludes = json.loads((m / "re.yaml").read_text())["excludes"]
@@ -201,12 +201,12 @@ def test_every_route_serves_the_same_bytes_and_ray_accepts_them(  # noqa: PLR091
             for route, data in remote.items():
                 assert data == _remote_of(pushed, tmp_path), (field, route)
             if field == "working_dir":
-                _ray_accepts(tmp_path, m, "working_dir", excludes, uris[field], pushed)
-                _ray_accepts(tmp_path, m, "working_dir", excludes, uris[field],
-                             remote["file"], remote=True)
+                _ray_accepts(tmp_path, m, "working_dir", excludes, uri=uris[field], data=pushed)
+                _ray_accepts(tmp_path, m, "working_dir", excludes, uri=uris[field],
+                             data=remote["file"], remote=True)
             else:
                 helper = tmp_path / "proj" / "libs" / "helper"
-                _ray_accepts(tmp_path, helper, "py_module", [], uris[field], pushed)
+                _ray_accepts(tmp_path, helper, "py_module", [], uri=uris[field], data=pushed)
 
 
 def test_the_watch_store_assembles_what_push_wrote_for_the_watched_version(

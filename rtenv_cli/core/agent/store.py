@@ -554,6 +554,6 @@ def _prefixed_copy(source: Path, out: Path, prefix: str) -> None:
             zipfile.ZipFile(fh, "w", allowZip64=True) as dst:
         appender = ZipAppender(dst)
         for info in src.infolist():
-            appender.copy_member(src.fp, info, prefix + info.filename)
+            appender.copy_member(src, info, prefix + info.filename)
     with out.open("rb+") as fh:
         os.fsync(fh.fileno())

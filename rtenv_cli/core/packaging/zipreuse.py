@@ -82,10 +82,12 @@ class ZipAppender:
         zf.fp.seek(zf.start_dir)
         zf._didModify = True
 
-    def copy_member(self, src_fp: Any, info: Any, name: str) -> None:
-        """Append member `info` of the zip open on `src_fp` as `name`, raw; its local header
-        is what zipfile would write for it (zip64 sizes kept where the source had them)."""
+    def copy_member(self, src: Any, info: Any, name: str) -> None:
+        """Append member `info` of ZipFile `src` (open for reading) as `name`, raw; its local
+        header is what zipfile would write for it (zip64 sizes kept where the source had
+        them)."""
         dst = self.zf
+        src_fp = src.fp
         src_fp.seek(info.header_offset)
         header = src_fp.read(_LOCAL_HEADER)
         name_len, extra_len = struct.unpack("<HH", header[26:30])
