@@ -252,3 +252,18 @@ def test_ray_targets_hold_the_same_bytes(ray_cluster: Any, tmp_path: Path, via: 
     finally:
         gcs.close()
     shutil.rmtree(m)
+
+
+def test_an_empty_working_dir_is_the_same_package_on_every_route(tmp_path: Path) -> None:
+    """Ray zips an empty root as "./": the watch's delta package has it too."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    watch_store = LocalStoreTarget(tmp_path / "watch-store")
+    with Running(empty, watch_store) as run:
+        uri = run.events[0].uri
+    store = LocalStoreTarget(tmp_path / "store")
+    assert push(empty, target=store).packages[0].ray_uri == uri
+    name = uri.removeprefix("gcs://")
+    pushed = store.store.package_file(name).read_bytes()
+    assert watch_store.store.package_file(name).read_bytes() == pushed
+    _ray_accepts(tmp_path, empty, "working_dir", [], uri=uri, data=pushed)

@@ -53,8 +53,8 @@ class ManifestEntry:
     @classmethod
     def parse(cls, item: Mapping[str, Any]) -> ManifestEntry:
         path = str(item["path"])
-        norm = _check_path(path)
         is_dir = bool(item.get("is_dir"))
+        norm = "." if path == "." and is_dir else _check_path(path)  # ".": an empty package
         sha = None if is_dir else str(item["sha256"])
         if sha is not None and not SHA256_RE.match(sha):
             raise PackagingError(f"manifest entry {path!r} has an invalid sha256")

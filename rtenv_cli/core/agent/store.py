@@ -535,7 +535,7 @@ def _zip_manifest(store: Store, doc: dict[str, Any], out: Path) -> None:
     files = [e for e in entries if not e.is_dir]
     scan = PackageScan(Path(str(doc.get("name") or "pkg")), kind, tuple(entries), len(files),
                        sum(e.size for e in files))
-    result = write_package_zip(scan, out, times=times)
+    result = write_package_zip(scan, out, times=times, processes=False)  # in a server
     if result.changed:  # blobs are immutable: only disk trouble changes one
         raise PackagingError(f"blob of {result.changed[0].relpath} changed while it was zipped",
                              hint="run `rtenv cache purge` on the agent and push again")

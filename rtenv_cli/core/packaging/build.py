@@ -295,7 +295,7 @@ class _Done:
 _INLINE_FILES = 4
 
 
-def _pool(small_files: int) -> Any:
+def _pool(small_files: int, processes: bool = True) -> Any:
     """Workers for `_prepare`: processes for many small files, else threads (none for a few).
 
     Deflating and hashing many small files holds the GIL most of the time (zlib's per-stream
@@ -308,7 +308,8 @@ def _pool(small_files: int) -> Any:
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
     workers = max(2, os.cpu_count() or 2)
-    if small_files >= _PROCESS_MIN_FILES and "fork" in multiprocessing.get_all_start_methods():
+    if processes and small_files >= _PROCESS_MIN_FILES and \
+            "fork" in multiprocessing.get_all_start_methods():
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     return ThreadPoolExecutor(workers)
 
@@ -321,7 +322,8 @@ def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
 def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915, PLR0917 - one pass
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
-               times: Mapping[str, DateTime] | None = None) -> ZipPass:
+               times: Mapping[str, DateTime] | None = None, *,
+               processes: bool = True) -> ZipPass:
     """Write the zip of `entries` (default: every entry of the scan that goes in the zip),
     hashing every file it reads on the same read. Small files are prepared (read, hashed,
     deflated) in worker batches; the writer appends them in order.
@@ -386,7 +388,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915, PLR0
     small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
-                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
             for e, info in plan:
                 if not e.is_dir and e.size <= _SMALL:
                     batch.append((e, info))
@@ -410,7 +412,8 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915, PLR0
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
              background: bool, times: Mapping[str, DateTime] | None = None,
-             key: Callable[[Entry], Hashable] | None = None) -> ZipPass:
+             key: Callable[[Entry], Hashable] | None = None, processes: bool = True
+             ) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     `key` (default: their stat) changed are read and compressed, into a zip of their own;
     `zipreuse.splice` then assembles both in member order (in a thread with `background`).
@@ -433,7 +436,8 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
             fresh.append(e)
     result, spliced = zipreuse.splice_changed(
         out, previous.index, parts,
-        lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times),
+        lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
+                                processes=processes),
         background=background)
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
@@ -448,7 +452,7 @@ def write_package_zip(scan: PackageScan, out: Path, *,
                       times: Mapping[str, DateTime] | None = None,
                       previous: PreviousZip | None = None,
                       key: Callable[[Entry], Hashable] | None = None,
-                      background: bool = False,
+                      background: bool = False, processes: bool = True,
                       on_progress: Callable[[int], None] | None = None) -> ZipPass:
     """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
 
@@ -459,12 +463,15 @@ def write_package_zip(scan: PackageScan, out: Path, *,
     `zipreuse.splice`); one that cannot splice is ignored. Files whose stat changed while
     read are in the result's `changed` (the caller must not publish); `digests` holds Ray's
     digest and the sha256 of every file read; `stats` each file member's `key`.
+    `processes=False`: worker threads only, never forked processes (a server's threads may
+    hold locks a forked child would wait on forever); the bytes are the same.
     """
     prefix = "pkg" if layout == "remote" else ""
     if previous is not None:
         with contextlib.suppress(zipreuse.Unspliceable):
-            return _rebuild(scan, out, prefix, on_progress, previous, background, times, key)
-    result = _write_zip(scan, out, prefix, on_progress, None, times)
+            return _rebuild(scan, out, prefix, on_progress, previous, background, times, key,
+                            processes)
+    result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes)
     result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
                     for e in scan.entries if e.in_zip and not e.is_dir}
     return result

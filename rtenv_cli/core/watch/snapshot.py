@@ -339,14 +339,15 @@ class Snapshot:
             fresh[e.relpath] = hit
             entries.append(hit[1])
         for rel in self.leaf_dirs():
-            if rel != ".":
-                # Ray zips a directory only when it is empty on disk (its children may all be
-                # ignored); its stat now, as the zip `rtenv push` would write has it
-                path = self.root / rel
-                try:
-                    st, empty = path.stat(), is_empty_dir(path)
-                except OSError:
-                    st, empty = None, False
+            # Ray zips a directory only when it is empty on disk (its children may all be
+            # ignored); its stat now, as the zip `rtenv push` would write has it. The root is
+            # always hashed: listed only when it is zipped ("./", an empty package)
+            path = self.root / rel
+            try:
+                st, empty = path.stat(), is_empty_dir(path)
+            except OSError:
+                st, empty = None, False
+            if rel != "." or empty:
                 entries.append({"path": rel, "is_dir": True,
                                 "mode": (st.st_mode if st else self.entries[rel].mode) & 0o7777,
                                 "size": 0, "sha256": None, "in_zip": empty,
