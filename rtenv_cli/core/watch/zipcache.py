@@ -46,6 +46,9 @@ class BuiltZip:
     # its first n bytes are there (None: all), raising if the write failed
     ready: Callable[[int | None], None] | None = None
     layout: str = "ray"
+    # the snapshot's entries as packaging's, reused by the next build (see snapshot_scan)
+    entries: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False,
+                                                compare=False)
 
     def wait(self) -> bool:
         """Wait until `path` is complete; False when writing it failed."""
@@ -57,16 +60,27 @@ class BuiltZip:
         return True
 
 
-def snapshot_scan(snap: Snapshot) -> Any:
+def snapshot_scan(snap: Snapshot, memo: dict[str, tuple[Any, Any]] | None = None) -> Any:
     """The snapshot as packaging's PackageScan: its files, and its directories with nothing
-    below them, each marked as Ray's zip has it (a directory only when empty on disk)."""
+    below them, each marked as Ray's zip has it (a directory only when empty on disk).
+    `memo` (relpath -> (snapshot entry, Entry)) is refreshed in place: an unchanged snapshot
+    entry keeps its Entry (a re-push builds only the edited ones)."""
     from rtenv_cli.core.packaging.build import is_empty_dir
     from rtenv_cli.core.packaging.walk import Entry, PackageScan
 
+    memo = {} if memo is None else memo
+    fresh: dict[str, tuple[Any, Any]] = {}
+    root = str(snap.root)
     entries = []
     for e in snap.files():
-        entries.append(Entry(e.relpath, str(snap.root / e.relpath), False, e.size, e.mode,
-                             e.mtime_ns, e.ino))
+        hit = memo.get(e.relpath)
+        if hit is None or hit[0] is not e:
+            hit = (e, Entry(e.relpath, f"{root}/{e.relpath}", False, e.size, e.mode,
+                            e.mtime_ns, e.ino))
+        fresh[e.relpath] = hit
+        entries.append(hit[1])
+    memo.clear()
+    memo.update(fresh)
     for rel in snap.leaf_dirs():
         path = snap.root if rel == "." else snap.root / rel
         try:  # its stat now: the snapshot's may predate the last change inside it
@@ -90,7 +104,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     from rtenv_cli.core.packaging.build import write_package_zip
 
     uri = snap.uri
-    scan = snapshot_scan(snap)
+    memo = dict(previous.entries) if previous is not None else {}
+    scan = snapshot_scan(snap, memo)
     digest = {e.relpath: e.digest for e in snap.files()}
 
     def key(e: Any) -> Hashable:  # the stat, and the content the snapshot hashed
@@ -119,11 +134,11 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         spliced = result.spliced
         if spliced is None:
             return BuiltZip(uri, final, final.stat().st_size, result.reused, fresh_files,
-                            result.stats or {}, layout=layout)
+                            result.stats or {}, layout=layout, entries=memo)
         gate = spliced.gate
         return BuiltZip(uri, final, spliced.size, result.reused, fresh_files,
                         result.stats or {}, spliced.known,
-                        gate.wait if gate is not None else None, layout)
+                        gate.wait if gate is not None else None, layout, memo)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
