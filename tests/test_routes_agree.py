@@ -144,8 +144,8 @@ def _remote_of(ray_layout: bytes, tmp: Path) -> bytes:
     return out.read_bytes()
 
 
-def _edit(m: Path) -> None:
-    _w(m / "main.py", "print('edited')\n")
+def _edit(m: Path, marker: str = "") -> None:
+    _w(m / "main.py", f"print('edited {marker}')\n")
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))
@@ -231,17 +231,26 @@ def test_the_watch_store_assembles_what_push_wrote_for_the_watched_version(
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("route", ["push", "watch"])
 @pytest.mark.parametrize("via", ["gcs", "dashboard"])
-def test_ray_targets_hold_the_same_bytes(ray_cluster: Any, tmp_path: Path, via: str) -> None:
+def test_ray_targets_hold_the_same_bytes(ray_cluster: Any, tmp_path: Path, via: str,
+                                         route: str) -> None:
     from rtenv_cli.core.transport.grpc_unary import field_bytes, parse_fields
     from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 
-    # the content differs per variant and run, so each pushes fresh packages
-    m = make_project(tmp_path / "proj", "gitignored", marker=f"{via}-{os.urandom(4).hex()}")
+    # the content differs per variant and run (edit included), so each publishes fresh
+    # packages: a URI already on the head may hold another checkout's bytes (its mtimes)
+    marker = f"{via}-{route}-{os.urandom(4).hex()}"
+    m = make_project(tmp_path / "proj", "gitignored", marker=marker)
     address = ray_cluster.dashboard_url if via == "dashboard" else ray_cluster.address
+    if route == "watch":
+        with Running(m / "re.yaml", resolve_target(None, address), pin_s=60) as run:
+            _edit(m, marker)
+            uris = dict(run.next_event(1).uris)
+    else:
+        uris = _push(m, resolve_target(None, address))
     store = LocalStoreTarget(tmp_path / "store")
-    uris = _push(m, store)
-    assert _push(m, resolve_target(None, address)) == uris
+    assert _push(m, store) == uris
     gcs = RayGcsTarget.connect(ray_cluster.address)
     try:
         for name in _names(uris).values():
