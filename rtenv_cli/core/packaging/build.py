@@ -89,13 +89,9 @@ ZIP_EPOCH: DateTime = (1980, 1, 1, 0, 0, 0)
 
 def zip_time(mtime_ns: int) -> DateTime:
     """A member's date_time as Ray's `ZipFile.write` sets it: the local mtime, clamped."""
-    return _date_time(mtime_ns)
-
-
-def _date_time(mtime_ns: int) -> DateTime:
     t = time.localtime(mtime_ns / 1e9)
-    if t.tm_year < 1980:  # noqa: PLR2004 - the zip epoch
-        return (1980, 1, 1, 0, 0, 0)
+    if t.tm_year < ZIP_EPOCH[0]:
+        return ZIP_EPOCH
     return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
 
 
@@ -186,7 +182,7 @@ def _info(e: Entry, scan: PackageScan, prefix: str,
     import zipfile
 
     when = times.get(e.relpath) if times is not None else None
-    info = zipfile.ZipInfo(arcname(e, scan, prefix), when or _date_time(e.mtime_ns))
+    info = zipfile.ZipInfo(arcname(e, scan, prefix), when or zip_time(e.mtime_ns))
     info.create_system = 3
     info.external_attr = (e.mode & 0xFFFF) << 16
     if e.is_dir:
@@ -428,7 +424,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
         old = False
         if not e.is_dir:
             k = stats[name] = key(e)
-            old = previous.reusable(name, k)  # type: ignore[arg-type]
+            old = previous.reusable(name, k)
         parts.append((name, old))
         if old:
             reused_bytes += e.size

@@ -26,7 +26,7 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -420,9 +420,10 @@ class PreviousZip:
     """The last zip built for a source, with the stat of the file behind each member."""
 
     index: ZipIndex
-    stats: dict[str, StatKey]  # member name -> stat of the file it was built from
+    # member name -> stat of the file it was built from (or the writer's other reuse key)
+    stats: Mapping[str, Hashable]
 
-    def reusable(self, name: str, stat: StatKey) -> bool:
+    def reusable(self, name: str, stat: Hashable) -> bool:
         return self.stats.get(name) == stat and name in self.index.members
 
     def close(self) -> None:
