@@ -517,12 +517,12 @@ def _zip_manifest(store: Store, doc: dict[str, Any], out: Path) -> None:
     from rtenv_cli.core.packaging.walk import Entry, PackageScan
 
     entries: list[Entry] = []
-    times: dict[str, tuple[int, int, int, int, int, int]] = {}
+    times: dict[str, Any] = {}  # relpath -> date_time
     for row in doc["entries"]:
         path, is_dir, mode, _size, sha = row[:5]
         in_zip = bool(row[6]) if len(row) > 6 else True  # noqa: PLR2004 - the row's fields
         when = row[7] if len(row) > 7 else None  # noqa: PLR2004 - the row's fields
-        times[path] = tuple(when) if when else ZIP_EPOCH  # type: ignore[assignment]
+        times[path] = tuple(when) if when else ZIP_EPOCH
         if is_dir:
             entries.append(Entry(path, "", True, 0, stat_mod.S_IFDIR | (mode & 0o7777), 0,
                                  in_zip=in_zip))
