@@ -351,6 +351,8 @@ class Snapshot:
                 entries.append({"path": rel, "is_dir": True,
                                 "mode": (st.st_mode if st else self.entries[rel].mode) & 0o7777,
                                 "size": 0, "sha256": None, "in_zip": empty,
-                                "zip_time": zip_time(st.st_mtime_ns) if st else None})
+                                # only a zipped directory has a date (an ignored child's
+                                # churn must not change the entry of one that is not)
+                                "zip_time": zip_time(st.st_mtime_ns) if st and empty else None})
         self._manifest_memo = fresh
         return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}
