@@ -260,7 +260,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
 
 def _hashed(target: Target, built: Any) -> dict[str, Any]:
     """For a target that verifies a package against its name: what Ray hashed that the zip
-    cannot show (packaging's `hashed_dirs`)."""
+    cannot show (packaging's `BuiltPackage.hashed_dirs`)."""
     return {"hashed_dirs": built.hashed_dirs} if getattr(target, "verifies_packages", False) \
         else {}
 

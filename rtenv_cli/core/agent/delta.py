@@ -131,7 +131,7 @@ HASHED_DIRS_HEADER = "X-Rtenv-Hashed-Dirs"  # on a package PUT: JSON list (see h
 
 def hashed_dirs_header(dirs: Sequence[str]) -> dict[str, str]:
     """The request header declaring a package's hashed-but-not-zipped paths (packaging's
-    `hashed_dirs`), which the store needs to verify it; none when there are none."""
+    `hashed_not_zipped`), which the store needs to verify it; none when there are none."""
     import json
 
     return {HASHED_DIRS_HEADER: json.dumps(list(dirs), separators=(",", ":"))} if dirs else {}

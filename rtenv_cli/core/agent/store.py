@@ -248,8 +248,8 @@ class Store:
                     expected_size: int | None = None,
                     extra_dirs: Sequence[str] = ()) -> Entry:
         """Store a package after verifying its content against its name (nothing on failure).
-        `extra_dirs`: what packaging's `hashed_dirs` lists for it (names Ray hashed that its zip
-        cannot show); without them such a package cannot be verified and is refused."""
+        `extra_dirs`: what packaging's `hashed_not_zipped` lists for it (names Ray hashed that
+        its zip cannot show); without them such a package cannot be verified and is refused."""
         final = self.package_path(name)
         key = f"package:{name}"
         with self.lock(key):

@@ -70,8 +70,14 @@ class BuiltPackage:
     # build_scan(stream=True): a thread is still writing `path`; ready(n) returns once its first
     # n bytes are there (None: all of it), raising if the write failed
     ready: Callable[[int | None], None] | None = None
-    # paths Ray hashes but its zip cannot show (see `hashed_dirs`): a verifying store needs them
-    hashed_dirs: tuple[str, ...] = ()
+
+    @property
+    def hashed_dirs(self) -> tuple[str, ...]:
+        """What Ray hashes but this zip cannot show (`hashed_not_zipped`): a store that
+        verifies the package against its URI needs it."""
+        if self.scan is None or self.scan.single_file:
+            return ()
+        return hashed_not_zipped(self.scan.entries)
 
     def wait(self) -> None:
         """Return once `path` is complete (at once unless built with stream=True)."""
@@ -103,17 +109,21 @@ def _compressible(path: str, size: int) -> bool:
     return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
 
 
-def hashed_dirs(entries: Iterable[Entry]) -> tuple[str, ...]:
+def hashed_not_zipped(entries: Iterable[Entry]) -> tuple[str, ...]:
     """Paths Ray hashes by name whose names its zip does not show: directories whose children on
     disk are all excluded (a `/data/` in .gitignore, `excludes: [tests/]`), with no zipped entry
     below them, and broken symlinks or sockets. A zip verified against its URI needs them
     (`rayhash.verify_package(extra_dirs=...)`); the root is always hashed and never listed."""
     entries = list(entries)
-    shown: set[str] = set()
+    shown: set[str] = set()  # directories with a zipped entry below them
     for e in entries:
         if e.in_zip:
-            parts = e.relpath.split("/")
-            shown.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+            parent = e.relpath
+            while "/" in parent:  # up to the first ancestor already seen: O(entries) in all
+                parent = parent.rsplit("/", 1)[0]
+                if parent in shown:
+                    break
+                shown.add(parent)
     return tuple(sorted(e.relpath for e in entries
                         if not e.in_zip and e.relpath != "." and e.relpath not in shown))
 
@@ -564,8 +574,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     size = spliced.size if spliced is not None else final.stat().st_size
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, size, scan, sha, layout,
-                        zip_pass.reused, gate.wait if gate is not None else None,
-                        hashed_dirs(scan.entries))
+                        zip_pass.reused, gate.wait if gate is not None else None)
 
 
 class _Changed(Exception):
@@ -606,5 +615,5 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
                          hint="stop the process writing them, or exclude them", path=str(source))
 
 
-__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "hashed_dirs",
+__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "hashed_not_zipped",
            "write_package_zip", "zip_time"]
