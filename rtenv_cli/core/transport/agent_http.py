@@ -95,13 +95,15 @@ class AgentTarget:
                hashed_dirs: Sequence[str] = ()) -> None:
         """Ray's PUT, plus the names Ray hashed that the zip cannot show (the agent verifies
         the package against its name and needs them)."""
-        from rtenv_cli.core.agent.delta import hashed_dirs_header
-
         size = Path(path).stat().st_size
+        headers = {"Content-Length": str(size)}
+        if hashed_dirs:
+            from rtenv_cli.core.agent.delta import hashed_dirs_header
+
+            headers.update(hashed_dirs_header(hashed_dirs))
         with Path(path).open("rb") as fh:
             self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", data=fh,
-                           headers={"Content-Length": str(size),
-                                    **hashed_dirs_header(hashed_dirs)})
+                           headers=headers)
         if on_progress is not None:
             on_progress(size)
 
