@@ -268,7 +268,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                     built = build_scan(scan, dest_dir=dest, layout=layout(stage),
                                        digests=digests)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
-                    stage.upload(uri, built.path, on_progress=adv)
+                    stage.upload(uri, built.path, on_progress=adv, **_hashed(stage, built))
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
             return _staged_uri(stage, uri), built.zip_bytes, False, True, stage.label
         with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
@@ -276,10 +276,17 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                 target.upload(uri, built.path, on_progress=adv,  # type: ignore[call-arg]
                               ready=built.ready, size=built.zip_bytes)
             else:
-                target.upload(uri, built.path, on_progress=adv)
+                target.upload(uri, built.path, on_progress=adv, **_hashed(target, built))
         return target.published_uri(uri), built.zip_bytes, True, False, target.label
     finally:
         built.path.unlink(missing_ok=True)
+
+
+def _hashed(target: Target, built: Any) -> dict[str, Any]:
+    """For a target that verifies a package against its name: what Ray hashed that the zip
+    cannot show (packaging's `BuiltPackage.hashed_dirs`)."""
+    return {"hashed_dirs": built.hashed_dirs} if getattr(target, "verifies_packages", False) \
+        else {}
 
 
 def _staged_uri(stage: Target, uri: str) -> str:

@@ -327,3 +327,24 @@ def test_output_inside_the_working_dir_is_never_packaged(
 
         uris.append(yaml.safe_load((app / "pushed.yaml").read_text())["working_dir"])
     assert uris == [uri, uri, uri]
+
+
+@pytest.mark.parametrize("excludes", [["tests/"], ["*.bin"]])
+def test_push_of_a_folder_whose_files_are_all_excluded(tmp_path: Path,
+                                                        excludes: list[str]) -> None:
+    """To the embedded store and to a real agent, which both verify the zip against its URI."""
+    from tests.core.agent.conftest import agent_process
+
+    src = tmp_path / "m"
+    (src / "tests").mkdir(parents=True)
+    (src / "main.py").write_text("print(1)\n")
+    (src / "tests" / "t.bin").write_text("t\n")
+    spec = tmp_path / "re.yaml"
+    spec.write_text(json.dumps({"working_dir": str(src), "excludes": excludes}))
+    res = run_cli(["push", str(spec), "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    with agent_process(tmp_path / "agent-store") as agent:
+        to_agent = run_cli(["push", str(spec), "--to", agent.url, "--format", "json"])
+        assert to_agent.exit_code == 0, to_agent.stderr
+        assert to_agent.json["packages"][0]["uploaded"] is True
+    assert to_agent.json["packages"][0]["uri"] == res.json["packages"][0]["uri"]

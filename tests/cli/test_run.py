@@ -197,3 +197,26 @@ def test_address_goes_through_the_one_resolver(tmp_path: Path) -> None:
                          "import os; print(os.environ['A'])"])
     assert local.exit_code == 0, local.stderr
     assert local.stdout.strip() == "b"
+
+
+@pytest.mark.parametrize("ignore", [".gitignore:/data/", "excludes:tests/", "excludes:*.bin"])
+def test_a_folder_whose_files_are_all_ignored_runs(tmp_path: Path, ignore: str) -> None:
+    """Ray hashes such a folder's name but its zip has no entry for it; the embedded store
+    refused the package ("content of _ray_pkg_… does not match its name")."""
+    m = tmp_path / "m"
+    (m / "data").mkdir(parents=True)
+    (m / "tests").mkdir()
+    (m / "main.py").write_text("import os; print(sorted(os.listdir('.')))\n")
+    (m / "data" / "x.bin").write_text("x\n")
+    (m / "tests" / "t.bin").write_text("t\n")
+    how, rule = ignore.split(":")
+    spec = "working_dir: .\n"
+    if how == ".gitignore":
+        (m / ".gitignore").write_text(rule + "\n")
+    else:
+        spec += f"excludes: ['{rule}']\n"
+    (m / "re.yaml").write_text(spec)
+    res = run_process(["run", "-r", "re.yaml", "--", "python", "main.py"], cwd=str(m))
+    assert res.exit_code == 0, res.stderr
+    assert "does not match" not in res.stderr
+    assert "main.py" in res.stdout

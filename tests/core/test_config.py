@@ -128,8 +128,8 @@ def test_a_good_config_is_taken_as_written(tmp_path: Path,
     assert result.exit_code == 0, result.stderr
     assert result.json["files"][0]["path"].endswith("a.yml")
 
-    from rtenv_cli.core.units import parse_size
     from rtenv_cli.core.run import embedded_budget
+    from rtenv_cli.core.units import parse_size
 
     monkeypatch.chdir(tmp_path)
     budget = embedded_budget()

@@ -4,7 +4,15 @@ A manifest names a package by its Ray URI and lists its entries::
 
     {"uri": "gcs://_ray_pkg_<16hex>.zip", "kind": "working_dir" | "py_module",
      "name": "<top-level dir for a py_module>" | null,
-     "entries": [{"path": "a/b.py", "is_dir": false, "mode": 420, "size": 12, "sha256": "..."}]}
+     "entries": [{"path": "a/b.py", "is_dir": false, "mode": 420, "size": 12, "sha256": "...",
+                  "zip_time": [2026, 1, 2, 3, 4, 6]},
+                 {"path": "data", "is_dir": true, "mode": 493, "in_zip": false, ...}]}
+
+Directories listed are those with no entry below them: `in_zip` says whether Ray's zip has them
+(empty on disk) or only hashes their name (children all excluded; default true, as older
+clients meant). `zip_time` is the member's date_time in the client's zip (its local mtime, as
+Ray dates members), so the zip assembled here is byte for byte the one the client would build
+(default 1980-01-01).
 
 or, relative to a package the store already holds, only what changed (an edit costs bytes and
 work in proportion to the edit, not to the tree)::
@@ -22,7 +30,7 @@ blobs when it is first needed (Store.package_file), not on every save.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,16 +47,29 @@ class ManifestEntry:
     mode: int
     size: int
     sha256: str | None
+    in_zip: bool = True
+    zip_time: tuple[int, ...] | None = None
 
     @classmethod
     def parse(cls, item: Mapping[str, Any]) -> ManifestEntry:
         path = str(item["path"])
-        norm = _check_path(path)
         is_dir = bool(item.get("is_dir"))
+        norm = "." if path == "." and is_dir else _check_path(path)  # ".": an empty package
         sha = None if is_dir else str(item["sha256"])
         if sha is not None and not SHA256_RE.match(sha):
             raise PackagingError(f"manifest entry {path!r} has an invalid sha256")
-        return cls(norm, is_dir, int(item.get("mode", 0o644)), int(item.get("size", 0)), sha)
+        when = item.get("zip_time")
+        if when is not None:
+            when = tuple(int(x) for x in when)
+            if len(when) != 6 or not 1980 <= when[0] <= 2107:  # noqa: PLR2004 - zip's date range
+                raise PackagingError(f"manifest entry {path!r} has an invalid zip_time",
+                                     hint="[year, month, day, hour, minute, second]")
+        return cls(norm, is_dir, int(item.get("mode", 0o644)), int(item.get("size", 0)), sha,
+                   bool(item.get("in_zip", True)) if is_dir else True, when)
+
+    def row(self, digest: str | None) -> Row:
+        return [self.path, self.is_dir, self.mode, self.size, self.sha256, digest, self.in_zip,
+                list(self.zip_time) if self.zip_time is not None else None]
 
 
 def _check_path(path: str) -> str:
@@ -101,8 +122,35 @@ class Manifest:
         return sorted({e.sha256 for e in (*self.entries, *self.upsert) if e.sha256})
 
 
-# A published manifest's entry: [path, is_dir, mode, size, sha256 | None, ray digest (16 hex)]
+# A published manifest's entry: [path, is_dir, mode, size, sha256 | None, ray digest (16 hex),
+# in_zip, zip_time | None]; manifests published before the last two have six fields
 Row = list[Any]
+
+HASHED_DIRS_HEADER = "X-Rtenv-Hashed-Dirs"  # on a package PUT: JSON list (see hashed_dirs_header)
+
+
+def hashed_dirs_header(dirs: Sequence[str]) -> dict[str, str]:
+    """The request header declaring a package's hashed-but-not-zipped paths (packaging's
+    `hashed_not_zipped`), which the store needs to verify it; none when there are none."""
+    import json
+
+    return {HASHED_DIRS_HEADER: json.dumps(list(dirs), separators=(",", ":"))} if dirs else {}
+
+
+def parse_hashed_dirs(value: str | None) -> tuple[str, ...]:
+    """The paths of a `X-Rtenv-Hashed-Dirs` header (none without the header)."""
+    import json
+
+    if not value:
+        return ()
+    try:
+        dirs = json.loads(value)
+    except ValueError:
+        dirs = None
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise PackagingError(f"{HASHED_DIRS_HEADER} is not a JSON list of paths",
+                             hint='e.g. ["data", "tests/fixtures"]')
+    return tuple(dirs)
 
 
 def missing(store: Store, manifest: Manifest) -> list[str]:
@@ -114,8 +162,7 @@ def missing(store: Store, manifest: Manifest) -> list[str]:
 def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
     """path -> row for the package, digests filled where the base already knows them."""
     if manifest.base is None:
-        return {e.path: [e.path, e.is_dir, e.mode, e.size, e.sha256, None]
-                for e in manifest.entries}
+        return {e.path: e.row(None) for e in manifest.entries}
     base = store.load_manifest(manifest.base.removeprefix("gcs://"))
     if base is None or base.get("kind") != manifest.kind or base.get("name") != manifest.name:
         raise PackagingError(f"{BASE_UNKNOWN}: {manifest.base}",
@@ -126,7 +173,7 @@ def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
     for e in manifest.upsert:
         old = rows.get(e.path)
         same = old is not None and old[1] == e.is_dir and old[4] == e.sha256
-        rows[e.path] = [e.path, e.is_dir, e.mode, e.size, e.sha256, old[5] if same else None]
+        rows[e.path] = e.row(old[5] if same else None)
     return rows
 
 

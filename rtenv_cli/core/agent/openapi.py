@@ -31,7 +31,12 @@ SCHEMA: dict[str, Any] = {
             "ManifestEntry": {"type": "object", "required": ["path"], "properties": {
                 "path": {"type": "string"}, "is_dir": {"type": "boolean"},
                 "mode": {"type": "integer"}, "size": {"type": "integer"},
-                "sha256": {"type": "string", "nullable": True}}},
+                "sha256": {"type": "string", "nullable": True},
+                "in_zip": {"type": "boolean", "description": "a directory: whether Ray's zip "
+                           "has it (empty on disk) or only hashes its name; default true"},
+                "zip_time": {"type": "array", "items": {"type": "integer"},
+                             "description": "the member's date_time in the client's zip "
+                             "(local mtime); default 1980-01-01"}}},
             "Manifest": {"type": "object", "required": ["uri", "kind"], "properties": {
                 "uri": {"type": "string"}, "kind": {"enum": ["working_dir", "py_module"]},
                 "name": {"type": "string", "nullable": True},
@@ -62,6 +67,11 @@ SCHEMA: dict[str, Any] = {
                     "responses": {"200": {"description": "exists"},
                                   "404": {"description": "absent"}}},
             "put": {"summary": "Upload a package; verified against its Ray hash",
+                    "description": "X-Rtenv-Hashed-Dirs (a JSON list of relpaths) names what "
+                    "Ray hashed but its zip cannot show (folders whose files were all "
+                    "excluded); without it such a package is refused (422)",
+                    "parameters": [{"name": "X-Rtenv-Hashed-Dirs", "in": "header",
+                                    "required": False, "schema": {"type": "string"}}],
                     "requestBody": _RAW_BODY,
                     "responses": {"200": {"description": "stored"}, **_ERRORS}},
         },

@@ -137,9 +137,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
             return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
                             status_code=200 if exists else 404)
         store.package_path(name)  # validates the name before reading the body
+        hashed = delta.parse_hashed_dirs(request.headers.get(delta.HASHED_DIRS_HEADER))
         path, _size = await spool(request)
         try:
-            await run_in_threadpool(store.put_package, name, path)
+            await run_in_threadpool(lambda: store.put_package(name, path, extra_dirs=hashed))
         finally:
             path.unlink(missing_ok=True)
         return Response(status_code=200)

@@ -245,8 +245,11 @@ class Store:
         return result
 
     def put_package(self, name: str, src: Path | BinaryIO, *,
-                    expected_size: int | None = None) -> Entry:
-        """Store a package after verifying its content against its name (nothing on failure)."""
+                    expected_size: int | None = None,
+                    extra_dirs: Sequence[str] = ()) -> Entry:
+        """Store a package after verifying its content against its name (nothing on failure).
+        `extra_dirs`: what packaging's `hashed_not_zipped` lists for it (names Ray hashed that
+        its zip cannot show); without them such a package cannot be verified and is refused."""
         final = self.package_path(name)
         key = f"package:{name}"
         with self.lock(key):
@@ -259,7 +262,7 @@ class Store:
                 if expected_size is not None and size != expected_size:
                     raise PackagingError(f"upload of {name} truncated: {size} of "
                                          f"{expected_size} bytes", hint="push it again")
-                verify_package(name, tmp)
+                _verify(name, tmp, extra_dirs)
                 os.rename(tmp, final)
                 fsync_dir(final.parent)
             finally:
@@ -449,6 +452,26 @@ class Store:
                     yield f"blobs/{shard.name}/{item.name}", "blob"
 
 
+def _verify(name: str, path: Path, extra_dirs: Sequence[str]) -> None:
+    for d in extra_dirs:
+        if not isinstance(d, str) or not d or d.startswith("/") or "\\" in d or \
+                ".." in d.split("/"):
+            raise PackagingError(f"hashed directory {d!r} of {name} is not a relative path",
+                                 hint="list relpaths inside the package, as `rtenv push` does")
+    try:
+        verify_package(name, path, extra_dirs=extra_dirs)
+    except PackagingError as exc:
+        if extra_dirs:
+            raise
+        raise PackagingError(
+            f"{exc.message}; if the tree has folders whose files were all excluded "
+            "(.gitignore, .rayignore, excludes), Ray hashes their names but its zip omits "
+            "them, so the zip alone cannot be checked against its name",
+            hint="push it with `rtenv push`, which declares those folders (the "
+            "X-Rtenv-Hashed-Dirs header); else it was truncated or altered: push again",
+            path=name) from exc
+
+
 class _Limited:
     """The next `size` bytes of a stream, as a file for `_copy_in`; short input is an error."""
 
@@ -484,37 +507,53 @@ def _copy_in(src: Path | BinaryIO | _Limited, dest: Path, hasher=None, *,  # typ
 
 
 def _zip_manifest(store: Store, doc: dict[str, Any], out: Path) -> None:
-    """Write the zip Ray reads for a manifest package: files deflated, empty dirs as entries,
-    a py_module under its top-level directory."""
-    import zipfile
+    """Write the zip of a manifest package with packaging's writer, from the blobs: what
+    `rtenv push` writes for the same tree (members, names, modes, compression, order). Rows
+    carry whether a directory is zipped and each member's date_time as the client's zip has
+    it; a manifest from before those fields zips every directory row, dated 1980-01-01."""
+    import stat as stat_mod
 
-    prefix = f"{doc['name']}/" if doc.get("kind") == "py_module" and doc.get("name") else ""
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path, is_dir, mode, _size, sha, _digest in doc["entries"]:
-            info = zipfile.ZipInfo(prefix + path + ("/" if is_dir else ""), (1980, 1, 1, 0, 0, 0))
-            if is_dir:
-                info.external_attr = ((0o40000 | (mode & 0o7777 or 0o755)) << 16) | 0x10
-                zf.writestr(info, b"")
-                continue
-            info.external_attr = (0o100000 | (mode & 0o7777 or 0o644)) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with store.blob_path(sha).open("rb") as src, \
-                    zf.open(info, "w", force_zip64=True) as dst:
-                shutil.copyfileobj(src, dst, _CHUNK)
+    from rtenv_cli.core.packaging.build import ZIP_EPOCH, write_package_zip
+    from rtenv_cli.core.packaging.walk import Entry, PackageScan
+
+    entries: list[Entry] = []
+    times: dict[str, Any] = {}  # relpath -> date_time
+    for row in doc["entries"]:
+        path, is_dir, mode, _size, sha = row[:5]
+        in_zip = bool(row[6]) if len(row) > 6 else True  # noqa: PLR2004 - the row's fields
+        when = row[7] if len(row) > 7 else None  # noqa: PLR2004 - the row's fields
+        times[path] = tuple(when) if when else ZIP_EPOCH
+        if is_dir:
+            entries.append(Entry(path, "", True, 0, stat_mod.S_IFDIR | (mode & 0o7777), 0,
+                                 in_zip=in_zip))
+            continue
+        blob = store.blob_path(sha)
+        st = blob.stat()
+        entries.append(Entry(path, str(blob), False, st.st_size,
+                             stat_mod.S_IFREG | (mode & 0o7777), st.st_mtime_ns, st.st_ino))
+    kind = "py_module" if doc.get("kind") == "py_module" and doc.get("name") else "working_dir"
+    files = [e for e in entries if not e.is_dir]
+    scan = PackageScan(Path(str(doc.get("name") or "pkg")), kind, tuple(entries), len(files),
+                       sum(e.size for e in files))
+    result = write_package_zip(scan, out, times=times, processes=False)  # in a server
+    if result.changed:  # blobs are immutable: only disk trouble changes one
+        raise PackagingError(f"blob of {result.changed[0].relpath} changed while it was zipped",
+                             hint="run `rtenv cache purge` on the agent and push again")
     with out.open("rb+") as fh:
         os.fsync(fh.fileno())
 
 
 def _prefixed_copy(source: Path, out: Path, prefix: str) -> None:
-    """Copy every member of zip `source` into `out` under `prefix`, raw (no recompression)."""
+    """Copy every member of zip `source` into `out` under `prefix`, raw (no recompression):
+    the bytes packaging's writer gives with `layout="remote"` for the same members."""
     import zipfile
 
-    from rtenv_cli.core.packaging.zipreuse import copy_raw
+    from rtenv_cli.core.packaging.zipreuse import ZipAppender
 
     with zipfile.ZipFile(source) as src, open(out, "w+b", buffering=1 << 20) as fh, \
             zipfile.ZipFile(fh, "w", allowZip64=True) as dst:
-        dst.writestr(zipfile.ZipInfo(prefix, (1980, 1, 1, 0, 0, 0)), b"")
+        appender = ZipAppender(dst)
         for info in src.infolist():
-            copy_raw(dst, src.fp, info, prefix + info.filename)
+            appender.copy_member(src, info, prefix + info.filename)
     with out.open("rb+") as fh:
         os.fsync(fh.fileno())

@@ -15,6 +15,13 @@ that does not match its content.
 
 `layout="remote"` wraps everything in one extra top-level directory: Ray strips a single
 top-level directory from remote (`file://`, `https://`) zips, and only from those.
+
+This is rtenv's one zip writer: `rtenv push` and `rtenv run` (through `build_scan`), `push
+--watch` (watch/zipcache.py, from its snapshot) and the store's assembly of a delta package (from
+its blobs, agent/store.py) all write through `write_package_zip`, so the same tree gives the same
+bytes whichever route published it. Members are in relpath order (Ray's order is the directory
+listing's, which no other route can reproduce; Ray reads any order), dated with the file's
+local mtime as Ray dates them.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import contextlib
 import os
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -42,7 +49,7 @@ from rtenv_cli.core.packaging.hashing import (
 )
 from rtenv_cli.core.packaging.ignore import Kind
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
-from rtenv_cli.core.packaging.zipreuse import PreviousZip
+from rtenv_cli.core.packaging.zipreuse import PreviousZip, ZipAppender
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
@@ -64,6 +71,14 @@ class BuiltPackage:
     # n bytes are there (None: all of it), raising if the write failed
     ready: Callable[[int | None], None] | None = None
 
+    @property
+    def hashed_dirs(self) -> tuple[str, ...]:
+        """What Ray hashes but this zip cannot show (`hashed_not_zipped`): a store that
+        verifies the package against its URI needs it."""
+        if self.scan is None or self.scan.single_file:
+            return ()
+        return hashed_not_zipped(self.scan.entries)
+
     def wait(self) -> None:
         """Return once `path` is complete (at once unless built with stream=True)."""
         if self.ready is not None:
@@ -74,10 +89,15 @@ class BuiltPackage:
                 "total_bytes": self.total_bytes, "zip_bytes": self.zip_bytes}
 
 
-def _date_time(mtime_ns: int) -> tuple[int, int, int, int, int, int]:
+DateTime = tuple[int, int, int, int, int, int]
+ZIP_EPOCH: DateTime = (1980, 1, 1, 0, 0, 0)
+
+
+def zip_time(mtime_ns: int) -> DateTime:
+    """A member's date_time as Ray's `ZipFile.write` sets it: the local mtime, clamped."""
     t = time.localtime(mtime_ns / 1e9)
-    if t.tm_year < 1980:  # noqa: PLR2004 - the zip epoch
-        return (1980, 1, 1, 0, 0, 0)
+    if t.tm_year < ZIP_EPOCH[0]:
+        return ZIP_EPOCH
     return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
 
 
@@ -87,6 +107,31 @@ def _compressible(path: str, size: int) -> bool:
     with open(path, "rb") as fh:
         sample = fh.read(_SAMPLE)
     return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
+
+
+def hashed_not_zipped(entries: Iterable[Entry]) -> tuple[str, ...]:
+    """Paths Ray hashes by name whose names its zip does not show: directories whose children on
+    disk are all excluded (a `/data/` in .gitignore, `excludes: [tests/]`), with no zipped entry
+    below them, and broken symlinks or sockets. A zip verified against its URI needs them
+    (`rayhash.verify_package(extra_dirs=...)`); the root is always hashed and never listed."""
+    entries = list(entries)
+    shown: set[str] = set()  # directories with a zipped entry below them
+    for e in entries:
+        if e.in_zip:
+            parent = e.relpath
+            while "/" in parent:  # up to the first ancestor already seen: O(entries) in all
+                parent = parent.rsplit("/", 1)[0]
+                if parent in shown:
+                    break
+                shown.add(parent)
+    return tuple(sorted(e.relpath for e in entries
+                        if not e.in_zip and e.relpath != "." and e.relpath not in shown))
+
+
+def is_empty_dir(path: str | Path) -> bool:
+    """Whether a directory has no children on disk: Ray zips such a directory, not others."""
+    with os.scandir(path) as it:
+        return next(it, None) is None
 
 
 def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
@@ -142,10 +187,12 @@ def _prepare(e: Entry) -> _Prepared:
     return _Prepared(crc, zipfile.ZIP_STORED, data, changed, sha1.digest(), sha256)
 
 
-def _info(e: Entry, scan: PackageScan, prefix: str) -> Any:
+def _info(e: Entry, scan: PackageScan, prefix: str,
+          times: Mapping[str, DateTime] | None = None) -> Any:
     import zipfile
 
-    info = zipfile.ZipInfo(arcname(e, scan, prefix), _date_time(e.mtime_ns))
+    when = times.get(e.relpath) if times is not None else None
+    info = zipfile.ZipInfo(arcname(e, scan, prefix), when or zip_time(e.mtime_ns))
     info.create_system = 3
     info.external_attr = (e.mode & 0xFFFF) << 16
     if e.is_dir:
@@ -161,7 +208,7 @@ def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
 
     deflate = _compressible(e.fspath, e.size)
     info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
-    info._compresslevel = 1
+    ZipAppender.set_level(info, 1)
     sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
     sha256 = hashlib.sha256()
     try:
@@ -184,11 +231,13 @@ def _stat_key(e: Entry) -> tuple[int, int, int, int]:
 
 
 @dataclass
-class _ZipPass:
+class ZipPass:
+    """What writing a package zip found: see `write_package_zip`."""
+
     changed: list[Entry] = field(default_factory=list)  # stat changed while being written
     reused: int = 0  # members copied raw from the previous build
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
-    stats: dict[str, tuple[int, int, int, int]] | None = None  # member -> file stat, if known
+    stats: dict[str, Any] | None = None  # member -> its reuse key (the file stat), if known
     spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
 
 
@@ -211,7 +260,7 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str) -> _Batch:
             info.file_size = e.size
             info.compress_size = len(done.payload)
             info.CRC = done.crc
-            header = info.FileHeader(False)
+            header = ZipAppender.local_header(info)
             fh.write(header)
             fh.write(done.payload)
             out.append((info, at, done.changed, done.digest, done.sha256))
@@ -252,7 +301,7 @@ class _Done:
 _INLINE_FILES = 4
 
 
-def _pool(small_files: int) -> Any:
+def _pool(small_files: int, processes: bool = True) -> Any:
     """Workers for `_prepare`: processes for many small files, else threads (none for a few).
 
     Deflating and hashing many small files holds the GIL most of the time (zlib's per-stream
@@ -265,14 +314,22 @@ def _pool(small_files: int) -> Any:
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
     workers = max(2, os.cpu_count() or 2)
-    if small_files >= _PROCESS_MIN_FILES and "fork" in multiprocessing.get_all_start_methods():
+    if processes and small_files >= _PROCESS_MIN_FILES and \
+            "fork" in multiprocessing.get_all_start_methods():
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     return ThreadPoolExecutor(workers)
 
 
-def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one pass
+def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
+    """The entries that get a member, in member order (relpath order: see the module doc)."""
+    return sorted((e for e in entries if e.in_zip), key=lambda e: e.relpath)
+
+
+def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915, PLR0917 - one pass
                on_progress: Callable[[int], None] | None,
-               entries: Sequence[Entry] | None = None) -> _ZipPass:
+               entries: Sequence[Entry] | None = None,
+               times: Mapping[str, DateTime] | None = None, *,
+               processes: bool = True) -> ZipPass:
     """Write the zip of `entries` (default: every entry of the scan that goes in the zip),
     hashing every file it reads on the same read. Small files are prepared (read, hashed,
     deflated) in worker batches; the writer appends them in order.
@@ -280,7 +337,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     import zipfile
     from collections import deque
 
-    result = _ZipPass()
+    result = ZipPass()
     # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when inline)
     # | None for in-order work)
     pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
@@ -291,26 +348,19 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
     scratches: list[str] = []
 
     def write_batch(zf: Any, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
-        """Append a worker's batch: its members' bytes in one copy (copy_range fails if the
-        batch file is short), their infos for the central directory."""
+        """Append a worker's batch: its members' bytes in one copy, their infos for the
+        central directory."""
         scratch, size, prepared = batch_done
-        zf.fp.flush()
         fd = os.open(scratch, os.O_RDONLY)
         try:
-            zipreuse.copy_range(fd, zf.fp.fileno(), 0, size, zf.start_dir)
+            ZipAppender(zf).append_members(fd, size, [(info, at) for info, at, *_r in prepared])
         finally:
             os.close(fd)
             os.unlink(scratch)
-        for (e, _info), (info, at, changed, digest, sha) in zip(items, prepared, strict=True):
-            info.header_offset = zf.start_dir + at
-            zf.filelist.append(info)
-            zf.NameToInfo[info.filename] = info
+        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
             result.digests[e.relpath] = (digest, sha)
             if changed:
                 result.changed.append(e)
-        zf.start_dir += size
-        zf.fp.seek(zf.start_dir)
-        zf._didModify = True
 
     def drain(zf: Any, limit: int) -> None:
         nonlocal in_flight
@@ -339,12 +389,12 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
             pending.append((batch, pool.submit(_prepare_batch, batch, scratches[-1])))
             batch, batch_bytes = [], 0
 
-    plan = [(e, _info(e, scan, prefix))
-            for e in (entries if entries is not None else scan.entries) if e.in_zip]
+    plan = [(e, _info(e, scan, prefix, times))
+            for e in _in_zip(entries if entries is not None else scan.entries)]
     small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
-                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small) as pool:
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
             for e, info in plan:
                 if not e.is_dir and e.size <= _SMALL:
                     batch.append((e, info))
@@ -367,30 +417,33 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915 - one
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
-             background: bool) -> _ZipPass:
+             background: bool, times: Mapping[str, DateTime] | None = None,
+             key: Callable[[Entry], Hashable] | None = None, processes: bool = True
+             ) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
-    stat changed are read and compressed, into a zip of their own; `zipreuse.splice` then
-    assembles both in scan order (in a thread with `background`). Unspliceable (zip64)
-    propagates: the caller builds afresh."""
+    `key` (default: their stat) changed are read and compressed, into a zip of their own;
+    `zipreuse.splice` then assembles both in member order (in a thread with `background`).
+    Unspliceable (zip64) propagates: the caller builds afresh."""
+    key = key or _stat_key
     parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
     fresh: list[Entry] = []
     reused_bytes = 0
-    stats: dict[str, tuple[int, int, int, int]] = {}  # what `remember` files for next time
-    for e in scan.entries:
-        if not e.in_zip:
-            continue
+    stats: dict[str, Any] = {}  # what `remember` files for next time
+    for e in _in_zip(scan.entries):
         name = arcname(e, scan, prefix)
         old = False
         if not e.is_dir:
-            key = stats[name] = _stat_key(e)
-            old = previous.reusable(name, key)
+            k = stats[name] = key(e)
+            old = previous.reusable(name, k)
         parts.append((name, old))
         if old:
             reused_bytes += e.size
         else:
             fresh.append(e)
     result, spliced = zipreuse.splice_changed(
-        out, previous.index, parts, lambda part: _write_zip(scan, part, prefix, on_progress, fresh),
+        out, previous.index, parts,
+        lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
+                                processes=processes),
         background=background)
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
@@ -400,19 +453,48 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
     return result
 
 
+def write_package_zip(scan: PackageScan, out: Path, *,
+                      layout: Literal["ray", "remote"] = "ray",
+                      times: Mapping[str, DateTime] | None = None,
+                      previous: PreviousZip | None = None,
+                      key: Callable[[Entry], Hashable] | None = None,
+                      background: bool = False, processes: bool = True,
+                      on_progress: Callable[[int], None] | None = None) -> ZipPass:
+    """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
+
+    `times`: relpath -> date_time for entries whose file is not the one they stand for (the
+    store writes blobs; the client's local mtime travels with the manifest); others are dated
+    by their mtime. `previous`: an earlier zip of the same source to take unchanged members
+    from (by `key`, default the file stat), spliced (`background`: in a thread, see
+    `zipreuse.splice`); one that cannot splice is ignored. Files whose stat changed while
+    read are in the result's `changed` (the caller must not publish); `digests` holds Ray's
+    digest and the sha256 of every file read; `stats` each file member's `key`.
+    `processes=False`: worker threads only, never forked processes (a server's threads may
+    hold locks a forked child would wait on forever); the bytes are the same.
+    """
+    prefix = "pkg" if layout == "remote" else ""
+    if previous is not None:
+        with contextlib.suppress(zipreuse.Unspliceable):
+            return _rebuild(scan, out, prefix, on_progress, previous, background, times, key,
+                            processes)
+    result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes)
+    result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
+                    for e in scan.entries if e.in_zip and not e.is_dir}
+    return result
+
+
 def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
               on_progress: Callable[[int], None] | None, slot: str | None,
-              background: bool = False) -> _ZipPass:
+              background: bool = False) -> ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
     splices (`background`: see build_scan's `stream`), else from scratch. Nothing is left
     behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
-        if previous is not None:
-            with contextlib.suppress(zipreuse.Unspliceable):
-                return _rebuild(scan, tmp, prefix, on_progress, previous, background)
-        return _write_zip(scan, tmp, prefix, on_progress)
+        return write_package_zip(scan, tmp, layout="remote" if prefix else "ray",
+                                 previous=previous, background=background,
+                                 on_progress=on_progress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -486,9 +568,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     else:  # still being written: it keeps this process's own name (another push of the same
         final = tmp  # tree would replace the shared one under an upload that reopens it)
     if use_cache:
-        zipreuse.remember(scan.root, slot, final, zip_pass.stats if zip_pass.stats is not None
-                          else {arcname(e, scan, prefix): _stat_key(e)
-                                for e in scan.entries if e.in_zip and not e.is_dir},
+        zipreuse.remember(scan.root, slot, final, zip_pass.stats or {},
                           spliced.known if spliced is not None else None,
                           size=spliced.size if spliced is not None else None, gate=gate)
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
@@ -535,4 +615,5 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
                          hint="stop the process writing them, or exclude them", path=str(source))
 
 
-__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest"]
+__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "hashed_not_zipped",
+           "write_package_zip", "zip_time"]

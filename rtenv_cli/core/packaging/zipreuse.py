@@ -13,9 +13,9 @@ is byte-identical to a fresh build. A splice can run in a thread behind a `Write
 an upload streams the zip while it is written. `ZipIndex` reads a central directory without
 building zipfile objects.
 
-`copy_raw` (the agent's prefixed copies) appends one raw member to a `zipfile.ZipFile`, which
-has no public API for it, through its source-documented internals (`ZipInfo.FileHeader`,
-`ZipFile.fp/filelist/NameToInfo/start_dir`), stable since Python 3.6.
+`ZipAppender` appends members whose bytes are already made (a worker's batch of local headers
+and data, a member of another zip) to a `zipfile.ZipFile` being written: it is the one place
+that touches zipfile's internals (see its doc).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -40,30 +40,90 @@ _CHUNK = 1 << 20
 _GATE_STEP = 8 << 20  # bytes copied between two reports to a WriteGate
 
 
-def copy_raw(dst: Any, src_fp: Any, info: Any, name: str) -> None:
-    """Append member `info` of the zip open on `src_fp` to ZipFile `dst` as `name`, raw."""
-    src_fp.seek(info.header_offset)
-    header = src_fp.read(_LOCAL_HEADER)
-    name_len, extra_len = struct.unpack("<HH", header[26:30])
-    src_fp.seek(info.header_offset + _LOCAL_HEADER + name_len + extra_len)
-    zi = copy.copy(info)
-    zi.filename = name
-    zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
-    zi.header_offset = dst.start_dir  # tracked: BufferedRandom.tell() flushes
-    zi.extra = b""
-    header = zi.FileHeader(zip64=zi.file_size > _ZIP64_LIMIT or zi.compress_size > _ZIP64_LIMIT)
-    dst.fp.write(header)
-    remaining = info.compress_size
-    while remaining:
-        chunk = src_fp.read(min(_CHUNK, remaining))
-        if not chunk:
-            raise PackagingError(f"previous package is truncated at {name}")
-        dst.fp.write(chunk)
-        remaining -= len(chunk)
-    dst.filelist.append(zi)
-    dst.NameToInfo[zi.filename] = zi
-    dst.start_dir = zi.header_offset + len(header) + info.compress_size
-    dst._didModify = True
+class ZipAppender:
+    """Raw appends to a `zipfile.ZipFile` open for writing.
+
+    zipfile has no public API to add a member whose local header and data already exist (a
+    worker's batch, a member of another zip), nor to set a member's compression level or make
+    its local header. This class is the only code in rtenv that reaches into zipfile's
+    internals to do so: `ZipFile.fp/start_dir/filelist/NameToInfo/_didModify` and
+    `ZipInfo.FileHeader/_compresslevel`, documented in zipfile's source and stable since
+    Python 3.6. The central directory zipfile writes on close then lists these members as its
+    own.
+    """
+
+    def __init__(self, zf: Any) -> None:
+        self.zf = zf
+
+    @staticmethod
+    def local_header(info: Any, zip64: bool = False) -> bytes:
+        """The local header zipfile writes for `info` (its sizes and crc already set)."""
+        return bytes(info.FileHeader(zip64))
+
+    @staticmethod
+    def set_level(info: Any, level: int) -> None:
+        """The deflate level zipfile uses for `info` when it compresses it itself."""
+        info._compresslevel = level
+
+    def _add(self, info: Any) -> None:
+        self.zf.filelist.append(info)
+        self.zf.NameToInfo[info.filename] = info
+
+    def append_members(self, fd: int, size: int, members: Sequence[tuple[Any, int]]) -> None:
+        """Append the first `size` bytes of file `fd`: members (local header and data) made as
+        zipfile makes them, each `(info, offset in fd)`; copy_range fails if fd is short."""
+        zf = self.zf
+        zf.fp.flush()
+        copy_range(fd, zf.fp.fileno(), 0, size, zf.start_dir)
+        for info, at in members:
+            info.header_offset = zf.start_dir + at
+            self._add(info)
+        zf.start_dir += size
+        zf.fp.seek(zf.start_dir)
+        zf._didModify = True
+
+    def copy_member(self, src: Any, info: Any, name: str) -> None:
+        """Append member `info` of ZipFile `src` (open for reading) as `name`, raw; its local
+        header is what zipfile would write for it (zip64 sizes kept where the source had
+        them)."""
+        dst = self.zf
+        src_fp = src.fp
+        src_fp.seek(info.header_offset)
+        header = src_fp.read(_LOCAL_HEADER)
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        src_fp.seek(info.header_offset + _LOCAL_HEADER + name_len)
+        zip64 = _ZIP64_EXTRA in _extra_tags(src_fp.read(extra_len))
+        zi = copy.copy(info)
+        zi.filename = name
+        zi.flag_bits &= ~_DATA_DESCRIPTOR_FLAG  # sizes go into the local header below
+        zi.header_offset = dst.start_dir  # tracked: BufferedRandom.tell() flushes
+        zi.extra = b""
+        header = zi.FileHeader(zip64=zip64 or zi.file_size > _ZIP64_LIMIT
+                               or zi.compress_size > _ZIP64_LIMIT)
+        dst.fp.write(header)
+        remaining = info.compress_size
+        while remaining:
+            chunk = src_fp.read(min(_CHUNK, remaining))
+            if not chunk:
+                raise PackagingError(f"previous package is truncated at {name}")
+            dst.fp.write(chunk)
+            remaining -= len(chunk)
+        self._add(zi)
+        dst.start_dir = zi.header_offset + len(header) + info.compress_size
+        dst._didModify = True
+
+
+_ZIP64_EXTRA = 0x0001
+
+
+def _extra_tags(extra: bytes) -> set[int]:
+    tags = set()
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, pos)
+        tags.add(tag)
+        pos += 4 + size
+    return tags
 
 
 StatKey = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
@@ -360,9 +420,10 @@ class PreviousZip:
     """The last zip built for a source, with the stat of the file behind each member."""
 
     index: ZipIndex
-    stats: dict[str, StatKey]  # member name -> stat of the file it was built from
+    # member name -> stat of the file it was built from (or the writer's other reuse key)
+    stats: Mapping[str, Hashable]
 
-    def reusable(self, name: str, stat: StatKey) -> bool:
+    def reusable(self, name: str, stat: Hashable) -> bool:
         return self.stats.get(name) == stat and name in self.index.members
 
     def close(self) -> None:

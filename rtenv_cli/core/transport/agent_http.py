@@ -7,7 +7,7 @@ to upload); the delta calls and environment calls are the agent's own (see CONTR
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -77,6 +77,7 @@ class AgentTarget:
     max_upload_bytes: int | None = None
     pins = False
     streams_while_written = False
+    verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.http = _Http(url, token)
@@ -92,12 +93,19 @@ class AgentTarget:
         resp = self.http.call("GET", f"/api/packages/gcs/{self._name(uri)}", ok=(200, 404))
         return bool(resp.status_code == 200)  # noqa: PLR2004 - HTTP OK
 
-    def upload(self, uri: str, path: Path, *,
-               on_progress: Callable[[int], None] | None = None) -> None:
+    def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
+               hashed_dirs: Sequence[str] = ()) -> None:
+        """Ray's PUT, plus the names Ray hashed that the zip cannot show (the agent verifies
+        the package against its name and needs them)."""
         size = Path(path).stat().st_size
+        headers = {"Content-Length": str(size)}
+        if hashed_dirs:
+            from rtenv_cli.core.agent.delta import hashed_dirs_header
+
+            headers.update(hashed_dirs_header(hashed_dirs))
         with Path(path).open("rb") as fh:
             self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", data=fh,
-                           headers={"Content-Length": str(size)})
+                           headers=headers)
         if on_progress is not None:
             on_progress(size)
 

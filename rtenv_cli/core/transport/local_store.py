@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ class LocalStoreTarget:
     max_upload_bytes: int | None = None  # no server in between: no request-size limit
     pins = False
     streams_while_written = False
+    verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, root: Path | str | None = None) -> None:
         from rtenv_cli.core.agent.store import Store
@@ -31,9 +32,9 @@ class LocalStoreTarget:
     def exists(self, uri: str) -> bool:
         return self.store.has_package(_name(uri))
 
-    def upload(self, uri: str, path: Path, *,
-               on_progress: Callable[[int], None] | None = None) -> None:
-        self.store.put_package(_name(uri), Path(path))
+    def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
+               hashed_dirs: Sequence[str] = ()) -> None:
+        self.store.put_package(_name(uri), Path(path), extra_dirs=hashed_dirs)
         if on_progress is not None:
             on_progress(Path(path).stat().st_size)
 

@@ -201,11 +201,12 @@ class WatchSession:
                 discard(src.last_zip, prepared)
                 src.last_zip = prepared
             elif src.last_zip is None:  # the next edit splices from it (else: a whole zip)
-                src.last_zip = build_zip(snap, self.work_dir)
+                src.last_zip = build_zip(snap, self.work_dir, layout=self._layout())
             return sent_early
         # a target that reads a zip while it is written gets the splice streamed (see push)
         stream = self.target.streams_while_written
-        built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream)
+        built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream,
+                                      layout=self._layout())
         try:
             if built.ready is not None:  # only for a target that streams_while_written
                 self.target.upload(uri, built.path, ready=built.ready,  # type: ignore[call-arg]
@@ -218,6 +219,10 @@ class WatchSession:
         discard(src.last_zip, built)
         src.last_zip = built
         return built.zip_bytes
+
+    def _layout(self) -> Any:
+        """The zip layout the target needs (a file:// target: Ray strips a top directory)."""
+        return getattr(self.target, "layout", "ray")
 
     def _push_delta(self, src: Source, target: DeltaTarget) -> int:
         snap = src.snap
@@ -378,7 +383,7 @@ class WatchSession:
                 discard(src.prepared, src.last_zip)
                 src.prepared = None
                 src.prepared = build_zip(src.snap, self.work_dir, src.last_zip,
-                                         background=stream)
+                                         background=stream, layout=self._layout())
                 self._upload_early(src)
         except (RtenvError, OSError):
             return  # e.g. a file still being written: the batch confirms it again

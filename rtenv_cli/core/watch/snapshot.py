@@ -325,6 +325,8 @@ class Snapshot:
     def manifest(self) -> dict[str, Any]:
         """The delta protocol's manifest; entry dicts are reused while their entry is unchanged
         (so comparing two manifests is mostly identity checks: see delta.relative_manifest)."""
+        from rtenv_cli.core.packaging.build import is_empty_dir, zip_time
+
         memo = self._manifest_memo
         fresh: dict[str, tuple[Any, dict[str, Any]]] = {}
         entries: list[dict[str, Any]] = []
@@ -332,13 +334,25 @@ class Snapshot:
             hit = memo.get(e.relpath)
             if hit is None or hit[0] is not e:
                 hit = (e, {"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777,
-                           "size": e.size, "sha256": e.sha256})
+                           "size": e.size, "sha256": e.sha256,
+                           "zip_time": zip_time(e.mtime_ns)})
             fresh[e.relpath] = hit
             entries.append(hit[1])
         for rel in self.leaf_dirs():
-            if rel != ".":
+            # Ray zips a directory only when it is empty on disk (its children may all be
+            # ignored); its stat now, as the zip `rtenv push` would write has it. The root is
+            # always hashed: listed only when it is zipped ("./", an empty package)
+            path = self.root / rel
+            try:
+                st, empty = path.stat(), is_empty_dir(path)
+            except OSError:
+                st, empty = None, False
+            if rel != "." or empty:
                 entries.append({"path": rel, "is_dir": True,
-                                "mode": self.entries[rel].mode & 0o7777, "size": 0,
-                                "sha256": None})
+                                "mode": (st.st_mode if st else self.entries[rel].mode) & 0o7777,
+                                "size": 0, "sha256": None, "in_zip": empty,
+                                # only a zipped directory has a date (an ignored child's
+                                # churn must not change the entry of one that is not)
+                                "zip_time": zip_time(st.st_mtime_ns) if st and empty else None})
         self._manifest_memo = fresh
         return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}

@@ -194,3 +194,62 @@ def test_manifest_paths_must_stay_inside() -> None:
     with pytest.raises(PackagingError):
         delta.Manifest.parse({"uri": "gcs://_ray_pkg_0123456789abcdef.zip", "kind": "working_dir",
                               "entries": [{"path": "../x", "sha256": "0" * 64}]})
+
+
+def test_a_dir_ray_hashes_but_does_not_zip_stays_out_of_the_assembled_zip(
+        tmp_path: Path) -> None:
+    """`data/` holds only ignored files: Ray hashes its name, its zip has no `data/` entry; the
+    store assembled one for every directory row (an empty `data/` after unpacking)."""
+    src = make_tree(tmp_path / "wd", {"main.py": "print(1)\n", ".gitignore": "/data/\n",
+                                      "data/x": "x\n"})
+    (src / "empty").mkdir()
+    uri, ray_zip = ray_package(src, tmp_path)
+    man = _manifest(src, uri)
+    man["entries"] = [e for e in man["entries"] if not e["path"].startswith("data")]
+    man["entries"].append({"path": "data", "is_dir": True, "mode": 0o755, "size": 0,
+                           "in_zip": False})
+    store = Store(tmp_path / "store")
+    for entry in man["entries"]:
+        if not entry["is_dir"]:
+            store.put_blob(entry["sha256"], src / entry["path"])
+    assert delta.commit(store, delta.Manifest.parse(man))["uri"] == uri
+    name = uri.removeprefix("gcs://")
+    with zipfile.ZipFile(store.package_file(name)) as ours, zipfile.ZipFile(ray_zip) as ray:
+        assert sorted(ours.namelist()) == sorted(ray.namelist())
+        assert "empty/" in ours.namelist()
+    verify_package(name, store.package_file(name), extra_dirs=["data"])
+
+
+def test_a_manifest_published_before_in_zip_and_zip_time_still_assembles(
+        tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "wd", {"a.py": "a\n", "s/b.py": "b\n"})
+    (src / "hollow").mkdir()
+    uri, ray_zip = ray_package(src, tmp_path)
+    store = Store(tmp_path / "store")
+    for path in ("a.py", "s/b.py"):
+        store.put_blob(hashlib.sha256((src / path).read_bytes()).hexdigest(), src / path)
+    name = uri.removeprefix("gcs://")
+    rows = [["a.py", False, 0o644, 2, hashlib.sha256(b"a\n").hexdigest(), None],
+            ["hollow", True, 0o755, 0, None, None],
+            ["s/b.py", False, 0o644, 2, hashlib.sha256(b"b\n").hexdigest(), None]]
+    store.put_manifest(name, {"uri": uri, "kind": "working_dir", "name": None,
+                              "entries": rows}, 4)
+    with zipfile.ZipFile(store.package_file(name)) as zf:
+        assert sorted(zf.namelist()) == ["a.py", "hollow/", "s/b.py"]
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert _members(store.package_file(name)) == _members(ray_zip)
+
+
+def test_zip_time_is_the_members_date(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "wd", {"a.py": "a\n"})
+    uri, _zip = ray_package(src, tmp_path)
+    man = _manifest(src, uri)
+    man["entries"][0]["zip_time"] = [2024, 2, 29, 13, 37, 42]
+    store = Store(tmp_path / "store")
+    store.put_blob(man["entries"][0]["sha256"], src / "a.py")
+    delta.commit(store, delta.Manifest.parse(man))
+    with zipfile.ZipFile(store.package_file(uri.removeprefix("gcs://"))) as zf:
+        assert zf.getinfo("a.py").date_time == (2024, 2, 29, 13, 37, 42)
+    man["entries"][0]["zip_time"] = [1970, 1, 1, 0, 0, 0]
+    with pytest.raises(PackagingError, match="zip_time"):
+        delta.Manifest.parse(man)

@@ -328,3 +328,25 @@ def test_openapi_schema_matches_routes(tmp_path: Path) -> None:
         assert methods - {"head"} <= documented[path] | {"head"}, path
     with agent_process(tmp_path / "s2") as agent:
         assert requests.get(f"{agent.url}/openapi.json", timeout=10).json() == SCHEMA
+
+
+def test_a_put_declares_the_hashed_dirs_its_zip_cannot_show(agent: AgentProc,
+                                                           tmp_path: Path) -> None:
+    """A folder whose files are all ignored is hashed by Ray but absent from its zip: rtenv's
+    client names it in X-Rtenv-Hashed-Dirs; a client that does not (Ray's own) is refused
+    with a 422 that says why, since the agent cannot verify the package."""
+    src = make_tree(tmp_path / "wd", {"main.py": "print(1)\n", ".gitignore": "/data/\n",
+                                      "data/x": "x\n"})
+    uri, zpath = ray_package(src, tmp_path)
+    name = uri.removeprefix("gcs://")
+    bare = requests.put(f"{agent.url}/api/packages/gcs/{name}", data=zpath.read_bytes(),
+                        timeout=10)
+    assert bare.status_code == 422
+    assert "all excluded" in bare.json()["error"]["message"]
+    assert "X-Rtenv-Hashed-Dirs" in bare.json()["error"]["hint"]
+    bad = requests.put(f"{agent.url}/api/packages/gcs/{name}", data=zpath.read_bytes(),
+                       headers={"X-Rtenv-Hashed-Dirs": "data"}, timeout=10)
+    assert bad.status_code == 422
+    AgentTarget(agent.url).upload(uri, zpath, hashed_dirs=["data"])
+    got = requests.get(f"{agent.url}/api/packages/gcs/{name}?download=1", timeout=10)
+    assert got.content == zpath.read_bytes()

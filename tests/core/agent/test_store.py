@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,33 @@ def test_writers_in_several_processes_take_turns(tmp_path: Path) -> None:
     count = store.index.conn().execute("SELECT COUNT(*) FROM envs").fetchone()[0]
     assert count == 900
     assert (store.root / "index.sqlite.wlock").exists()
+
+
+def _ignored_folder_package(tmp_path: Path) -> tuple[str, Path]:
+    """Ray's own package of a tree whose `data/` is all ignored: hashed, not in the zip."""
+    src = make_tree(tmp_path / "wd", {"main.py": "print(1)\n", ".gitignore": "/data/\n",
+                                      "data/x": "x\n"})
+    uri, pkg = ray_package(src, tmp_path)
+    with zipfile.ZipFile(pkg) as zf:
+        assert not any(n.startswith("data") for n in zf.namelist())
+    return uri.removeprefix("gcs://"), pkg
+
+
+def test_a_package_with_hashed_but_absent_dirs_is_verified_with_them(tmp_path: Path) -> None:
+    name, pkg = _ignored_folder_package(tmp_path)
+    store = Store(tmp_path / "store")
+    store.put_package(name, pkg, extra_dirs=["data"])
+    assert store.package_file(name).read_bytes() == pkg.read_bytes()
+
+
+def test_without_them_it_is_refused_with_the_cause(tmp_path: Path) -> None:
+    name, pkg = _ignored_folder_package(tmp_path)
+    store = Store(tmp_path / "store")
+    with pytest.raises(PackagingError, match="folders whose files were all excluded") as exc:
+        store.put_package(name, pkg)
+    assert "X-Rtenv-Hashed-Dirs" in (exc.value.hint or "")
+    with pytest.raises(PackagingError, match="does not match"):  # a wrong list proves nothing
+        store.put_package(name, pkg, extra_dirs=["other"])
+    with pytest.raises(PackagingError, match="not a relative path"):
+        store.put_package(name, pkg, extra_dirs=["../data"])
+    assert not store.has_package(name)

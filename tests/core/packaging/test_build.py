@@ -11,7 +11,7 @@ from ray._private.runtime_env.packaging import create_package, get_uri_for_file
 from rtenv_cli.core.errors import PackagingError
 from rtenv_cli.core.packaging.build import build_package
 from tests.core.packaging.test_hashing import ray_uri
-from tests.core.packaging.trees import EXCLUDES, TREES, add_symlinks, w
+from tests.core.packaging.trees import EXCLUDES, TREES, add_symlinks, base_tree, w
 
 
 def entries(zip_path: Path, strip: str = "") -> set[tuple[str, int, int]]:
@@ -201,3 +201,56 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
         build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "out",
                       use_cache=False)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_hashed_dirs_complete_what_the_zip_shows_to_the_uri(tmp_path: Path, tree: str) -> None:
+    """What Ray hashes but does not zip (folders whose files are all excluded, broken links)
+    is exactly `hashed_dirs`: with it a store verifies the package against its name."""
+    from rtenv_cli.core.agent.rayhash import verify_package
+
+    root = tmp_path / "mylib"
+    root.mkdir()
+    TREES[tree](root)
+    if tree == "plain":
+        add_symlinks(root, tmp_path / "outside")
+    for kind in ("working_dir", "py_module"):
+        for excludes in EXCLUDES:
+            if excludes in (["*"], [".*"]) or tree == "gitignore_whitelist":
+                continue
+            built = build_package(root, kind=kind, excludes=excludes, env={},
+                                  dest_dir=tmp_path / "o", use_cache=False)
+            verify_package(built.path.name, built.path, extra_dirs=built.hashed_dirs)
+            if built.hashed_dirs:
+                with pytest.raises(PackagingError, match="does not match"):
+                    verify_package(built.path.name, built.path)
+            built.path.unlink()
+
+
+def test_the_stores_remote_copy_is_the_remote_build(tmp_path: Path) -> None:
+    """The agent's rendition for Ray's nodes (`/download/...`, raw member copies under `pkg/`)
+    is byte for byte what `push` writes to file:// for the same tree."""
+    from rtenv_cli.core.agent.store import _prefixed_copy
+
+    root = base_tree(tmp_path / "r")
+    (root / "rnd.bin").write_bytes(os.urandom(50_000))
+    ray_layout = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "a",
+                               use_cache=False)
+    remote = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "b",
+                           layout="remote", use_cache=False)
+    _prefixed_copy(ray_layout.path, tmp_path / "copy.zip", "pkg/")
+    assert (tmp_path / "copy.zip").read_bytes() == remote.path.read_bytes()
+
+
+def test_zipfile_internals_are_touched_in_one_module() -> None:
+    """zipfile has no public raw-append API; only zipreuse (its ZipAppender) reaches in."""
+    import re
+
+    import rtenv_cli
+
+    pattern = re.compile(r"\.(fp|start_dir|filelist|NameToInfo|_didModify|_compresslevel|"
+                         r"FileHeader)\b")
+    pkg = Path(rtenv_cli.__file__).parent
+    users = sorted(str(p.relative_to(pkg)) for p in pkg.rglob("*.py")
+                   if pattern.search(p.read_text(encoding="utf-8")))
+    assert users == ["core/packaging/zipreuse.py"]

@@ -98,3 +98,33 @@ def test_a_zip_that_cannot_splice_is_written_afresh(tmp_path: Path,
     assert second.path.read_bytes() == build_zip(snap, tmp_path / "fresh").path.read_bytes()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         {first.path.name, second.path.name})
+
+
+def test_an_ignored_folder_is_hashed_not_zipped_and_the_zip_is_pushs(tmp_path: Path) -> None:
+    """`push --watch` zipped an empty `data/` for a folder whose files are all ignored (Ray's
+    zip has none): now its zip is byte for byte the one `rtenv push` builds."""
+    from rtenv_cli.core.packaging.build import build_package
+
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "x").write_text("x\n")
+    (src / "keep").mkdir()
+    (src / "main.py").write_text("print(1)\n" * 50)
+    (src / ".gitignore").write_text("/data/\n")
+    snap = Snapshot(src)
+    snap.full_scan()
+    built = build_zip(snap, tmp_path / "out")
+    with zipfile.ZipFile(built.path) as zf:
+        assert sorted(zf.namelist()) == [".gitignore", "keep/", "main.py"]
+    pushed = build_package(src, kind="working_dir", env={}, dest_dir=tmp_path / "push",
+                           use_cache=False)
+    assert pushed.uri == built.uri
+    assert pushed.hashed_dirs == ("data",)
+    assert built.path.read_bytes() == pushed.path.read_bytes()
+    remote = build_zip(snap, tmp_path / "remote", layout="remote")
+    assert remote.path.read_bytes() == build_package(
+        src, kind="working_dir", env={}, dest_dir=tmp_path / "push-remote", layout="remote",
+        use_cache=False).path.read_bytes()
+    manifest = {e["path"]: e for e in snap.manifest()["entries"]}
+    assert manifest["data"]["in_zip"] is False
+    assert manifest["keep"]["in_zip"] is True
