@@ -160,9 +160,9 @@ def test_every_route_serves_the_same_bytes_and_ray_accepts_them(
         watch_file = FileTarget((tmp_path / "watch-shared").as_uri())
         watch_agent = resolve_target(None, wagent.url)
         # push --watch: initial push, then an edit each session re-pushes
-        with Running(m / "re.yaml", watch_store) as ws, \
-                Running(m / "re.yaml", watch_file) as wf, \
-                Running(m / "re.yaml", watch_agent) as wa:
+        with Running(m / "re.yaml", watch_store, base_dir=m) as ws, \
+                Running(m / "re.yaml", watch_file, base_dir=m) as wf, \
+                Running(m / "re.yaml", watch_agent, base_dir=m) as wa:
             _edit(m)
             watched = [r.next_event(1) for r in (ws, wf, wa)]
         assert len({json.dumps(dict(ev.uris), sort_keys=True) for ev in watched}) == 1
@@ -216,7 +216,7 @@ def test_the_watch_store_assembles_what_push_wrote_for_the_watched_version(
     sends nothing and what the agent serves is its own assembly)."""
     m = make_project(tmp_path / "proj", "gitignored")
     with agent_process(tmp_path / "agent-store") as agent:
-        with Running(m / "re.yaml", resolve_target(None, agent.url)) as run:
+        with Running(m / "re.yaml", resolve_target(None, agent.url), base_dir=m) as run:
             _edit(m)
             ev = run.next_event(1)
         store = LocalStoreTarget(tmp_path / "store")
@@ -244,7 +244,7 @@ def test_ray_targets_hold_the_same_bytes(ray_cluster: Any, tmp_path: Path, via: 
     m = make_project(tmp_path / "proj", "gitignored", marker=marker)
     address = ray_cluster.dashboard_url if via == "dashboard" else ray_cluster.address
     if route == "watch":
-        with Running(m / "re.yaml", resolve_target(None, address), pin_s=60) as run:
+        with Running(m / "re.yaml", resolve_target(None, address), pin_s=60, base_dir=m) as run:
             _edit(m, marker)
             uris = dict(run.next_event(1).uris)
     else:

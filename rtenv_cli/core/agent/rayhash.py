@@ -44,6 +44,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}$")
 _CHUNK = 1 << 20
 
 
+class ContentMismatchError(PackagingError):
+    """A well-formed package whose content hashes to another name than the one it has."""
+
+
 def check_name(name: str) -> None:
     """Refuse names that are not plain file names (no slashes, no dot-dot)."""
     if not NAME_RE.match(name) or ".." in name:
@@ -143,7 +147,7 @@ def verify_package(name: str, path: Path, *, extra_dirs: Iterable[str] = ()) -> 
         want = match.group(1)
         accs = _digests_for_zip(path, extra_dirs)
         if want not in {acc.hex() for acc in accs.values()}:
-            raise PackagingError(
+            raise ContentMismatchError(
                 f"content of {name} does not match its name (hash {accs['flat'].hex()})",
                 hint="the upload was truncated or altered; push it again",
             )
@@ -159,8 +163,8 @@ def verify_package(name: str, path: Path, *, extra_dirs: Iterable[str] = ()) -> 
             while chunk := fh.read(_CHUNK):
                 h.update(chunk)
         if h.hexdigest() != match.group(1):
-            raise PackagingError(f"content of {name} does not match its name",
-                                 hint="the upload was truncated or altered; push it again")
+            raise ContentMismatchError(f"content of {name} does not match its name",
+                                       hint="the upload was truncated or altered; push it again")
         return
     if name.startswith("_ray_pkg_"):
         raise PackagingError(f"{name} is not a Ray package name",

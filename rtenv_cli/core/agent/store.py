@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rtenv_cli.core.agent.index import Entry, Index, pid_alive
-from rtenv_cli.core.agent.rayhash import check_name, verify_package
+from rtenv_cli.core.agent.rayhash import ContentMismatchError, check_name, verify_package
 from rtenv_cli.core.agent.unpack import dir_size
 from rtenv_cli.core.errors import CacheBusyError, PackagingError
 from rtenv_cli.core.fsutil import fsync_dir
@@ -453,17 +453,12 @@ class Store:
 
 
 def _verify(name: str, path: Path, extra_dirs: Sequence[str]) -> None:
-    for d in extra_dirs:
-        if not isinstance(d, str) or not d or d.startswith("/") or "\\" in d or \
-                ".." in d.split("/"):
-            raise PackagingError(f"hashed directory {d!r} of {name} is not a relative path",
-                                 hint="list relpaths inside the package, as `rtenv push` does")
     try:
         verify_package(name, path, extra_dirs=extra_dirs)
-    except PackagingError as exc:
+    except ContentMismatchError as exc:
         if extra_dirs:
             raise
-        raise PackagingError(
+        raise ContentMismatchError(
             f"{exc.message}; if the tree has folders whose files were all excluded "
             "(.gitignore, .rayignore, excludes), Ray hashes their names but its zip omits "
             "them, so the zip alone cannot be checked against its name",

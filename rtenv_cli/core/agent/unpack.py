@@ -226,7 +226,9 @@ def plan_zip(zf: Any, label: str, limits: Limits) -> list[Member]:
             total += info.file_size
             packed += info.compress_size
             members.append(Member(name, "file", info.file_size, safe_mode(mode), ref=info))
-    _check_spans(spans, zf.start_dir, label)
+    from rtenv_cli.core.packaging.zipreuse import central_directory_offset
+
+    _check_spans(spans, central_directory_offset(zf), label)
     _check_total(total, packed, label, limits)
     for i, m in enumerate(members):
         if m.kind == "link":

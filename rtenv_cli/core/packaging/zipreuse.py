@@ -116,6 +116,12 @@ class ZipAppender:
 _ZIP64_EXTRA = 0x0001
 
 
+def central_directory_offset(zf: Any) -> int:
+    """Where an open ZipFile's central directory starts (zipfile keeps it as `start_dir` and
+    has no public accessor): the end of the space local members may occupy."""
+    return int(zf.start_dir)
+
+
 def _extra_tags(extra: bytes) -> set[int]:
     tags = set()
     pos = 0
