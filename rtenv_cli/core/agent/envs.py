@@ -17,10 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.agent import builders
-from rtenv_cli.core.agent.index import pid_start_time
+from rtenv_cli.core.agent.index import pid_start_time, valid_pid
 from rtenv_cli.core.agent.store import Store, safe_key
 from rtenv_cli.core.agent.unpack import extract
-from rtenv_cli.core.errors import AgentError, PackagingError, RtenvError, UnsupportedError
+from rtenv_cli.core.errors import (
+    AgentError,
+    PackagingError,
+    RtenvError,
+    UnsupportedError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -147,7 +153,8 @@ class Environments:
         is downloaded into `work`)."""
         if scheme == "gcs":
             name = uri.removeprefix("gcs://")
-            if not self.store.has_package(name):
+            # pinned with the check, under its lock: a gc cannot take it from under the build
+            if not self.store.hold_package(name):
                 raise PackagingError(f"package {uri} is not in the store",
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
@@ -213,6 +220,7 @@ class Environments:
                        pid: int | None, lease_s: float | None, base_dir: Path | None,
                        build: bool, db: sqlite3.Connection | None = None,
                        touched: list[str] | None = None) -> EnvHandle | None:
+        _check_holder(pid, lease_s)
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
             raise UnsupportedError(
@@ -291,10 +299,11 @@ class Environments:
             keys)} if keys else set()
         if present != set(keys):
             return False
-        if env_key in stale:
+        if env_key in stale:  # what `list_envs` shows: entries and env var names, no values
+            shown = {"entries": spec["entries"], "env_var_keys": sorted(spec["env_vars"])}
             db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                       "last_used_at=excluded.last_used_at",
-                       (env_key, json.dumps(spec, sort_keys=True), now, now))
+                       "spec=excluded.spec, last_used_at=excluded.last_used_at",
+                       (env_key, json.dumps(shown, sort_keys=True), now, now))
         db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
                        [(env_key, key, holder, pid, start, expires, now) for key in keys])
         touch = [k for k in keys if k in stale]
@@ -321,10 +330,29 @@ class Environments:
         rows = db.execute("SELECT e.key, e.spec, e.created_at, e.last_used_at, "
                           "(SELECT COUNT(DISTINCT holder) FROM refs r WHERE r.env_key=e.key) "
                           "AS holders FROM envs e ORDER BY e.created_at").fetchall()
-        return [{"key": r["key"], "entries": json.loads(r["spec"])["entries"],
-                 "env_var_keys": sorted(json.loads(r["spec"])["env_vars"]),
-                 "holders": r["holders"], "created_at": r["created_at"],
-                 "last_used_at": r["last_used_at"]} for r in rows]
+        out = []
+        for r in rows:
+            try:
+                spec = json.loads(r["spec"])
+                names = spec.get("env_var_keys", spec.get("env_vars", ()))  # older rows: values
+                out.append({"key": r["key"], "entries": list(spec["entries"]),
+                            "env_var_keys": sorted(names), "holders": r["holders"],
+                            "created_at": r["created_at"], "last_used_at": r["last_used_at"]})
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # a row this code cannot read: not shown, never fatal
+        return out
+
+
+def _check_holder(pid: Any, lease_s: Any) -> None:
+    """A reference's pid and lease as the index needs them (a row it cannot use would stop
+    every gc and the store's start-up)."""
+    if pid is not None and not valid_pid(pid):
+        raise UsageError(f"pid {pid!r} is not a process id",
+                         hint="send the holder's pid as a positive integer, or a lease_s")
+    if lease_s is not None and (isinstance(lease_s, bool) or not isinstance(lease_s, (int, float))
+                                or not 0 < lease_s < 10 * 365 * 86400):
+        raise UsageError(f"lease_s {lease_s!r} is not a duration in seconds",
+                         hint="send a positive number of seconds")
 
 
 def _dirname(key: str | None) -> str:

@@ -127,8 +127,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     async def package(request: Request) -> Response:
         name = request.path_params["name"]
         if request.method in ("GET", "HEAD"):
-            exists = store.has_package(name)
-            if exists and request.query_params.get("download"):
+            download = bool(request.query_params.get("download"))  # else a check: pins, as Ray's
+            exists = (store.has_package(name) if download
+                      else await run_in_threadpool(store.hold_package, name))
+            if exists and download:
                 from starlette.responses import FileResponse
 
                 return FileResponse(await run_in_threadpool(store.package_file, name))
