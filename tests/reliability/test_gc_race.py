@@ -38,7 +38,7 @@ class _PurgeLoop:
         while not self.stop.is_set():
             try:
                 result = self.backend.gc(dry_run=False, purge=True)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
+            except BaseException as exc:  # reported by the test
                 self.errors.append(exc)
                 return
             self.removed += [e.key for e in result.removed]
