@@ -21,8 +21,8 @@ AgentOpt = Annotated[str | None, typer.Option(
 TokenOpt = Annotated[str | None, typer.Option(
     "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True, help="Bearer token for the agent.")]
 KindOpt = Annotated[list[str] | None, typer.Option(
-    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob "
-    "(repeatable).")]
+    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob, "
+    "build-cache (repeatable).")]
 
 
 def _kinds(kind: list[str] | None) -> tuple[str, ...]:

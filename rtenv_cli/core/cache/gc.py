@@ -139,9 +139,13 @@ def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | N
 def run_gc(store: Any, plan: GcPlan, *, dry_run: bool = False) -> GcResult:
     if dry_run:
         return GcResult(plan, dry_run=True)
+    from rtenv_cli.core.cache import build_cache
+
     removed, skipped = [], []
     for entry in plan.remove:
-        (removed if store.remove(entry.key) else skipped).append(entry)
+        gone = (build_cache.remove(entry.key) if entry.kind == build_cache.KIND
+                else store.remove(entry.key))
+        (removed if gone else skipped).append(entry)
     return GcResult(plan, tuple(removed), tuple(skipped))
 
 
