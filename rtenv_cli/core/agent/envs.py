@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,7 +118,8 @@ class Environments:
         return self.store.root / "uv-cache"
 
     # -- components -------------------------------------------------------------------------------
-    def _package_entry(self, kind: str, uri: str, *, ensure: bool = True) -> tuple[str, bool]:
+    def _package_entry(self, kind: str, uri: str, *, ensure: bool = True,
+                       hold: str | None = None) -> tuple[str, bool]:
         key = f"{kind}:{hashlib.sha256(uri.encode()).hexdigest()[:32]}"
         scheme = _archive_kind(uri)
         if scheme not in ("gcs", "file", "https"):
@@ -145,7 +147,7 @@ class Environments:
                 archive.unlink()  # a download into the build dir, not part of the entry
 
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
-        self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build)
+        self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build, hold=hold)
         return key, bool(built)
 
     def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
@@ -165,7 +167,8 @@ class Environments:
         return dest
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
-                    env_vars: Mapping[str, str], *, ensure: bool = True) -> tuple[str, bool]:
+                    env_vars: Mapping[str, str], *, ensure: bool = True,
+                    hold: str | None = None) -> tuple[str, bool]:
         memo_key = _memo_key(kind, value)
         memo = self._venv_memo.get(memo_key) if memo_key else None
         if memo is None:
@@ -187,15 +190,23 @@ class Environments:
 
         label = " ".join(packages) or "(no packages)"
         self.store.get_or_build(key, kind=kind, uri=f"{kind}://{key.split(':', 1)[1]}",
-                                label=label, build=build)
+                                label=label, build=build, hold=hold)
         return key, bool(built)
 
     # -- environments -----------------------------------------------------------------------------
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> EnvHandle:
-        handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
-                                     base_dir=base_dir, build=True)
+        import secrets
+        import threading
+
+        token = f"{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}"
+        try:
+            handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
+                                         base_dir=base_dir, build=True, hold=token)
+        finally:  # what was held for this create, now referenced by its environment (or not)
+            with self.store.index.tx() as db:
+                self.store.index.drop_create_holds(db, token)
         assert handle is not None  # noqa: S101 - build=True never returns None
         return handle
 
@@ -219,7 +230,8 @@ class Environments:
     def _get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                        pid: int | None, lease_s: float | None, base_dir: Path | None,
                        build: bool, db: sqlite3.Connection | None = None,
-                       touched: list[str] | None = None) -> EnvHandle | None:
+                       touched: list[str] | None = None,
+                       hold: str | None = None) -> EnvHandle | None:
         _check_holder(pid, lease_s)
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
@@ -240,12 +252,14 @@ class Environments:
             built: list[str] = []
             wd = runtime_env.get("working_dir")
             if wd:
-                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure)
+                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure,
+                                                 hold=hold)
                 keys.append(key)
                 built += [key] if fresh else []
             mods = []
             for uri in runtime_env.get("py_modules") or []:
-                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure)
+                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure,
+                                                 hold=hold)
                 keys.append(key)
                 mods.append(key)
                 built += [key] if fresh else []
@@ -253,7 +267,7 @@ class Environments:
             for kind in ("pip", "uv"):
                 if runtime_env.get(kind):
                     venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir,
-                                                       env_vars, ensure=ensure)
+                                                       env_vars, ensure=ensure, hold=hold)
                     keys.append(venv_key)
                     built += [venv_key] if fresh else []
             spec = {"entries": keys, "env_vars": env_vars}

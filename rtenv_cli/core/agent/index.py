@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS envs (
 
 WAL_LIMIT = 64 << 20  # the WAL is truncated once it has grown past this
 PIN_ENV, PIN_HOLDER = "pin", "upload"  # the reference row of a pin
+CREATING_ENV = "creating"  # rows holding what a create in progress built or found
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,19 @@ class Index:
                         entry.size_bytes, entry.created_at, entry.last_used_at))
             if pin_s:
                 self.pin(db, [entry.key], pin_s)
+
+    def hold_for_create(self, db: sqlite3.Connection, key: str, token: str) -> bool:
+        """Reference `key`, if it exists, for a create in progress (`token`) until that create
+        holds its environment's references, or its process dies."""
+        if db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone() is None:
+            return False
+        pid = os.getpid()
+        db.execute("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,NULL,?)",
+                   (CREATING_ENV, key, token, pid, pid_start_time(pid), time.time()))
+        return True
+
+    def drop_create_holds(self, db: sqlite3.Connection, token: str) -> None:
+        db.execute("DELETE FROM refs WHERE env_key=? AND holder=?", (CREATING_ENV, token))
 
     def set_size(self, key: str, size_bytes: int) -> None:
         with self.tx() as db:

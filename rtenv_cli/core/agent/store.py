@@ -207,17 +207,21 @@ class Store:
         return self.root / "entries" / safe_key(key)
 
     def get_or_build(self, key: str, *, kind: str, uri: str, label: str,
-                     build: Callable[[Path], None]) -> Entry:
+                     build: Callable[[Path], None], hold: str | None = None) -> Entry:
         """Return the published entry `key`, building it once (single flight) if missing.
 
         `build(tree)` fills the empty directory `tree`; on any exception nothing is left behind.
+        `hold`: a create's token; the entry is referenced for it in the transaction that finds
+        it (under the key's lock when it is built), so no gc takes it before the create holds
+        its environment (`Index.drop_create_holds` ends it).
         """
         entry = self._ready(key)
-        if entry is not None:
+        if entry is not None and self._hold(key, hold):
             return entry
-        with self.lock(key):
+        with self.lock(key):  # remove() cannot run meanwhile: it never waits for the lock
             entry = self._ready(key)
             if entry is not None:
+                self._hold(key, hold)
                 return entry
             work = self.tmp_dir(key)
             try:
@@ -241,7 +245,14 @@ class Store:
                     raise self._disk_full(_as_oserror(exc)) from exc
                 raise
             self.index.put(entry)
+            self._hold(key, hold)
             return entry
+
+    def _hold(self, key: str, token: str | None) -> bool:
+        if token is None:
+            return True
+        with self.index.tx() as db:
+            return self.index.hold_for_create(db, key, token)
 
     def _ready(self, key: str) -> Entry | None:
         entry = self.index.get(key)
