@@ -109,3 +109,22 @@ def test_full_disk_on_a_package_upload_is_disk_full(small_disk: Path, tmp_path: 
         store.put_package(uri.removeprefix("gcs://"), pkg)
     assert not store.has_package(uri.removeprefix("gcs://"))
     assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_a_blob_batch_is_written_once_not_spooled_then_copied(small_disk: Path) -> None:
+    """A batch of 2.6 MiB to an agent on a 4 MiB disk: it fits once, not twice."""
+    import requests
+
+    from tests.core.agent.conftest import agent_process
+
+    blobs = [_incompressible(650_000) for _ in range(4)]
+    body = b"".join(f"{hashlib.sha256(b).hexdigest()} {len(b)}\n".encode() + b for b in blobs)
+    with agent_process(small_disk / "store") as agent:
+        resp = requests.post(f"{agent.url}/api/blobs", data=body, timeout=60)
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == {"stored": 4}
+        root = small_disk / "store"
+        for b in blobs:
+            sha = hashlib.sha256(b).hexdigest()
+            assert (root / "blobs" / sha[:2] / sha).read_bytes() == b
+        assert list((root / "tmp").iterdir()) == []

@@ -165,16 +165,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         return Response(status_code=200)
 
     async def blobs(request: Request) -> Response:
-        path, _size = await spool(request)
+        from rtenv_cli.core.agent.bodyreader import BodyReader
 
-        def work() -> int:
-            with path.open("rb") as fh:
-                return store.put_blobs(fh)
-
-        try:
-            count = await run_in_threadpool(work)
-        finally:
-            path.unlink(missing_ok=True)
+        # each record goes straight into its blob's temp file: the batch is on disk once
+        count = await run_in_threadpool(store.put_blobs, BodyReader(request.stream()))
         return JSONResponse({"stored": count})
 
     def env_request(data: dict[str, Any], client: str) -> dict[str, Any]:

@@ -513,7 +513,7 @@ class Store:
                 count += 1
         finally:
             if count:
-                os.sync()  # one flush for the batch; Python has no syncfs(2)
+                _sync_fs(self.root)  # one flush for the batch
         return count
 
     def put_blob_files(self, blobs: Sequence[tuple[str, Path]]) -> None:
@@ -523,7 +523,7 @@ class Store:
                 self.put_blob(sha, Path(path), fsync=False)
         finally:
             if blobs:
-                os.sync()  # one flush for the batch; Python has no syncfs(2)
+                _sync_fs(self.root)  # one flush for the batch
 
     def building(self) -> list[str]:
         """Names of builds in progress (temp dirs whose builder is alive): never gc'd."""
