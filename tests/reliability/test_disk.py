@@ -128,3 +128,16 @@ def test_a_blob_batch_is_written_once_not_spooled_then_copied(small_disk: Path) 
             sha = hashlib.sha256(b).hexdigest()
             assert (root / "blobs" / sha[:2] / sha).read_bytes() == b
         assert list((root / "tmp").iterdir()) == []
+
+
+def test_a_venv_build_on_a_full_disk_is_disk_full_not_bad_requirements(small_disk: Path
+                                                                       ) -> None:
+    from rtenv_cli.core.agent.envs import Environments
+
+    store = Store(small_disk / "store")
+    st = os.statvfs(small_disk)
+    (small_disk / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 60_000))
+    with pytest.raises(DiskFullError) as info:
+        Environments(store).get_or_create({"pip": ["six==1.16.0"]}, holder="h")
+    assert "requirements" not in (info.value.hint or "")
+    assert list((store.root / "tmp").iterdir()) == []
