@@ -146,3 +146,32 @@ def test_a_pin_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     removed = LocalBackend(store.root).gc(dry_run=False, purge=True).removed
     assert [e.key for e in removed] == [f"blob:{sha}"]
     assert not store.blob_path(sha).exists()
+
+
+def test_agent_check_then_purge_then_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    """Over HTTP: a package found by `GET /api/packages/...` (push's existence check) is pinned
+    as Ray's GET pins it, so a purge before the create does not take it."""
+    import requests
+
+    from rtenv_cli.core.transport.agent_http import AgentTarget
+    from tests.core.agent.conftest import agent_process
+    from tests.core.agent.helpers import ray_package
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("X = 1\n")
+    uri, pkg = ray_package(src, tmp_path)
+    root = tmp_path / "agent-store"
+    monkeypatch.setenv("RTENV_UPLOAD_PIN_S", "0")
+    with agent_process(root) as agent:  # pushed long ago: no pin left
+        AgentTarget(agent.url).upload(uri, pkg)
+    monkeypatch.delenv("RTENV_UPLOAD_PIN_S")
+    with agent_process(root) as agent:
+        assert AgentTarget(agent.url).exists(uri)  # what push (and rtenv run) asks first
+        gc = requests.post(f"{agent.url}/api/gc", json={"purge": True}, timeout=60)
+        assert gc.status_code == 200
+        assert gc.json()["removed"] == []
+        resp = requests.post(f"{agent.url}/api/envs", timeout=60,
+                             json={"runtime_env": {"working_dir": uri}, "holder": "run:1"})
+        assert resp.status_code == 200, resp.text
