@@ -50,7 +50,8 @@ class Entry:
     size_bytes: int
     created_at: float
     last_used_at: float
-    refs: int = 0
+    refs: int = 0  # live holders (an environment's, or a create's in progress)
+    pinned: bool = False  # a fresh upload within its pin: not collectable, yet held by no one
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -249,11 +250,15 @@ class Index:
         db.execute("DELETE FROM entries WHERE key=?", (key,))
 
     def all(self) -> list[Entry]:
+        now = time.time()
         rows = self.conn().execute(
             "SELECT e.*, (SELECT COUNT(DISTINCT r.env_key || '|' || r.holder) FROM refs r "
-            "WHERE r.entry_key=e.key AND (r.expires_at IS NULL OR r.expires_at >= ?)) AS refs "
-            "FROM entries e ORDER BY created_at", (time.time(),)).fetchall()
-        return [Entry(**dict(r)) for r in rows]
+            "WHERE r.entry_key=e.key AND r.env_key != ? "
+            "AND (r.expires_at IS NULL OR r.expires_at >= ?)) AS refs, "
+            "EXISTS (SELECT 1 FROM refs r WHERE r.entry_key=e.key AND r.env_key = ? "
+            "AND r.expires_at >= ?) AS pinned FROM entries e ORDER BY created_at",
+            (PIN_ENV, now, PIN_ENV, now)).fetchall()
+        return [Entry(**{**dict(r), "pinned": bool(r["pinned"])}) for r in rows]
 
     # -- references -------------------------------------------------------------------------------
     def ref_count(self, db: sqlite3.Connection, key: str) -> int:

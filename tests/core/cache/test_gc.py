@@ -57,3 +57,14 @@ def test_bad_values_are_usage_errors() -> None:
         parse_size("big")
     with pytest.raises(UsageError):
         parse_duration("soon")
+
+
+def test_pinned_uploads_are_never_planned() -> None:
+    from dataclasses import replace
+
+    pinned = replace(_e("fresh-upload", 10**9, 99999, kind="package"), pinned=True)
+    entries = [*ENTRIES, pinned]
+    for plan in (plan_gc(entries, purge=True, now=NOW),
+                 plan_gc(entries, older_than_s=1, keep_storage=0, now=NOW)):
+        assert "fresh-upload" not in {e.key for e in plan.remove}
+        assert plan.referenced == 2
