@@ -175,3 +175,33 @@ def test_agent_check_then_purge_then_create(tmp_path: Path, monkeypatch: pytest.
         resp = requests.post(f"{agent.url}/api/envs", timeout=60,
                              json={"runtime_env": {"working_dir": uri}, "holder": "run:1"})
         assert resp.status_code == 200, resp.text
+
+
+def test_a_purge_between_build_and_reference_does_not_take_the_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrowest window: the entry is published, the environment's references not yet
+    taken. A purge there used to remove it (the create then rebuilt it, up to six times)."""
+    import zipfile
+
+    archive = tmp_path / "w.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("a.py", "A = 1\n")
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    purges: list[list[str]] = []
+    acquire = Environments._acquire
+
+    def purge_then_acquire(self: Environments, *args: object, **kw: object) -> bool:
+        if kw.get("db") is None:  # a create's own transaction: after its builds
+            result = LocalBackend(store.root).gc(dry_run=False, purge=True)
+            purges.append([e.key for e in result.removed])
+        return acquire(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Environments, "_acquire", purge_then_acquire)
+    handle = envs.get_or_create({"working_dir": f"file://{archive}"}, holder="h")
+    assert (Path(str(handle.working_dir)) / "a.py").read_text() == "A = 1\n"
+    assert purges[-1] == []  # nothing to take: the entry was held for the create
+    assert len(handle.built) == 1
+    # once the environment holds it, the create's own hold is gone
+    held = store.index.conn().execute("SELECT env_key FROM refs").fetchall()
+    assert [r[0] for r in held] == [handle.key]

@@ -3,7 +3,9 @@
 An environment is a set of store entries (the unpacked working_dir, each py_module, one venv for
 `pip` or `uv`) plus env_vars. Each entry is built once (single flight in the store); the holder's
 references to all of them are taken in one transaction, which is what makes gc safe against a
-racing create.
+racing create. Until then each entry the create found or built is held for it (a reference in
+the transaction that finds it), and the package it unpacks is pinned with its existence check.
+The index keeps an environment's entries and env var names, never their values.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,9 +201,6 @@ class Environments:
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> EnvHandle:
-        import secrets
-        import threading
-
         token = f"{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}"
         try:
             handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
