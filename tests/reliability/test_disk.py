@@ -141,3 +141,23 @@ def test_a_venv_build_on_a_full_disk_is_disk_full_not_bad_requirements(small_dis
         Environments(store).get_or_create({"pip": ["six==1.16.0"]}, holder="h")
     assert "requirements" not in (info.value.hint or "")
     assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_an_upload_bigger_than_the_free_space_gets_a_disk_full_reply(small_disk: Path,
+                                                                     tmp_path: Path) -> None:
+    """Not a connection reset nor a bare 500: the agent reads the rest of the body and says
+    what happened (the status is the HTTP layer's business)."""
+    import requests
+
+    from tests.core.agent.conftest import agent_process
+
+    src = make_tree(tmp_path / "src", {"big.txt": _incompressible(3 << 20).hex()})
+    uri, pkg = ray_package(src, tmp_path)
+    with agent_process(small_disk / "store") as agent:
+        resp = requests.put(f"{agent.url}/api/packages/gcs/{uri.removeprefix('gcs://')}",
+                            data=pkg.read_bytes(), timeout=60)
+        assert resp.status_code >= 500  # a server-side condition
+        error = resp.json()["error"]
+        assert error["kind"] == "disk-full"
+        assert str(small_disk / "store") in error["hint"]
+        assert list((small_disk / "store" / "tmp").iterdir()) == []

@@ -112,6 +112,11 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
                 async for chunk in request.stream():
                     size += len(chunk)
                     out.write(chunk)
+        except OSError as exc:  # the disk filled up: read the rest, so the client gets the reply
+            Path(name).unlink(missing_ok=True)
+            async for _chunk in request.stream():
+                pass
+            raise store.disk_full(exc) if store.out_of_space(exc) else exc from None
         except BaseException:  # the client hung up mid-body: keep nothing
             Path(name).unlink(missing_ok=True)
             raise

@@ -150,7 +150,12 @@ class Store:
                     "index.sqlite.corrupt-%s, rebuilt from the directories", self.root, exc, stamp)
         return Index(base)
 
-    def _disk_full(self, exc: OSError) -> DiskFullError:
+    @staticmethod
+    def out_of_space(exc: BaseException) -> bool:
+        return _out_of_space(exc)
+
+    def disk_full(self, exc: OSError) -> DiskFullError:
+        """The error for a full disk under the store (ENOSPC, quota): not the input's fault."""
         return DiskFullError(f"no space left under {self.root} ({exc.strerror})",
                              hint=f"free space under {self.root} or lower --max-size",
                              path=str(self.root))
@@ -242,7 +247,7 @@ class Store:
             except BaseException as exc:
                 shutil.rmtree(work, ignore_errors=True)
                 if _out_of_space(exc):
-                    raise self._disk_full(_as_oserror(exc)) from exc
+                    raise self.disk_full(_as_oserror(exc)) from exc
                 raise
             self.index.put(entry)
             self._hold(key, hold)
@@ -310,7 +315,7 @@ class Store:
                 fsync_dir(final.parent)
             except OSError as exc:
                 if exc.errno in _NO_SPACE:
-                    raise self._disk_full(exc) from exc
+                    raise self.disk_full(exc) from exc
                 raise
             finally:
                 shutil.rmtree(work, ignore_errors=True)
@@ -371,7 +376,7 @@ class Store:
                                    json.dumps(doc, separators=(",", ":")).encode(), 0o600)
             except OSError as exc:
                 if exc.errno in _NO_SPACE:
-                    raise self._disk_full(exc) from exc
+                    raise self.disk_full(exc) from exc
                 raise
             self._remember(name, doc)
             del size_bytes  # the files are counted as blobs; the package is its manifest
@@ -429,7 +434,7 @@ class Store:
                 fsync_dir(final.parent)
             except OSError as exc:
                 if exc.errno in _NO_SPACE:
-                    raise self._disk_full(exc) from exc
+                    raise self.disk_full(exc) from exc
                 raise
             finally:
                 shutil.rmtree(work, ignore_errors=True)
@@ -477,7 +482,7 @@ class Store:
             size = _disk_bytes(final.stat())
         except OSError as exc:
             if exc.errno in _NO_SPACE:
-                raise self._disk_full(exc) from exc
+                raise self.disk_full(exc) from exc
             raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
