@@ -176,8 +176,8 @@ class Environments:
         memo_key = _memo_key(kind, value)
         memo = self._venv_memo.get(memo_key) if memo_key else None
         if memo is None:
-            memo = (*_packages(kind, value, base_dir),)
-            memo = (memo[0], memo[1], builders.venv_key(kind, memo[0], memo[1]))
+            reqs, opts = _packages(kind, value, base_dir)
+            memo = (reqs, opts, builders.venv_key(kind, reqs, opts))
             if memo_key:
                 if len(self._venv_memo) > 4096:  # noqa: PLR2004 - a bound, not a tuning knob
                     self._venv_memo.clear()

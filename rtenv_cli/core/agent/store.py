@@ -47,7 +47,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from rtenv_cli.core.agent.index import WAL_LIMIT, Entry, Index, pid_alive
 from rtenv_cli.core.agent.rayhash import check_name, verify_package
@@ -71,6 +71,14 @@ log = logging.getLogger("rtenv.store")
 
 def safe_key(key: str) -> str:
     return _KEY_SAFE.sub("_", key)
+
+
+class _Stream(Protocol):
+    """What a blob batch is read from: a file, or a request body (agent.bodyreader)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def readline(self, limit: int = -1, /) -> bytes: ...
 
 
 def _pin_seconds() -> float:
@@ -462,7 +470,8 @@ class Store:
         return {k.removeprefix("blob:") for k in pinned
                 if paths[k.removeprefix("blob:")].exists()}
 
-    def put_blob(self, sha: str, src: Path | BinaryIO, *, fsync: bool = True) -> Entry:
+    def put_blob(self, sha: str, src: Path | BinaryIO | _Limited, *,
+                 fsync: bool = True) -> Entry:
         """Store one blob, verified against its sha256. `fsync=False` is for batches
         (`put_blobs`, `put_blob_files`), which make their blobs durable together."""
         final = self.blob_path(sha)
@@ -493,7 +502,7 @@ class Store:
         self.index.put(entry, pin_s=self.pin_s)  # its manifest is committed after it
         return entry
 
-    def put_blobs(self, stream: BinaryIO) -> int:
+    def put_blobs(self, stream: BinaryIO | _Stream) -> int:
         """Store a batch of blobs from `stream`: records of `<sha256 hex> <size>\\n<bytes>`.
 
         Each blob is verified like `put_blob`; the batch is made durable with one sync at the
@@ -791,7 +800,7 @@ def _as_oserror(exc: BaseException) -> OSError:
 class _Limited:
     """The next `size` bytes of a stream, as a file for `_copy_in`; short input is an error."""
 
-    def __init__(self, stream: BinaryIO, size: int) -> None:
+    def __init__(self, stream: BinaryIO | _Stream, size: int) -> None:
         self.stream, self.left = stream, size
 
     def read(self, n: int = -1) -> bytes:

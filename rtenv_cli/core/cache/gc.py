@@ -144,7 +144,8 @@ def run_gc(store: Any, plan: GcPlan, *, dry_run: bool = False) -> GcResult:
         return GcResult(plan, dry_run=True)
     from rtenv_cli.core.cache import build_cache
 
-    removed, skipped = [], []
+    removed: list[Entry] = []
+    skipped: list[Entry] = []
     for entry in plan.remove:
         gone = (build_cache.remove(entry.key) if entry.kind == build_cache.KIND
                 else store.remove(entry.key))
