@@ -7,6 +7,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from rtenv_cli.core.agent.envs import Environments
 from rtenv_cli.core.agent.index import WAL_LIMIT
 from rtenv_cli.core.agent.store import Store
@@ -19,6 +21,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {"working_dir": f"file://{archive}"}
 
 
+@pytest.mark.slow
 def test_wal_stays_bounded_through_20000_hits_and_is_truncated_on_start(tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = Store(root)
