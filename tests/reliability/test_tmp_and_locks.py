@@ -105,3 +105,26 @@ def test_a_removed_lock_file_still_excludes(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=120)
     assert overlap == []
+
+
+def test_environments_go_with_their_entries(tmp_path: Path) -> None:
+    import zipfile
+
+    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.cache.backends import LocalBackend
+
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    for i in range(5):
+        archive = tmp_path / f"w{i}.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr("a.py", f"A = {i}\n")
+        handle = envs.get_or_create({"working_dir": f"file://{archive}",
+                                     "env_vars": {"N": str(i)}}, holder="h")
+        envs.release(handle.key, "h")
+    held = envs.get_or_create({"working_dir": f"file://{archive}"}, holder="keep")
+    assert len(envs.list_envs()) == 6
+    LocalBackend(store.root).gc(dry_run=False, purge=True)
+    # the held environment's entry stays, and so do the environments made of it
+    assert {e["key"] for e in envs.list_envs()} >= {held.key}
+    assert all(e["entries"] == list(held.entries) for e in envs.list_envs())

@@ -668,9 +668,9 @@ class Store:
                 with self.index.tx() as db:
                     self.index.delete(db, entry.key)
         self.index.prune_refs()
-        self._forget_dead_envs()
+        self.forget_dead_envs()
 
-    def _forget_dead_envs(self) -> None:
+    def forget_dead_envs(self) -> None:
         """Drop environments nobody holds whose entries are all gone (they are rebuilt, and
         listed again, by the next create)."""
         db = self.index.conn()

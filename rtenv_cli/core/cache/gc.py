@@ -150,6 +150,8 @@ def run_gc(store: Any, plan: GcPlan, *, dry_run: bool = False) -> GcResult:
         gone = (build_cache.remove(entry.key) if entry.kind == build_cache.KIND
                 else store.remove(entry.key))
         (removed if gone else skipped).append(entry)
+    if removed:
+        store.forget_dead_envs()  # environments nobody holds, made of what just went
     return GcResult(plan, tuple(removed), tuple(skipped))
 
 
