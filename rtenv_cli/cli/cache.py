@@ -26,8 +26,8 @@ AddressOpt = Annotated[str | None, typer.Option(
     "or auto for the one `ray start` started here) for every node's caches, or an rtenv agent "
     "URL. Default: the embedded store.")]
 KindOpt = Annotated[list[str] | None, typer.Option(
-    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob "
-    "(repeatable).")]
+    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob, "
+    "build-cache (repeatable).")]
 
 
 def _kinds(kind: list[str] | None) -> tuple[str, ...]:

@@ -76,3 +76,9 @@ class CacheError(OperationError):
 
 class CacheBusyError(CacheError):
     kind = "cache-busy"
+
+
+class DiskFullError(OperationError):
+    """No space left (ENOSPC, quota) while storing or building: not the input's fault."""
+
+    kind = "disk-full"

@@ -125,3 +125,54 @@ def test_unreachable_gcs_address_is_one_clear_line() -> None:
     assert res.exit_code == 1
     assert "cannot reach the Ray GCS at 127.0.0.1:" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_build_cache_is_listed_and_purged(tmp_path: Path) -> None:
+    """`<rtenv home>/build/last` (the last zip of each pushed source) is shown and cleaned."""
+    from rtenv_cli.core.run import publish_local
+    from rtenv_cli.core.transport.local_store import LocalStoreTarget
+
+    target = LocalStoreTarget()
+    for name in ("one", "two"):
+        src = tmp_path / name
+        src.mkdir()
+        (src / "main.py").write_text(f"NAME = {name!r}\n" * 100)
+        publish_local({"working_dir": name}, tmp_path, target)
+    last = Path(os.environ["RTENV_HOME"]) / "build" / "last"
+    assert len(list(last.glob("*.zip"))) == 2
+    listing = run_cli(["cache", "ls", "--format", "json"]).json
+    cached = [e for e in listing["entries"] if e["kind"] == "build-cache"]
+    assert len(cached) == 2
+    assert all(e["size_bytes"] > 0 for e in cached)
+    only = run_cli(["cache", "ls", "--kind", "build-cache", "--format", "json"]).json
+    assert len(only["entries"]) == 2
+    res = run_cli(["cache", "purge", "--yes", "--format", "json"])
+    assert res.exit_code == 0
+    assert sum(e["kind"] == "build-cache" for e in res.json["removed"]) == 2
+    assert list(last.iterdir()) == []
+    again = run_cli(["cache", "ls", "--format", "json"]).json
+    assert not [e for e in again["entries"] if e["kind"] == "build-cache"]
+
+
+def test_build_cache_goes_least_recently_used_first(tmp_path: Path) -> None:
+    from rtenv_cli.core.run import publish_local
+    from rtenv_cli.core.transport.local_store import LocalStoreTarget
+
+    target = LocalStoreTarget()
+    last = Path(os.environ["RTENV_HOME"]) / "build" / "last"
+    from rtenv_cli.core.packaging import zipreuse
+
+    for name in ("old", "new"):
+        src = tmp_path / name
+        src.mkdir()
+        (src / "main.py").write_bytes(os.urandom(20_000))
+        publish_local({"working_dir": name}, tmp_path, target)
+        zipreuse.wait_remembered()  # its sidecar is filed by a thread
+        if name == "old":  # the first source's slot was last used long ago
+            for path in last.iterdir():
+                os.utime(path, (time.time() - 7200, time.time() - 7200))
+    res = run_cli(["cache", "gc", "--kind", "build-cache", "--older-than", "1h", "--yes",
+                   "--format", "json"])
+    assert res.exit_code == 0
+    assert len(res.json["removed"]) == 1
+    assert len(list(last.glob("*.zip"))) == 1

@@ -95,6 +95,7 @@ def test_embedded_store_enforces_the_agent_budget_of_the_config(
     from rtenv_cli.core.cache.ls import list_store
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RTENV_UPLOAD_PIN_S", "0")  # no grace for fresh uploads: budget only
     (tmp_path / "rtenv.toml").write_text('[agent]\nmax-size = "1B"\n')
     labels = []
     for name in ("one", "two"):

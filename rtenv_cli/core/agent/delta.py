@@ -214,7 +214,7 @@ def commit(store: Store, manifest: Manifest) -> dict[str, Any]:
     from rtenv_cli.core.packaging.hashing import uri_for_acc
 
     name = manifest.package_name
-    if store.has_package(name):
+    if store.hold_package(name):  # pinned, as a fresh commit is, for the create that follows
         return {"uri": manifest.uri, "package_bytes": store.package_size(name)}
     lacking = missing(store, manifest)
     if lacking:

@@ -3,13 +3,18 @@
 An environment is a set of store entries (the unpacked working_dir, each py_module, one venv for
 `pip` or `uv`) plus env_vars. Each entry is built once (single flight in the store); the holder's
 references to all of them are taken in one transaction, which is what makes gc safe against a
-racing create.
+racing create. Until then each entry the create found or built is held for it (a reference in
+the transaction that finds it), and the package it unpacks is pinned with its existence check.
+The index keeps an environment's entries and env var names, never their values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,10 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.agent import builders
-from rtenv_cli.core.agent.index import pid_start_time
+from rtenv_cli.core.agent.index import pid_start_time, valid_pid
 from rtenv_cli.core.agent.store import Store, safe_key
 from rtenv_cli.core.agent.unpack import extract
-from rtenv_cli.core.errors import AgentError, PackagingError, RtenvError, UnsupportedError
+from rtenv_cli.core.errors import (
+    AgentError,
+    PackagingError,
+    RtenvError,
+    UnsupportedError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -111,7 +122,8 @@ class Environments:
         return self.store.root / "uv-cache"
 
     # -- components -------------------------------------------------------------------------------
-    def _package_entry(self, kind: str, uri: str, *, ensure: bool = True) -> tuple[str, bool]:
+    def _package_entry(self, kind: str, uri: str, *, ensure: bool = True,
+                       hold: str | None = None) -> tuple[str, bool]:
         key = f"{kind}:{hashlib.sha256(uri.encode()).hexdigest()[:32]}"
         scheme = _archive_kind(uri)
         if scheme not in ("gcs", "file", "https"):
@@ -139,7 +151,7 @@ class Environments:
                 archive.unlink()  # a download into the build dir, not part of the entry
 
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
-        self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build)
+        self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build, hold=hold)
         return key, bool(built)
 
     def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
@@ -147,7 +159,8 @@ class Environments:
         is downloaded into `work`)."""
         if scheme == "gcs":
             name = uri.removeprefix("gcs://")
-            if not self.store.has_package(name):
+            # pinned with the check, under its lock: a gc cannot take it from under the build
+            if not self.store.hold_package(name):
                 raise PackagingError(f"package {uri} is not in the store",
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
@@ -158,12 +171,13 @@ class Environments:
         return dest
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
-                    env_vars: Mapping[str, str], *, ensure: bool = True) -> tuple[str, bool]:
+                    env_vars: Mapping[str, str], *, ensure: bool = True,
+                    hold: str | None = None) -> tuple[str, bool]:
         memo_key = _memo_key(kind, value)
         memo = self._venv_memo.get(memo_key) if memo_key else None
         if memo is None:
-            memo = (*_packages(kind, value, base_dir),)
-            memo = (memo[0], memo[1], builders.venv_key(kind, memo[0], memo[1]))
+            reqs, opts = _packages(kind, value, base_dir)
+            memo = (reqs, opts, builders.venv_key(kind, reqs, opts))
             if memo_key:
                 if len(self._venv_memo) > 4096:  # noqa: PLR2004 - a bound, not a tuning knob
                     self._venv_memo.clear()
@@ -180,15 +194,20 @@ class Environments:
 
         label = " ".join(packages) or "(no packages)"
         self.store.get_or_build(key, kind=kind, uri=f"{kind}://{key.split(':', 1)[1]}",
-                                label=label, build=build)
+                                label=label, build=build, hold=hold)
         return key, bool(built)
 
     # -- environments -----------------------------------------------------------------------------
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> EnvHandle:
-        handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
-                                     base_dir=base_dir, build=True)
+        token = f"{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}"
+        try:
+            handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
+                                         base_dir=base_dir, build=True, hold=token)
+        finally:  # what was held for this create, now referenced by its environment (or not)
+            with self.store.index.tx() as db:
+                self.store.index.drop_create_holds(db, token)
         assert handle is not None  # noqa: S101 - build=True never returns None
         return handle
 
@@ -212,7 +231,9 @@ class Environments:
     def _get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                        pid: int | None, lease_s: float | None, base_dir: Path | None,
                        build: bool, db: sqlite3.Connection | None = None,
-                       touched: list[str] | None = None) -> EnvHandle | None:
+                       touched: list[str] | None = None,
+                       hold: str | None = None) -> EnvHandle | None:
+        _check_holder(pid, lease_s)
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
             raise UnsupportedError(
@@ -232,12 +253,14 @@ class Environments:
             built: list[str] = []
             wd = runtime_env.get("working_dir")
             if wd:
-                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure)
+                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure,
+                                                 hold=hold)
                 keys.append(key)
                 built += [key] if fresh else []
             mods = []
             for uri in runtime_env.get("py_modules") or []:
-                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure)
+                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure,
+                                                 hold=hold)
                 keys.append(key)
                 mods.append(key)
                 built += [key] if fresh else []
@@ -245,7 +268,7 @@ class Environments:
             for kind in ("pip", "uv"):
                 if runtime_env.get(kind):
                     venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir,
-                                                       env_vars, ensure=ensure)
+                                                       env_vars, ensure=ensure, hold=hold)
                     keys.append(venv_key)
                     built += [venv_key] if fresh else []
             spec = {"entries": keys, "env_vars": env_vars}
@@ -291,10 +314,11 @@ class Environments:
             keys)} if keys else set()
         if present != set(keys):
             return False
-        if env_key in stale:
+        if env_key in stale:  # what `list_envs` shows: entries and env var names, no values
+            shown = {"entries": spec["entries"], "env_var_keys": sorted(spec["env_vars"])}
             db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                       "last_used_at=excluded.last_used_at",
-                       (env_key, json.dumps(spec, sort_keys=True), now, now))
+                       "spec=excluded.spec, last_used_at=excluded.last_used_at",
+                       (env_key, json.dumps(shown, sort_keys=True), now, now))
         db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
                        [(env_key, key, holder, pid, start, expires, now) for key in keys])
         touch = [k for k in keys if k in stale]
@@ -321,10 +345,29 @@ class Environments:
         rows = db.execute("SELECT e.key, e.spec, e.created_at, e.last_used_at, "
                           "(SELECT COUNT(DISTINCT holder) FROM refs r WHERE r.env_key=e.key) "
                           "AS holders FROM envs e ORDER BY e.created_at").fetchall()
-        return [{"key": r["key"], "entries": json.loads(r["spec"])["entries"],
-                 "env_var_keys": sorted(json.loads(r["spec"])["env_vars"]),
-                 "holders": r["holders"], "created_at": r["created_at"],
-                 "last_used_at": r["last_used_at"]} for r in rows]
+        out = []
+        for r in rows:
+            try:
+                spec = json.loads(r["spec"])
+                names = spec.get("env_var_keys", spec.get("env_vars", ()))  # older rows: values
+                out.append({"key": r["key"], "entries": list(spec["entries"]),
+                            "env_var_keys": sorted(names), "holders": r["holders"],
+                            "created_at": r["created_at"], "last_used_at": r["last_used_at"]})
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # a row this code cannot read: not shown, never fatal
+        return out
+
+
+def _check_holder(pid: Any, lease_s: Any) -> None:
+    """A reference's pid and lease as the index needs them (a row it cannot use would stop
+    every gc and the store's start-up)."""
+    if pid is not None and not valid_pid(pid):
+        raise UsageError(f"pid {pid!r} is not a process id",
+                         hint="send the holder's pid as a positive integer, or a lease_s")
+    if lease_s is not None and (isinstance(lease_s, bool) or not isinstance(lease_s, (int, float))
+                                or not 0 < lease_s < 10 * 365 * 86400):
+        raise UsageError(f"lease_s {lease_s!r} is not a duration in seconds",
+                         hint="send a positive number of seconds")
 
 
 def _dirname(key: str | None) -> str:

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS envs (
     key TEXT PRIMARY KEY, spec TEXT NOT NULL, created_at REAL NOT NULL, last_used_at REAL NOT NULL);
 """
 
+WAL_LIMIT = 64 << 20  # the WAL is truncated once it has grown past this
+PIN_ENV, PIN_HOLDER = "pin", "upload"  # the reference row of a pin
+CREATING_ENV = "creating"  # rows holding what a create in progress built or found
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -46,7 +50,8 @@ class Entry:
     size_bytes: int
     created_at: float
     last_used_at: float
-    refs: int = 0
+    refs: int = 0  # live holders (an environment's, or a create's in progress)
+    pinned: bool = False  # a fresh upload within its pin: not collectable, yet held by no one
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -65,7 +70,18 @@ def pid_start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+PID_MAX = 1 << 22  # the kernel's largest pid_max
+
+
+def valid_pid(pid: object) -> bool:
+    """A pid a reference may name: an int of a real process id (0 and -1 are process groups
+    to kill(2), so a reference naming them would never be pruned)."""
+    return type(pid) is int and 0 < pid <= PID_MAX
+
+
 def pid_alive(pid: int, start: str | None) -> bool:
+    if not valid_pid(pid):  # a row stored by older code, or another tool: no such holder
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -103,9 +119,25 @@ class Index:
         # blocking flock wakes the next writer when the lock is released, where SQLite's busy
         # handler would poll with sleeps of 1-100 ms (and filelock, used for the per-key build
         # locks, polls too: hence flock(2) itself here)
-        self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o600)
         self._autocheckpoint = True
-        self.conn().executescript(SCHEMA)
+        if not path.exists():  # SQLite gives the -wal and -shm files the database's mode
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        try:
+            self.conn().executescript(SCHEMA)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close this thread's connection and the write lock's descriptor."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     def conn(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -116,27 +148,53 @@ class Index:
             # NORMAL is durable against process crashes in WAL mode; only power loss may drop
             # the last transaction, which recovery re-derives from the published directories
             db.execute("PRAGMA synchronous=NORMAL")
+            # a WAL reset back to its start also gives the file back beyond this size
+            db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
             if not self._autocheckpoint:
                 db.execute("PRAGMA wal_autocheckpoint=0")
             db.row_factory = sqlite3.Row
             self._local.db = db
         return db
 
-    def checkpoint_in_background(self, interval_s: float = 2.0) -> None:
+    def wal_bytes(self) -> int:
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
+
+    def truncate_wal(self) -> None:
+        """Fold the whole WAL into the database and cut the file to zero bytes. Writers of
+        every process wait meanwhile (the write locks are held): under steady load a reader
+        or writer is always there, and a checkpoint that only waits for a gap never gets one."""
+        with self._write_lock, _flocked(self._lock_fd):
+            self.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def maintain(self, *, wal_limit: int = WAL_LIMIT) -> None:
+        """One round of upkeep: a PASSIVE checkpoint (never waits), the WAL truncated when it
+        has grown past `wal_limit` anyway."""
+        self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if self.wal_bytes() > wal_limit:
+            self.truncate_wal()
+
+    def checkpoint_in_background(self, interval_s: float = 2.0, *,
+                                 prune_every_s: float = 60.0) -> None:
         """For a long-running server: fold the WAL back from a daemon thread, off the request
-        path (an automatic checkpoint inside a commit fsyncs and shows up as p99 latency)."""
+        path (an automatic checkpoint inside a commit fsyncs and shows up as p99 latency), and
+        drop ended references now and then (every hit writes one; leases end unattended)."""
         self._autocheckpoint = False
         self.conn().execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
             import contextlib
-            import time as _time
 
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            next_prune = time.monotonic() + prune_every_s
             while True:
-                _time.sleep(interval_s)
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                time.sleep(interval_s)
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    self.maintain()
+                    if time.monotonic() >= next_prune:
+                        next_prune = time.monotonic() + prune_every_s
+                        self.prune_refs()
 
         threading.Thread(target=loop, name="rtenv-wal-checkpoint", daemon=True).start()
 
@@ -157,11 +215,32 @@ class Index:
         row = self.conn().execute("SELECT * FROM entries WHERE key=?", (key,)).fetchone()
         return Entry(**dict(row)) if row else None
 
-    def put(self, entry: Entry) -> None:
+    def put(self, entry: Entry, *, pin_s: float | None = None) -> None:
+        """Write `entry`'s row; with `pin_s`, pinned that long in the same transaction (an
+        upload is never unreferenced and collectable in between)."""
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?)",
                        (entry.key, entry.kind, entry.uri, entry.label, entry.path,
                         entry.size_bytes, entry.created_at, entry.last_used_at))
+            if pin_s:
+                self.pin(db, [entry.key], pin_s)
+
+    def hold_for_create(self, db: sqlite3.Connection, key: str, token: str) -> bool:
+        """Reference `key`, if it exists, for a create in progress (`token`) until that create
+        holds its environment's references, or its process dies."""
+        if db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone() is None:
+            return False
+        pid = os.getpid()
+        db.execute("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,NULL,?)",
+                   (CREATING_ENV, key, token, pid, pid_start_time(pid), time.time()))
+        return True
+
+    def drop_create_holds(self, db: sqlite3.Connection, token: str) -> None:
+        db.execute("DELETE FROM refs WHERE env_key=? AND holder=?", (CREATING_ENV, token))
+
+    def set_size(self, key: str, size_bytes: int) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE entries SET size_bytes=? WHERE key=?", (size_bytes, key))
 
     def touch(self, key: str) -> None:
         with self.tx() as db:
@@ -171,25 +250,55 @@ class Index:
         db.execute("DELETE FROM entries WHERE key=?", (key,))
 
     def all(self) -> list[Entry]:
+        now = time.time()
         rows = self.conn().execute(
             "SELECT e.*, (SELECT COUNT(DISTINCT r.env_key || '|' || r.holder) FROM refs r "
-            "WHERE r.entry_key=e.key) AS refs FROM entries e ORDER BY created_at").fetchall()
-        return [Entry(**dict(r)) for r in rows]
+            "WHERE r.entry_key=e.key AND r.env_key != ? "
+            "AND (r.expires_at IS NULL OR r.expires_at >= ?)) AS refs, "
+            "EXISTS (SELECT 1 FROM refs r WHERE r.entry_key=e.key AND r.env_key = ? "
+            "AND r.expires_at >= ?) AS pinned FROM entries e ORDER BY created_at",
+            (PIN_ENV, now, PIN_ENV, now)).fetchall()
+        return [Entry(**{**dict(r), "pinned": bool(r["pinned"])}) for r in rows]
 
     # -- references -------------------------------------------------------------------------------
     def ref_count(self, db: sqlite3.Connection, key: str) -> int:
-        return int(db.execute("SELECT COUNT(*) FROM refs WHERE entry_key=?", (key,))
+        """Live references to `key`: expired leases and pins no longer count."""
+        return int(db.execute("SELECT COUNT(*) FROM refs WHERE entry_key=? AND "
+                              "(expires_at IS NULL OR expires_at >= ?)", (key, time.time()))
                    .fetchone()[0])
 
+    def pin(self, db: sqlite3.Connection, keys: list[str], seconds: float) -> list[str]:
+        """Keep the entries of `keys` that exist from gc for `seconds` (a lease held by no one,
+        like Ray's temporary URI reference); returns the keys that exist. A pin is a reference
+        row, so the transaction that checks for it before deleting an entry sees it."""
+        if not keys:
+            return []
+        now = time.time()
+        present: list[str] = []
+        for i in range(0, len(keys), 500):  # SQLite's limit on host parameters
+            part = keys[i:i + 500]
+            present += [r[0] for r in db.execute(
+                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
+                part)]
+        db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,NULL,NULL,?,?)",
+                       [(PIN_ENV, key, PIN_HOLDER, now + seconds, now) for key in present])
+        return present
+
     def prune_refs(self) -> int:
-        """Drop references whose holder process died or whose lease expired."""
+        """Drop references whose holder process died or whose lease (or pin) expired; rows
+        whose pid or lease is not a number (stored by older code) go too."""
         now = time.time()
         rows = self.conn().execute(
             "SELECT DISTINCT env_key, holder, pid, pid_start, expires_at FROM refs").fetchall()
-        dead = [(r["env_key"], r["holder"]) for r in rows
-                if (r["expires_at"] is not None and r["expires_at"] < now)
-                or (r["pid"] is not None and not pid_alive(r["pid"], r["pid_start"]))]
+        dead = [(r["env_key"], r["holder"]) for r in rows if _ended(r, now)]
         if dead:
             with self.tx() as db:
                 db.executemany("DELETE FROM refs WHERE env_key=? AND holder=?", dead)
         return len(dead)
+
+
+def _ended(row: sqlite3.Row, now: float) -> bool:
+    expires, pid = row["expires_at"], row["pid"]
+    if expires is not None and (not isinstance(expires, (int, float)) or expires < now):
+        return True
+    return pid is not None and not pid_alive(pid, row["pid_start"])

@@ -112,6 +112,11 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
                 async for chunk in request.stream():
                     size += len(chunk)
                     out.write(chunk)
+        except OSError as exc:  # the disk filled up: read the rest, so the client gets the reply
+            Path(name).unlink(missing_ok=True)
+            async for _chunk in request.stream():
+                pass
+            raise store.disk_full(exc) if store.out_of_space(exc) else exc from None
         except BaseException:  # the client hung up mid-body: keep nothing
             Path(name).unlink(missing_ok=True)
             raise
@@ -127,8 +132,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
     async def package(request: Request) -> Response:
         name = request.path_params["name"]
         if request.method in ("GET", "HEAD"):
-            exists = store.has_package(name)
-            if exists and request.query_params.get("download"):
+            download = bool(request.query_params.get("download"))  # else a check: pins, as Ray's
+            exists = (store.has_package(name) if download
+                      else await run_in_threadpool(store.hold_package, name))
+            if exists and download:
                 from starlette.responses import FileResponse
 
                 return FileResponse(await run_in_threadpool(store.package_file, name))
@@ -164,16 +171,10 @@ def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore
         return Response(status_code=200)
 
     async def blobs(request: Request) -> Response:
-        path, _size = await spool(request)
+        from rtenv_cli.core.agent.bodyreader import BodyReader
 
-        def work() -> int:
-            with path.open("rb") as fh:
-                return store.put_blobs(fh)
-
-        try:
-            count = await run_in_threadpool(work)
-        finally:
-            path.unlink(missing_ok=True)
+        # each record goes straight into its blob's temp file: the batch is on disk once
+        count = await run_in_threadpool(store.put_blobs, BodyReader(request.stream()))
         return JSONResponse({"stored": count})
 
     def env_request(data: dict[str, Any], client: str) -> dict[str, Any]:

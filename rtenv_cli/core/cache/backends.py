@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from rtenv_cli.core.cache import build_cache
 from rtenv_cli.core.cache.gc import GcResult, plan_gc, prune_uv_cache, run_gc
 from rtenv_cli.core.cache.ls import CacheListing, list_store
 from rtenv_cli.core.transport.resolve import Address, AddressKind, resolve_address
@@ -26,14 +27,20 @@ class LocalBackend:
         self.store = Store(root)
 
     def listing(self, kinds: tuple[str, ...] = ()) -> CacheListing:
-        return list_store(self.store, kinds)
+        from dataclasses import replace
+
+        listing = list_store(self.store, kinds)
+        if kinds and build_cache.KIND not in kinds:
+            return listing
+        return replace(listing, entries=(*listing.entries, *build_cache.entries()))
 
     def gc(self, *, dry_run: bool, older_than_s: float | None = None,
            keep_storage: int | None = None, kinds: tuple[str, ...] = (),
            purge: bool = False) -> GcResult:
         self.store.index.prune_refs()
-        plan = plan_gc(self.store.index.all(), older_than_s=older_than_s,
-                       keep_storage=keep_storage, kinds=kinds, purge=purge)
+        plan = plan_gc([*self.store.index.all(), *build_cache.entries()],
+                       older_than_s=older_than_s, keep_storage=keep_storage, kinds=kinds,
+                       purge=purge)
         result = run_gc(self.store, plan, dry_run=dry_run)
         if purge and not dry_run:
             result.extra["uv_cache_pruned_bytes"] = prune_uv_cache(self.store)

@@ -19,7 +19,7 @@ from rtenv_cli.core.agent.index import Entry
 class GcPlan:
     remove: tuple[Entry, ...]
     keep_bytes: int  # what stays (referenced or within budget)
-    referenced: int  # entries never considered: they have live references
+    referenced: int  # entries never considered: they have live references or a pin
     reason: str
 
     @property
@@ -55,7 +55,8 @@ class GcResult:
         def entries(items: list[dict[str, Any]]) -> tuple[Entry, ...]:
             return tuple(Entry(key=i["key"], kind=i["kind"], uri=i["uri"], label=i["label"],
                                path="", size_bytes=i["size_bytes"], created_at=i["created_at"],
-                               last_used_at=i["last_used_at"], refs=i.get("refs", 0))
+                               last_used_at=i["last_used_at"], refs=i.get("refs", 0),
+                               pinned=bool(i.get("pinned")))
                          for i in items)
 
         p = data["plan"]
@@ -74,8 +75,8 @@ def _human_duration(seconds: float) -> str:
 
 def _entry(e: Entry) -> dict[str, Any]:
     return {"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
-            "size_bytes": e.size_bytes, "refs": e.refs, "created_at": e.created_at,
-            "last_used_at": e.last_used_at}
+            "size_bytes": e.size_bytes, "refs": e.refs, "pinned": e.pinned,
+            "created_at": e.created_at, "last_used_at": e.last_used_at}
 
 
 def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | None = None,
@@ -84,8 +85,10 @@ def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | N
     """Which unreferenced entries go: every one (purge), those unused for `older_than_s`, then
     the least recently used until the total fits `keep_storage`."""
     now = time.time() if now is None else now
-    referenced = [e for e in entries if e.refs > 0]
-    free = sorted((e for e in entries if e.refs == 0 and (not kinds or e.kind in kinds)),
+    # held: referenced, or an upload still in its pin (pushed for a create that has not come)
+    referenced = [e for e in entries if e.refs > 0 or e.pinned]
+    free = sorted((e for e in entries
+                   if e.refs == 0 and not e.pinned and (not kinds or e.kind in kinds)),
                   key=lambda e: e.last_used_at)
     if purge:
         chosen = list(free)
@@ -116,9 +119,16 @@ def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | N
 def run_gc(store: Any, plan: GcPlan, *, dry_run: bool = False) -> GcResult:
     if dry_run:
         return GcResult(plan, dry_run=True)
-    removed, skipped = [], []
+    from rtenv_cli.core.cache import build_cache
+
+    removed: list[Entry] = []
+    skipped: list[Entry] = []
     for entry in plan.remove:
-        (removed if store.remove(entry.key) else skipped).append(entry)
+        gone = (build_cache.remove(entry.key) if entry.kind == build_cache.KIND
+                else store.remove(entry.key))
+        (removed if gone else skipped).append(entry)
+    if removed:
+        store.forget_dead_envs()  # environments nobody holds, made of what just went
     return GcResult(plan, tuple(removed), tuple(skipped))
 
 

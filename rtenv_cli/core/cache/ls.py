@@ -23,7 +23,7 @@ class CacheListing:
             slot["count"] += 1
             slot["size_bytes"] += e.size_bytes
         size = sum(e.size_bytes for e in self.entries)
-        reclaimable = sum(e.size_bytes for e in self.entries if e.refs == 0)
+        reclaimable = sum(e.size_bytes for e in self.entries if e.refs == 0 and not e.pinned)
         return {"count": len(self.entries), "size_bytes": size,
                 "referenced_bytes": size - reclaimable, "reclaimable_bytes": reclaimable,
                 "by_kind": by_kind, "uv_cache_bytes": self.uv_cache_bytes}
@@ -32,8 +32,9 @@ class CacheListing:
         return {
             "source": self.source,
             "entries": [{"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
-                         "size_bytes": e.size_bytes, "refs": e.refs, "created_at": e.created_at,
-                         "last_used_at": e.last_used_at} for e in self.entries],
+                         "size_bytes": e.size_bytes, "refs": e.refs, "pinned": e.pinned,
+                         "created_at": e.created_at, "last_used_at": e.last_used_at}
+                        for e in self.entries],
             "totals": self.totals,
             "building": list(self.busy),
         }
@@ -43,7 +44,8 @@ class CacheListing:
         entries = tuple(Entry(key=e.get("key", e["uri"]), kind=e["kind"], uri=e["uri"],
                               label=e["label"], path="", size_bytes=e["size_bytes"],
                               created_at=e["created_at"], last_used_at=e["last_used_at"],
-                              refs=e["refs"]) for e in data["entries"])
+                              refs=e["refs"], pinned=bool(e.get("pinned")))
+                        for e in data["entries"])
         return cls(source=data.get("source", ""), entries=entries,
                    busy=tuple(data.get("building") or ()),
                    uv_cache_bytes=(data.get("totals") or {}).get("uv_cache_bytes"))

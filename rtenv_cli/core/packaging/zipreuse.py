@@ -541,6 +541,12 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
 _pending: dict[Path, Any] = {}  # slot -> the thread still writing its sidecar
 
 
+def wait_remembered() -> None:
+    """Wait until every build this process remembered has its sidecar written."""
+    for thread in list(_pending.values()):
+        thread.join()
+
+
 def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey],
                      known: Known | None, gate: WriteGate | None) -> None:
     from rtenv_cli.core.fsutil import atomic_write_bytes

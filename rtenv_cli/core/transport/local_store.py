@@ -30,7 +30,8 @@ class LocalStoreTarget:
         self.label = f"local store {self.store.root}"
 
     def exists(self, uri: str) -> bool:
-        return self.store.has_package(_name(uri))
+        """Whether the store holds it, then pinned for the store's upload pin (as Ray's GET)."""
+        return self.store.hold_package(_name(uri))
 
     def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
                hashed_dirs: Sequence[str] = ()) -> None:

@@ -35,3 +35,14 @@ def test_kinds_and_purge() -> None:
     assert [e.key for e in plan_gc(ENTRIES, purge=True, kinds=("package",)).remove] == ["pkg"]
     assert {e.key for e in plan_gc(ENTRIES, purge=True).remove} == {"new", "old", "older", "pkg"}
     assert plan_gc(ENTRIES).remove == ()
+
+
+def test_pinned_uploads_are_never_planned() -> None:
+    from dataclasses import replace
+
+    pinned = replace(_e("fresh-upload", 10**9, 99999, kind="package"), pinned=True)
+    entries = [*ENTRIES, pinned]
+    for plan in (plan_gc(entries, purge=True, now=NOW),
+                 plan_gc(entries, older_than_s=1, keep_storage=0, now=NOW)):
+        assert "fresh-upload" not in {e.key for e in plan.remove}
+        assert plan.referenced == 2

@@ -1,0 +1,130 @@
+"""Leftovers of killed processes: upload spool files in tmp/, lock files in locks/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from rtenv_cli.core.agent.store import Store
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=30)
+    return proc.pid
+
+
+def _leave_leftovers(root: Path) -> list[Path]:
+    tmp = root / "tmp"
+    dead = _dead_pid()
+    spool = tmp / f"upload.{dead}.k2j3h4"  # a PUT's body, its agent SIGKILLed mid-upload
+    spool.write_bytes(b"x" * 100_000)
+    stray = tmp / "stray-file"  # no pid in its name
+    stray.write_bytes(b"y")
+    stray_dir = tmp / "stray-dir"
+    (stray_dir / "sub").mkdir(parents=True)
+    (stray_dir / "sub" / "f").write_bytes(b"z")
+    link = tmp / "dangling"
+    link.symlink_to(tmp / "nowhere")
+    return [spool, stray, stray_dir, link]
+
+
+def test_restart_alone_clears_every_stray_file_in_tmp(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    Store(root)  # made, then closed as it goes
+    _leave_leftovers(root)
+    Store(root)  # a restart: no other process has the store open
+    assert list((root / "tmp").iterdir()) == []
+
+
+def test_with_the_store_open_elsewhere_only_dead_pids_leftovers_go(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    Store(root)  # made, then closed as it goes
+    spool, stray, stray_dir, link = _leave_leftovers(root)
+    live = root / "tmp" / f"upload.{os.getpid()}.aaaa"  # an upload in flight in a live agent
+    live.write_bytes(b"in flight")
+    holder = subprocess.Popen(  # another process (an agent) holds the store open
+        [sys.executable, "-c", "import sys; from pathlib import Path\n"
+         "from rtenv_cli.core.agent.store import Store\n"
+         "s = Store(Path(sys.argv[1]), recover=False); print('open', flush=True)\n"
+         "sys.stdin.read()", str(root)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "open"
+        Store(root)
+        assert not spool.exists()  # its agent is dead
+        assert live.exists()  # this one's agent is alive
+        assert stray.exists()  # no pid: not ours to judge
+        assert stray_dir.exists()
+        assert link.is_symlink()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+def test_lock_files_go_with_their_entries(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    for i in range(20):
+        store.get_or_build(f"uv:{i}", kind="uv", uri="u", label="l",
+                           build=lambda t: (t / "f").write_text("x"))
+    assert len(list((store.root / "locks").iterdir())) == 20
+    for i in range(20):
+        assert store.remove(f"uv:{i}")
+    assert list((store.root / "locks").iterdir()) == []
+
+
+def test_a_removed_lock_file_still_excludes(tmp_path: Path) -> None:
+    """A waiter on a lock file removed with its entry takes the lock on the fresh file, so two
+    holders of one key never overlap."""
+    store = Store(tmp_path / "store")
+    other = Store(tmp_path / "store", recover=False)  # another process's view: its own flocks
+    inside: list[str] = []
+    overlap: list[str] = []
+    store.get_or_build("uv:k", kind="uv", uri="u", label="l",
+                       build=lambda t: (t / "f").write_text("x"))
+
+    def hold(s: Store, name: str) -> None:
+        for _ in range(200):
+            with s.lock("uv:k"):
+                if inside:
+                    overlap.append(name)
+                inside.append(name)
+                inside.pop()
+                s._lock_path("uv:k").unlink(missing_ok=True)  # remove()'s last step
+
+    threads = [threading.Thread(target=hold, args=(s, n))
+               for s, n in ((store, "a"), (other, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert overlap == []
+
+
+def test_environments_go_with_their_entries(tmp_path: Path) -> None:
+    import zipfile
+
+    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.cache.backends import LocalBackend
+
+    store = Store(tmp_path / "store")
+    envs = Environments(store)
+    for i in range(5):
+        archive = tmp_path / f"w{i}.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr("a.py", f"A = {i}\n")
+        handle = envs.get_or_create({"working_dir": f"file://{archive}",
+                                     "env_vars": {"N": str(i)}}, holder="h")
+        envs.release(handle.key, "h")
+    held = envs.get_or_create({"working_dir": f"file://{archive}"}, holder="keep")
+    assert len(envs.list_envs()) == 6
+    LocalBackend(store.root).gc(dry_run=False, purge=True)
+    # the held environment's entry stays, and so do the environments made of it
+    assert {e["key"] for e in envs.list_envs()} >= {held.key}
+    assert all(e["entries"] == list(held.entries) for e in envs.list_envs())
