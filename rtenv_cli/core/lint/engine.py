@@ -323,6 +323,8 @@ def _parse_hint(kind: str) -> str:
         "ConstructorError": "yaml.safe_load refuses Python tags: write plain YAML values",
         "UnicodeDecodeError": "save the file as UTF-8",
         "OSError": "check the path and its permissions",
+        "LimitExceeded": "a runtime_env file is small and plain: write the values out",
+        "RecursionError": "flatten the nesting: no runtime_env field nests this deep",
     }.get(kind, "fix the syntax at the marked position")
 
 

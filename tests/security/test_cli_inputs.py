@@ -1,0 +1,210 @@
+"""Hostile input to `rtenv validate` and `rtenv explain`: bounded time and memory, a clear
+message and exit 0/1/2, never an internal error or a traceback (red-team items 5, 14, 15, 18, 19).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import CliResult, run_cli
+
+LAUGHS = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+    for prev, name in zip([None, "a", "b", "c", "d", "e", "f"], "abcdefg", strict=True))
+
+
+def _limited() -> None:
+    # a regression must fail the test, not take the machine's memory (red-team 15 OOM-killed it)
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def run_limited(args: list[str], *, stdin: int | None = subprocess.DEVNULL,
+                stdout: int | None = subprocess.PIPE, timeout: float = 120,
+                cwd: Path | None = None, pass_fds: tuple[int, ...] = ()) -> CliResult:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtenv_cli", *args], stdin=stdin, stdout=stdout,
+        stderr=subprocess.PIPE, timeout=timeout, preexec_fn=_limited, check=False, cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1"}, pass_fds=pass_fds)
+    out = proc.stdout.decode(errors="replace") if proc.stdout else ""
+    return CliResult(proc.returncode, out, proc.stderr.decode(errors="replace"))
+
+
+def assert_clean(result: CliResult, codes: tuple[int, ...] = (0, 1, 2)) -> None:
+    assert result.exit_code in codes, result
+    assert "internal error" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+# -- red-team 14: the YAML alias bomb, and a huge file ----------------------------------------
+
+
+def test_alias_bomb_is_refused_with_its_position(tmp_path: Path) -> None:
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text(LAUGHS)
+    assert len(LAUGHS) < 400
+    result = run_limited(["validate", str(bomb)], timeout=60)
+    assert_clean(result, (1,))
+    assert f"{bomb}:6:8: RTE001 error" in result.stdout
+    assert "too many aliases" in result.stdout
+
+
+def test_moderate_aliases_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("x-common: &vars {A: '1', B: '2'}\nenv_vars: *vars\n")
+    result = run_cli(["validate", str(path), "--format", "json"])
+    assert result.exit_code == 0, result
+    assert result.json["files"][0]["normalized"]["env_vars"] == {"A": "1", "B": "2"}
+
+
+def test_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    with path.open("wb") as fh:
+        fh.write(b"env_vars:\n  A: '")
+        fh.write(b"x" * (11 << 20))
+        fh.write(b"'\n")
+    result = run_cli(["validate", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:" in result.stdout
+    assert "over rtenv's 10 MiB limit" in result.stdout
+
+
+def test_standard_input_is_bounded() -> None:
+    result = run_cli(["validate", "-"], input="#" * (11 << 20))
+    assert result.exit_code == 1
+    assert "10 MiB limit" in result.stdout
+
+
+# -- red-team 15: devices and FIFOs ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+@pytest.mark.parametrize("command", ["validate", "explain"])
+def test_devices_are_refused(device: str, command: str) -> None:
+    result = run_limited([command, device] + (["--no-gpu-map"] if command == "explain" else []),
+                         timeout=60)
+    assert_clean(result, (1, 2))
+    assert "not a regular file" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "explain"])
+def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "runtime_env.yaml"
+    os.mkfifo(fifo)
+    result = run_limited([command, str(fifo)], timeout=60)
+    assert_clean(result, (1, 2))
+    assert "FIFO" in result.stdout + result.stderr
+
+
+# -- red-team 19: closed standard streams, an unwritable stdout ---------------------------------
+
+
+def test_validate_with_standard_input_closed() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os, runpy, sys; os.close(0); sys.argv = ['rtenv', "
+         "'validate', '-']; runpy.run_module('rtenv_cli', run_name='__main__')"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc
+    assert "standard input is closed" in proc.stderr
+    assert "internal error" not in proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif"])
+def test_validate_with_standard_output_closed(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars:\n  A: '1'\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os, runpy, sys; os.close(1); sys.argv = ['rtenv', "
+         f"'validate', '--format', '{fmt}', {str(path)!r}]; "
+         "runpy.run_module('rtenv_cli', run_name='__main__')"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert proc.returncode == 1, proc
+    assert "cannot write to standard output" in proc.stderr
+    assert "internal error" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["validate", "{path}"], ["validate", "-f", "json", "{path}"],
+                                  ["explain", "{path}", "--no-gpu-map", "-f", "json"]])
+def test_standard_output_on_dev_full(tmp_path: Path, args: list[str]) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars:\n  A: '1'\n")
+    with open("/dev/full", "wb") as full:
+        result = run_limited([a.format(path=path) for a in args], stdout=full.fileno())
+    assert result.exit_code == 1, result
+    assert "cannot write to standard output: No space left on device" in result.stderr
+    assert_clean(result)
+
+
+# -- red-team 18: explain's inputs -------------------------------------------------------------
+
+
+def test_explain_non_utf8_runtime_env_names_file_and_offset(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_bytes(b"env_vars:\n  A: \"\xff\"\n")
+    for args in (["explain", str(path)], ["explain", "--job-runtime-env", str(path)]):
+        result = run_cli([*args, "--no-gpu-map"])
+        assert_clean(result, (2,))
+        assert f"{path}:2:7:" in result.stderr
+        assert "byte 0xff in position 16" in result.stderr
+
+
+def test_explain_non_utf8_node_env_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.env"
+    path.write_bytes(b"A=\xff\n")
+    result = run_cli(["explain", "--node-env-file", str(path), "--no-gpu-map"])
+    assert_clean(result, (2,))
+    assert f"--node-env-file {path}:1:3:" in result.stderr
+    assert "position 2" in result.stderr
+
+
+@pytest.mark.parametrize(("option", "value"), [("--num-gpus", "1e309"), ("--num-gpus", "inf"),
+                                               ("--num-gpus", "nan"), ("--num-cpus", "inf"),
+                                               ("--num-cpus", "nan")])
+def test_explain_non_finite_amounts_are_usage_errors(option: str, value: str) -> None:
+    result = run_cli(["explain", f"{option}={value}", "--no-gpu-map"])
+    assert_clean(result, (2,))
+    assert f"{option} must be a finite number" in result.stderr
+
+
+def test_explain_null_env_vars_key(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars:\n  ? \n  : x\n")
+    result = run_cli(["explain", str(path), "--no-gpu-map"])
+    assert_clean(result, (1,))
+    assert "env_vars key None is not a string" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("field", ["working_dir", "py_modules"])
+def test_explain_path_over_the_name_limit(tmp_path: Path, field: str) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    value = "a" * 300 if field == "working_dir" else ["b" * 300]
+    path.write_text(f"{field}: {value}\n".replace("'", ""))
+    result = run_cli(["explain", str(path), "--no-gpu-map", "--format", "json"])
+    assert_clean(result, (0,))
+    assert "File name too long" in result.json["cwd"] + str(result.json["pythonpath"])
+
+
+def test_explain_deep_nesting_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars: " + "[" * 3000 + "]" * 3000 + "\n")
+    result = run_cli(["explain", str(path), "--no-gpu-map", "--format", "json"])
+    assert_clean(result, (2,))
+    assert "nests deeper than 100 levels" in result.stderr
+
+
+def test_explain_many_env_vars() -> None:
+    # every key once per key made 20,000 keys take minutes; now one pass
+    from rtenv_cli.core.explain.worker_env import ExplainRequest, predict
+
+    env_vars = {f"K{i}": f"${{K{i + 1}}}/v{i}" for i in range(20_000)}
+    task = {f"K{i}": "t" for i in range(0, 20_000, 2)}
+    preview = predict(ExplainRequest(job_runtime_env={"env_vars": env_vars},
+                                     task_runtime_env={"env_vars": task}))
+    assert preview.env["K1"] == "/v1"  # K2 is applied after K1: blanked
+    assert preview.notes["K0"][0] == "task value overrides the job value"
