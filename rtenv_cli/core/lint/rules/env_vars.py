@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
+from rtenv_cli.core.lint.context import Context, coercion_hint
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
 
 # variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
 VISIBILITY_VARS = {
@@ -78,38 +78,6 @@ def secrets(ctx: Context) -> Iterator[Diagnostic]:
                            "reference it: \"${" + name + "}\"")
 
 
-def expand_like_ray(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
-    """Ray's `update_envs`: keys in sorted order (the env arrives JSON-sorted), expandvars
-    against the worker env plus keys already applied, leftover ${UPPER_CASE} -> ""."""
-    try:
-        from rtenv_cli.core.explain.expand import expand_env_vars
-    except ImportError:
-        pass
-    else:
-        return dict(expand_env_vars(env_vars, base))
-    environ = dict(base)
-    out: dict[str, str] = {}
-    for key in sorted(env_vars):
-        value = re.sub(r"\$\{[A-Z0-9_]+\}", "", _expandvars(env_vars[key], environ))
-        environ[key] = value
-        out[key] = value
-    return out
-
-
-_VAR = r"(?a)\$(\w+|\{[^}]*\})"
-
-
-def _expandvars(value: str, environ: Mapping[str, str]) -> str:
-    """`posixpath.expandvars` against a given mapping instead of os.environ."""
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name.startswith("{") and name.endswith("}"):
-            name = name[1:-1]
-        return environ.get(name, match.group(0))
-
-    return re.sub(_VAR, sub, value)
-
-
 def expansion(ctx: Context) -> Iterator[Diagnostic]:
     items = _str_items(ctx)
     refs = {k: v for k, v in items.items() if "$" in v}
@@ -118,7 +86,9 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
     # the worker's own environment is unknown: assume common variables exist, as non-empty
     base = {name: f"<worker {name}>" for name in ("PATH", "HOME", "PYTHONPATH", "USER",
                                                   "LD_LIBRARY_PATH", "HOSTNAME")}
-    final = expand_like_ray(items, base)
+    from rtenv_cli.core.explain.expand import expand_env_vars  # Ray's update_envs, one place
+
+    final = expand_env_vars(items, base)
     for key, raw in sorted(refs.items()):
         got = final.get(key, raw)
         problems = []
@@ -163,8 +133,6 @@ def more_bad_values(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(env_vars, Mapping):
         return
     reported = {e.json_path for e in ctx.pipeline.errors}
-    from rtenv_cli.core.lint.engine import coercion_hint
-
     for key, value in env_vars.items():
         path = ("env_vars", key)
         if (*ctx.prefix, *path) in reported or not isinstance(key, str) or isinstance(value, str):
