@@ -208,3 +208,83 @@ def test_explain_many_env_vars() -> None:
                                      task_runtime_env={"env_vars": task}))
     assert preview.env["K1"] == "/v1"  # K2 is applied after K1: blanked
     assert preview.notes["K0"][0] == "task value overrides the job value"
+
+
+# -- red-team 19: validate's internal errors ---------------------------------------------------
+
+
+def test_validate_working_dir_with_a_non_utf8_file_name(tmp_path: Path) -> None:
+    tree = tmp_path / "d"
+    tree.mkdir()
+    (tree / "ok.py").write_text("x = 1\n")
+    with open(os.fsencode(tree) + b"/\xff", "wb"):  # a name that is not UTF-8
+        pass
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text(f"working_dir: {tree}\n")
+    result = run_cli(["validate", str(path)])
+    assert_clean(result, (1,))
+    assert f"{path}:1:14: RTE003 error: file name is not valid UTF-8" in result.stdout
+    assert "rename it" in result.stdout
+
+
+@pytest.mark.parametrize("field", ["working_dir", "py_modules"])
+def test_validate_path_over_the_system_limit(tmp_path: Path, field: str) -> None:
+    long = "/" + "/".join(["a" * 200] * 25)  # 5 KB: over PATH_MAX
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text(f"{field}: {long}\n" if field == "working_dir" else f"{field}: [{long}]\n")
+    result = run_cli(["validate", str(path), "--format", "json"])
+    assert_clean(result, (1,))
+    [diag] = result.json["files"][0]["diagnostics"]
+    assert diag["code"] == "RTE003"
+    assert "File name too long" in diag["message"]
+
+
+def test_validate_argument_over_the_system_limit(tmp_path: Path) -> None:
+    result = run_cli(["validate", str(tmp_path / ("a" * 5000))])
+    assert_clean(result, (2,))
+    assert "File name too long" in result.stderr
+
+
+def test_validate_does_not_hash_a_package_over_the_upload_limit(tmp_path: Path) -> None:
+    tree = tmp_path / "data"
+    tree.mkdir()
+    with (tree / "big.bin").open("wb") as fh:  # sparse: costs no disk, 101 MiB to read
+        fh.truncate(101 << 20)
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text(f"working_dir: {tree}\n")
+    result = run_cli(["validate", str(path), "--format", "json"])
+    report = result.json["files"][0]
+    assert any("is over Ray's 100 MiB limit: its gcs:// URI is not computed" in note
+               for note in report["notes"]), report["notes"]
+    assert "working_dir" not in (report["normalized"] or {})
+    assert [d["code"] for d in report["diagnostics"]] == ["RTE150"]
+
+
+# -- red-team 5: secrets in validate's output --------------------------------------------------
+
+SECRETS = ("AKIAABCDEFGHIJKLMNOP", "hunter2-secret", "sk-abcdefghijklmnopqrstu")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
+def test_validate_never_prints_secret_values(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars:\n  DB_PASSWORD: [\"AKIAABCDEFGHIJKLMNOP\"]\n"
+                    "  API_TOKEN: hunter2-secret\n  K: [sk-abcdefghijklmnopqrstu]\n")
+    result = run_cli(["validate", str(path), "--format", fmt])
+    assert result.exit_code == 1
+    for secret in SECRETS:
+        assert secret not in result.stdout + result.stderr
+    assert "AKI****" in result.stdout
+    if fmt == "text":  # the excerpt under the message is redacted like the message
+        assert " 2 |   DB_PASSWORD: [\"AKI****\"]" in result.stdout
+        assert " 3 |   API_TOKEN: hun****" in result.stdout
+
+
+def test_validate_valid_secret_excerpt_is_redacted(tmp_path: Path) -> None:
+    path = tmp_path / "runtime_env.yaml"
+    path.write_text("env_vars:\n  DB_PASSWORD: hunter2-secret\n")
+    result = run_cli(["validate", str(path)])
+    assert result.exit_code == 0
+    assert "DB_PASSWORD=hun****" in result.stdout
+    assert " 2 |   DB_PASSWORD: hun****" in result.stdout
+    assert "hunter2-secret" not in result.stdout

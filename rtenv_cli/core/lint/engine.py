@@ -27,6 +27,7 @@ __all__ = ["DEFAULT_GLOBS", "Context", "FileReport", "ValidateOptions", "Validat
            "check_env", "coercion_hint", "expand_inputs", "expects_string", "validate_bytes",
            "validate_paths", "validate_runtime_env"]
 
+_SHOWN_PATH = 200  # characters of an over-long path argument quoted in its error
 _SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox"})
 STAGE_CODES = {"parse": "RTE001", "shape": "RTE002", "packaging": "RTE003",
                "setup_hook": "RTE004", "json": "RTE007", "server": "RTE008", "driver": "RTE008"}
@@ -41,6 +42,8 @@ class FileReport:
     notes: tuple[str, ...] = ()
     kind: str = "runtime_env"
     source: str | None = field(default=None, repr=False, compare=False)
+    # env_vars secret values: the renderer hides them in source excerpts too
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for d in self.diagnostics if d.severity == severity)
@@ -190,9 +193,13 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     notes: list[str] = []
     normalized: dict[str, Any] = {}
     valid = True
+    from rtenv_cli.core.packaging.walk import memoized_scans
+
     for prefix, data in find_runtime_envs(doc):
-        found, result = check_env(data, prefix=prefix, positions=doc.positions, text=doc.text,
-                                  file_dir=file_dir, options=options, cache=cache)
+        with memoized_scans():  # the pipelines and the size rules share one scan per package
+            found, result = check_env(data, prefix=prefix, positions=doc.positions,
+                                      text=doc.text, file_dir=file_dir, options=options,
+                                      cache=cache)
         diags.extend(found)
         notes.extend(n for n in result.notes if n not in notes)
         valid = valid and not any(d.ray_error for d in found)
@@ -207,13 +214,29 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     if options.strict:
         diags = [replace(d, severity=Severity.ERROR) if d.code == "RTE101" else d for d in diags]
     diags.sort(key=lambda d: (d.line or 0, d.column or 0, d.code))
+    secrets = _secrets(doc)
+    if secrets:
+        from rtenv_cli.core.lint.rules.env_vars import scrub
+
+        diags = [replace(d, message=scrub(d.message, secrets),
+                         hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
     final = normalized.get(".") if kind == "runtime_env" else normalized
     return FileReport(path, valid, tuple(diags), final if valid else None, tuple(notes), kind,
-                      doc.text)
+                      doc.text, frozenset(secrets))
+
+
+def _secrets(doc: LoadedDoc) -> set[str]:
+    from rtenv_cli.core.lint.rules.env_vars import secret_values
+
+    found: set[str] = set()
+    for _prefix, data in find_runtime_envs(doc):
+        if isinstance(data, dict):
+            found |= secret_values(data.get("env_vars"))
+    return found
 
 
 def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Drop the stand-in URIs of local packages when rtenv's packaging module is missing."""
+    """Drop the stand-in URIs of local packages that were not hashed (over Ray's limits)."""
     if value is None:
         return None
     from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
@@ -264,7 +287,14 @@ def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
             out.append(raw)
             continue
         path = Path(raw)
-        if path.is_dir():
+        try:
+            is_dir, exists = path.is_dir(), path.exists()
+        except OSError as exc:  # e.g. a name over the system's limit
+            shown = raw if len(raw) <= _SHOWN_PATH else raw[:_SHOWN_PATH] + "..."
+            raise UsageError(f"{shown}: {exc.strerror}",
+                             hint="pass runtime_env files (.yaml/.yml/.json), directories or "
+                             "-") from None
+        if is_dir:
             found = []
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
@@ -272,7 +302,7 @@ def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
                     if any(fnmatch.fnmatch(name, g) for g in globs):
                         found.append(str(Path(root) / name))
             out.extend(sorted(found))
-        elif path.exists():
+        elif exists:
             out.append(raw)
         else:
             raise UsageError(f"{raw}: no such file or directory",

@@ -45,20 +45,16 @@ class Packager:
         from rtenv_cli.core.packaging.walk import scan_package
 
         self.result.packages.append(((*self.prefix, *json_path), source, kind))
+        limit = (model.JOB_SUBMIT_UPLOAD_LIMIT if self.api == "job-submit"
+                 else model.GCS_PACKAGE_LIMIT)
         try:
             if not source.is_dir():
                 return package_uri(source, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
                                    env=dict(self.env))
             scan = scan_package(source, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
                                 env=dict(self.env))
-            limit = (model.JOB_SUBMIT_UPLOAD_LIMIT if self.api == "job-submit"
-                     else model.GCS_PACKAGE_LIMIT)
             if scan.total_bytes >= limit:
-                # hashing would read every byte of a package Ray cannot upload anyway
-                self.result.notes.append(f"{source} is over Ray's {limit >> 20} MiB limit: its "
-                                         "gcs:// URI is not computed and is omitted from "
-                                         "`normalized`")
-                return PLACEHOLDER_URI
+                return self._unhashed(source, f"is over Ray's {limit >> 20} MiB limit")
             return scan_uri(scan, digest_entries(scan.entries))
         except RtenvError as exc:  # what Ray would hang on or ship oddly (FIFO, loop, ...)
             problem = exc
@@ -66,13 +62,23 @@ class Packager:
             if not source.is_dir():
                 uri = packscan.file_uri(source)
             else:
-                uri = packscan.directory_uri(packscan.cached_walk(source, kind, excludes,
-                                                                  self.env, self.walks))
+                walked = packscan.cached_walk(source, kind, excludes, self.env, self.walks)
+                if walked.truncated or walked.total_bytes >= limit:
+                    return self._unhashed(source, (
+                        f"has more than {packscan.WALK_LIMIT} paths" if walked.truncated
+                        else f"is over Ray's {limit >> 20} MiB limit"))
+                uri = packscan.directory_uri(walked)
         except UnicodeEncodeError:  # Ray hashes names as UTF-8 and fails the same way
             self.fail(problem.message, json_path, "UnicodeEncodeError", hint=problem.hint)
             return None
         self.result.notes.append(f"{source}: {problem.message}; URI computed without it")
         return uri
+
+    def _unhashed(self, source: Path, why: str) -> str:
+        # hashing would read every byte of a package Ray cannot upload anyway
+        self.result.notes.append(f"{source} {why}: its gcs:// URI is not computed and is "
+                                 "omitted from `normalized`")
+        return PLACEHOLDER_URI
 
     def working_dir(self, rt: dict[str, Any]) -> bool:
         try:

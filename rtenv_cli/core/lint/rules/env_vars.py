@@ -38,6 +38,38 @@ def redact(value: str) -> str:
     return "****" if len(value) <= _SHOW_PREFIX_FROM else f"{value[:3]}****"
 
 
+_MIN_SCRUBBED = 4  # shorter values would blank unrelated text; RTE133 still names them
+
+
+def secret_values(env_vars: object) -> set[str]:
+    """The strings of `env_vars` that are secrets (by name or by shape), wherever they sit:
+    a wrongly typed value (`DB_PASSWORD: [..]`) holds its secret in a list."""
+    if not isinstance(env_vars, Mapping):
+        return set()
+    found: set[str] = set()
+    for key, value in env_vars.items():
+        by_name = isinstance(key, str) and _is_secret(key)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Mapping):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif isinstance(item, str) and len(item) >= _MIN_SCRUBBED and \
+                    not item.startswith("$") and (by_name or re.match(SECRET_VALUE, item)):
+                found.add(item)
+    return found
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """`text` with every secret value replaced by its redacted form."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, redact(secret))
+    return text
+
+
 def _str_items(ctx: Context) -> dict[str, str]:
     env_vars = ctx.data.get("env_vars") if isinstance(ctx.data, Mapping) else None
     if not isinstance(env_vars, Mapping):
