@@ -288,3 +288,12 @@ def test_validate_valid_secret_excerpt_is_redacted(tmp_path: Path) -> None:
     assert "DB_PASSWORD=hun****" in result.stdout
     assert " 2 |   DB_PASSWORD: hun****" in result.stdout
     assert "hunter2-secret" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--num-gpus", "230077732"], ["--resource", "TPU=1e9"],
+                                  ["--gpus", "0,99999999"]])
+def test_explain_amounts_beyond_any_node_are_usage_errors(args: list[str]) -> None:
+    # found by the fuzz test: a 230M-slot list ran out of memory
+    result = run_cli(["explain", *args, "--no-gpu-map"])
+    assert_clean(result, (2,))
+    assert "4096" in result.stderr
