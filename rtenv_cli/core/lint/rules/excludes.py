@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.lint.context import Context
@@ -75,7 +75,8 @@ def _unignore_hint(source: Path, kind: str, rel: str, env: Mapping[str, str]) ->
 
 
 def _unmatched(ctx: Context, excludes: list[object],
-               scans: list[tuple[tuple[object, ...], Path, str, object]]) -> Iterator[Diagnostic]:
+               scans: Sequence[tuple[tuple[object, ...], Path, str, object]]
+               ) -> Iterator[Diagnostic]:
     """Patterns that match no path of any local package (they change nothing)."""
     from rtenv_cli.core.lint import packscan
 
