@@ -55,6 +55,15 @@ def test_alias_bomb_is_refused_with_its_position(tmp_path: Path) -> None:
     assert "too many aliases" in result.stdout
 
 
+def test_explain_refuses_the_alias_bomb(tmp_path: Path) -> None:
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text(LAUGHS)
+    result = run_limited(["explain", str(bomb), "--no-gpu-map", "--format", "json"], timeout=60)
+    assert_clean(result, (2,))
+    assert "more than 200,000 values (YAML aliases expanded)" in result.stderr
+    assert result.stdout == ""
+
+
 def test_moderate_aliases_still_load(tmp_path: Path) -> None:
     path = tmp_path / "runtime_env.yaml"
     path.write_text("x-common: &vars {A: '1', B: '2'}\nenv_vars: *vars\n")

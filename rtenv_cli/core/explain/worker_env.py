@@ -136,18 +136,26 @@ def _pkg_dir(uri: object, kind: str, excludes: object = None) -> str:
 
 
 MAX_DEPTH = 100  # no runtime_env field nests deeper than a few levels
+MAX_VALUES = 200_000  # values in one runtime_env, aliases expanded (a YAML alias bomb has millions)
 
 
 def _check_depth(value: object, what: str) -> None:
-    """Refuse absurd nesting up front: encoding it later would overflow Python's stack."""
+    """Refuse absurd nesting and alias bombs up front: encoding them later would overflow
+    Python's stack or build millions of values."""
+    from rtenv_cli.core.errors import ConfigError
+
     stack = [(value, 1)]
+    seen = 0
     while stack:
         current, depth = stack.pop()
+        seen += 1
         if depth > MAX_DEPTH:
-            from rtenv_cli.core.errors import ConfigError
-
             raise ConfigError(f"the {what} nests deeper than {MAX_DEPTH} levels",
                               hint="no runtime_env field nests this deep: flatten it")
+        if seen > MAX_VALUES:
+            raise ConfigError(f"the {what} holds more than {MAX_VALUES:,} values (YAML aliases "
+                              "expanded)", hint="write the values out; `rtenv validate` shows "
+                              "the alias that expands too far")
         if isinstance(current, Mapping):
             stack.extend((v, depth + 1) for v in current.values())
         elif isinstance(current, (list, tuple)):
