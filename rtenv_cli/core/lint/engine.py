@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -193,10 +194,8 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     notes: list[str] = []
     normalized: dict[str, Any] = {}
     valid = True
-    from rtenv_cli.core.packaging.walk import memoized_scans
-
     for prefix, data in find_runtime_envs(doc):
-        with memoized_scans():  # the pipelines and the size rules share one scan per package
+        with _shared_scans(data):
             found, result = check_env(data, prefix=prefix, positions=doc.positions,
                                       text=doc.text, file_dir=file_dir, options=options,
                                       cache=cache)
@@ -223,6 +222,16 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     final = normalized.get(".") if kind == "runtime_env" else normalized
     return FileReport(path, valid, tuple(diags), final if valid else None, tuple(notes), kind,
                       doc.text, frozenset(secrets))
+
+
+def _shared_scans(data: Any) -> AbstractContextManager[None]:
+    """One scan per local package for both pipelines and the size rules; packaging is only
+    imported for a runtime_env that has packages (validate must start fast)."""
+    if isinstance(data, dict) and ("working_dir" in data or "py_modules" in data):
+        from rtenv_cli.core.packaging.walk import memoized_scans
+
+        return memoized_scans()
+    return nullcontext()
 
 
 def _secrets(doc: LoadedDoc) -> set[str]:
