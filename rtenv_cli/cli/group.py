@@ -145,18 +145,47 @@ class RtenvGroup(TyperGroup):
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except OSError as exc:
+            if not stdout_failed(exc):
+                raise _internal(exc) from None
+            raise typer.Exit(int(ExitCode.FAILURE)) from None
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
-            if _is_click_control_flow(exc) or os.environ.get("RTENV_DEBUG") == "1":
+            if _is_click_control_flow(exc):
                 raise
-            from rtenv_cli.core.paths import log_path
+            raise _internal(exc) from None
 
-            _log_internal_error(exc)
-            sys.stderr.write(f"error: internal error: {type(exc).__name__}: {exc}\n")
-            sys.stderr.write(f"\nhint: this is a bug in rtenv; rerun with RTENV_DEBUG=1 for the "
-                             f"traceback (also written to {log_path()})\n")
-            raise typer.Exit(int(ExitCode.USAGE)) from None
+
+def _internal(exc: Exception) -> BaseException:
+    """Report an unexpected exception (`internal error`) and return the exit to raise."""
+    if os.environ.get("RTENV_DEBUG") == "1":
+        return exc
+    from rtenv_cli.core.paths import log_path
+
+    _log_internal_error(exc)
+    sys.stderr.write(f"error: internal error: {type(exc).__name__}: {exc}\n")
+    sys.stderr.write(f"\nhint: this is a bug in rtenv; rerun with RTENV_DEBUG=1 for the "
+                     f"traceback (also written to {log_path()})\n")
+    return typer.Exit(int(ExitCode.USAGE))
+
+
+def stdout_failed(exc: OSError) -> bool:
+    """Did writing standard output fail (a full disk, /dev/full, a closed descriptor)? Then say
+    so on stderr, drop what is still buffered, and let the caller exit 1 quietly."""
+    import errno
+
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG,
+                         errno.EPIPE) or not _raised_by_output(exc):
+        return False
+    silence_stdout()
+    import contextlib
+
+    with contextlib.suppress(OSError):  # what is still buffered goes nowhere, also at exit
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(f"error: cannot write to standard output: {exc.strerror or exc}\n")
+    return True
 
 
 def _short_help(text: str, limit: int) -> str:
@@ -174,6 +203,18 @@ def silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def _raised_by_output(exc: BaseException) -> bool:
+    """Was `exc` raised while rendering (rtenv_cli.render writes only stdout and stderr) or by
+    the final flush in main?"""
+    tb = exc.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    return bool(frames) and (frames[-1] == "rtenv_cli.cli.main" or
+                             any(name.startswith("rtenv_cli.render") for name in frames))
 
 
 def _is_click_control_flow(exc: Exception) -> bool:

@@ -9,6 +9,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (errors are handled in RtenvGroup)."""
     from rtenv_cli.cli import app
 
+    if sys.stdout is None:  # started with standard output closed (`>&-`)
+        _closed_stdout()
     try:
         app(args=argv, prog_name="rtenv")
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -17,12 +19,41 @@ def main(argv: list[str] | None = None) -> int:
 
         silence_stdout()
         return 1
+    except OSError as exc:  # the final flush: /dev/full, a full disk
+        from rtenv_cli.cli.group import stdout_failed
+
+        if not stdout_failed(exc):
+            raise
+        return 1
     except SystemExit as exc:
         code = exc.code
         if code is None:
             return 0
         return code if isinstance(code, int) else 1
     return 0
+
+
+def _closed_stdout() -> None:
+    """Give a closed standard output a stand-in that fails on the first write, so that the
+    command ends as for any unwritable output (a message on stderr, exit 1)."""
+    import errno
+    import io
+
+    class Closed(io.TextIOBase):
+        failed = False
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, text: str) -> int:
+            self.failed = True
+            raise OSError(errno.EBADF, "standard output is closed")
+
+        def flush(self) -> None:
+            if self.failed:
+                raise OSError(errno.EBADF, "standard output is closed")
+
+    sys.stdout = Closed()
 
 
 if __name__ == "__main__":

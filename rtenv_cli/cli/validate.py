@@ -86,7 +86,7 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
         api=api.value, base_dir=base_dir.resolve() if base_dir else None, strict=strict,
         fail_on=fail_on.value, resolve=resolve, globs=tuple(glob) if glob else DEFAULT_GLOBS,
         ray_version=ray_version)
-    stdin = sys.stdin.buffer.read() if "-" in paths else None
+    stdin = _read_stdin() if "-" in paths else None
     report = validate_paths(paths, options, stdin=stdin)
     if not report.files:
         raise UsageError("no runtime_env files found",
@@ -102,6 +102,16 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     else:
         diagnostics.render_text(out, report)
     raise typer.Exit(report.exit_code)
+
+
+def _read_stdin() -> bytes:
+    from rtenv_cli.core.spec.loader import read_stream
+
+    raw = read_stream(getattr(sys.stdin, "buffer", None))
+    if raw is None:
+        raise UsageError("-: standard input is closed", hint="pipe the runtime_env in, or pass "
+                         "the file's path instead of -")
+    return raw
 
 
 def register(app: typer.Typer) -> None:

@@ -20,13 +20,17 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _source_lines(report: FileReport, diag: Diagnostic, color: bool) -> list[str]:
+def _source_lines(report: FileReport, diag: Diagnostic, color: bool,
+                  lines: list[str]) -> list[str]:
     if report.source is None or diag.line is None or diag.column is None:
         return []
-    lines = report.source.split("\n")
     if not 0 < diag.line <= len(lines):
         return []
     text = lines[diag.line - 1].replace("\t", " ")
+    if report.secrets:  # the message hides a secret: so does the line quoted under it
+        from rtenv_cli.core.lint.rules.env_vars import scrub
+
+        text = scrub(text, set(report.secrets))
     width = 1
     if diag.end_line == diag.line and diag.end_column and diag.end_column > diag.column:
         width = diag.end_column - diag.column
@@ -51,11 +55,12 @@ def render_text(out: Output, report: ValidateReport) -> None:
     for index, file in enumerate(report.files):
         if index:
             out.line()
+        lines = file.source.split("\n") if file.source is not None else []
         for diag in file.diagnostics:
             where = f"{file.path}:{diag.line or 1}:{diag.column or 1}"
             label = paint(diag.severity.value, _STYLE[diag.severity], color)
             out.line(f"{where}: {diag.code} {label}: {diag.message}")
-            for line in _source_lines(file, diag, color):
+            for line in _source_lines(file, diag, color, lines):
                 out.line(line)
             if diag.hint:
                 out.line(f"  = hint: {diag.hint}")

@@ -39,8 +39,10 @@ def test_quickstart_runs_on_the_embedded_default() -> None:
     assert "data.txt: read from the working_dir" in res.stdout
     assert "GREETING=hello from quickstart" in res.stdout
     listing = run_cli(["cache", "ls", "--format", "json"]).json
-    assert {e["kind"] for e in listing["entries"]} == {"package", "working_dir", "pip"}
-    assert all(e["refs"] == 0 for e in listing["entries"])
+    # the package, its unpacked entry, the venv, and push's last build of the working_dir
+    assert {e["kind"] for e in listing["entries"]} == {"package", "working_dir", "pip",
+                                                       "build-cache"}
+    assert all(not e["refs"] for e in listing["entries"])
 
 
 @pytest.mark.parametrize(("code", "expected"), [

@@ -26,10 +26,16 @@ class ResourceRequest:
                 "assumed": self.assumed}
 
 
+MAX_SLOTS = 4096  # accelerators of one node; a larger request cannot be placed (nor listed)
+
+
 def first_fit(amount: float) -> tuple[int, ...]:
     """Slots an idle node hands out: lowest free first; a fraction takes one whole slot."""
     if amount <= 0:
         return ()
+    if amount > MAX_SLOTS:
+        raise UsageError(f"{amount:g} accelerators: no node has more than {MAX_SLOTS}",
+                         hint="request what one worker needs, e.g. --num-gpus 1")
     if amount < 1:
         return (0,)
     return tuple(range(math.ceil(amount)))
@@ -44,8 +50,9 @@ def parse_ids(text: str, what: str) -> tuple[int, ...]:
     except ValueError:
         raise UsageError(f"{what}: ids must be integers, got {text!r}",
                          hint="give Ray's slot ids, e.g. 0,1") from None
-    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise UsageError(f"{what}: ids must be distinct and >= 0, got {text!r}")
+    if any(i < 0 or i >= MAX_SLOTS for i in ids) or len(set(ids)) != len(ids):
+        raise UsageError(f"{what}: ids must be distinct, >= 0 and < {MAX_SLOTS}, got "
+                         f"{text[:80]!r}")
     return ids
 
 

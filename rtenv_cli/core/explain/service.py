@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,9 @@ def node_env_from(pairs: Sequence[str], env_file: Path | None,
         return None
     env: dict[str, str] = dict(current or {})
     if env_file is not None:
-        try:
-            lines = env_file.read_text().splitlines()
-        except OSError as exc:
-            raise UsageError(f"--node-env-file {env_file}: {exc.strerror}") from None
+        from rtenv_cli.core.spec.loader import read_text
+
+        lines = read_text(env_file, "--node-env-file").splitlines()
         for raw in lines:
             line = raw.strip()
             if line and not line.startswith("#"):
@@ -57,12 +57,14 @@ def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | No
                   app: str | None = None) -> ExplainRequest:
     if gpus is not None and num_gpus is not None:
         raise UsageError("give --gpus or --num-gpus, not both")
+    for what, amount in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)):
+        if amount is not None and not (0 <= amount < math.inf):  # NaN fails both comparisons
+            raise UsageError(f"{what} must be a finite number >= 0, got {amount!r}",
+                             hint=f"e.g. {what} 1 or {what} 0.5")
     reqs: list[ResourceRequest] = []
     if gpus is not None:
         reqs.append(request_from_ids("GPU", parse_ids(gpus, "--gpus")))
     elif num_gpus is not None:
-        if num_gpus < 0:
-            raise UsageError("--num-gpus must be >= 0")
         reqs.append(request_from_amount("GPU", num_gpus))
     reqs += [parse_resource_arg(r) for r in resources]
     task = load_runtime_env(runtime_env, app) if runtime_env else None

@@ -65,7 +65,7 @@ class EnvPreview:
                for k, v in self.env.items()}
         rte = dict(self.runtime_env)
         if isinstance(rte.get("env_vars"), dict):
-            rte["env_vars"] = {k: (REDACTED if SECRET_RE.search(k) else v)
+            rte["env_vars"] = {k: (REDACTED if SECRET_RE.search(str(k)) else v)
                                for k, v in rte["env_vars"].items()}
         return replace(self, env=env, runtime_env=rte)
 
@@ -109,7 +109,11 @@ def _local_package_name(path: str, kind: str, excludes: object) -> str:
     from pathlib import Path
 
     source = Path(path)
-    if not source.exists():
+    try:
+        found = source.exists()
+    except OSError as exc:  # e.g. a name over the file system's limit
+        return f"_ray_pkg_<hash of {source.name[:40]}: {exc.strerror}>"
+    if not found:
         return f"_ray_pkg_<hash of {source.name}: not found here>"
     try:
         from rtenv_cli.core.packaging.hashing import package_uri
@@ -131,7 +135,41 @@ def _pkg_dir(uri: object, kind: str, excludes: object = None) -> str:
     return f"{SESSION}/runtime_resources/{kind}_files/{name}"
 
 
+MAX_DEPTH = 100  # no runtime_env field nests deeper than a few levels
+MAX_VALUES = 200_000  # values in one runtime_env, aliases expanded (a YAML alias bomb has millions)
+
+
+def _check_depth(value: object, what: str) -> None:
+    """Refuse absurd nesting and alias bombs up front: encoding them later would overflow
+    Python's stack or build millions of values."""
+    from rtenv_cli.core.errors import ConfigError
+
+    stack = [(value, 1)]
+    seen = 0
+    while stack:
+        current, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"the {what} nests deeper than {MAX_DEPTH} levels",
+                              hint="no runtime_env field nests this deep: flatten it")
+        if seen > MAX_VALUES:
+            raise ConfigError(f"the {what} holds more than {MAX_VALUES:,} values (YAML aliases "
+                              "expanded)", hint="write the values out; `rtenv validate` shows "
+                              "the alias that expands too far")
+        if isinstance(current, Mapping):
+            stack.extend((v, depth + 1) for v in current.values())
+        elif isinstance(current, (list, tuple)):
+            stack.extend((v, depth + 1) for v in current)
+
+
 def _validate(req: ExplainRequest, errors: list[str]) -> None:
+    for level, rte in (("job", req.job_runtime_env), ("task", req.task_runtime_env)):
+        ev = (rte or {}).get("env_vars")
+        if isinstance(ev, Mapping):
+            bad = [k for k in ev if not isinstance(k, str)]
+            if bad:
+                errors.append(f"{level} env_vars key {bad[0]!r} is not a string: Ray requires "
+                              "Dict[str, str] (quote the key)")
     for fieldname in ("working_dir", "py_modules"):
         value = (req.task_runtime_env or {}).get(fieldname)
         values = value if isinstance(value, list) else [value] if value else []
@@ -158,6 +196,8 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
     """The environment a worker gets for `req`, as Ray 2.60.0 builds it."""
     errors: list[str] = []
     warnings: list[str] = []
+    _check_depth(req.job_runtime_env, "job runtime_env")
+    _check_depth(req.task_runtime_env, "task runtime_env")
     _validate(req, errors)
     merged, origin = merge_runtime_envs(req.job_runtime_env, req.task_runtime_env)
     node = {str(k): str(v) for k, v in req.node_env.items()}
@@ -167,9 +207,10 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
 
     # 2. env_vars (+ the PYTHONPATH the working_dir and py_modules plugins write into them)
     ctx = _env_vars(merged)
+    job_vars = _env_vars(req.job_runtime_env)
     for key in ctx:
-        if key in origin and key in _env_vars(req.job_runtime_env) and origin[key] == SRC_TASK \
-                and _env_vars(req.job_runtime_env)[key] != ctx[key]:
+        if key in origin and key in job_vars and origin[key] == SRC_TASK \
+                and job_vars[key] != ctx[key]:
             notes.setdefault(key, []).append("task value overrides the job value")
     user_pp = ctx.get("PYTHONPATH")
     plugin_dirs: list[str] = []

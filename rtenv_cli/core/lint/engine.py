@@ -4,36 +4,34 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.lint.context import (
+    DEFAULT_GLOBS,
+    Context,
+    FileCache,
+    ValidateOptions,
+    coercion_hint,
+    expects_string,
+)
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
-from rtenv_cli.core.spec.loader import LoadedDoc, Positions, Span, load_bytes, load_path
+from rtenv_cli.core.spec.loader import LoadedDoc, Positions, load_bytes, load_path
 from rtenv_cli.core.spec.locate import document_kind, find_runtime_envs
 
-DEFAULT_GLOBS = ("*runtime_env*.yaml", "*runtime_env*.yml", "*runtime_env*.json",
-                 "*runtime-env*.yaml", "*runtime-env*.yml", "*runtime-env*.json")
+__all__ = ["DEFAULT_GLOBS", "Context", "FileReport", "ValidateOptions", "ValidateReport",
+           "check_env", "coercion_hint", "expand_inputs", "expects_string", "validate_bytes",
+           "validate_paths", "validate_runtime_env"]
+
+_SHOWN_PATH = 200  # characters of an over-long path argument quoted in its error
 _SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox"})
 STAGE_CODES = {"parse": "RTE001", "shape": "RTE002", "packaging": "RTE003",
                "setup_hook": "RTE004", "json": "RTE007", "server": "RTE008", "driver": "RTE008"}
-
-
-@dataclass(frozen=True)
-class ValidateOptions:
-    api: Api = "job-submit"
-    base_dir: Path | None = None  # Ray resolves relative paths against the CWD
-    strict: bool = False  # unknown keys become errors
-    fail_on: str = "error"  # "error" or "warning"
-    resolve: bool = False  # run `uv pip compile` on pip/uv requirements
-    globs: tuple[str, ...] = DEFAULT_GLOBS
-    ray_version: str | None = None  # the cluster's Ray; default: the installed one, else 2.60.0
-    env: Mapping[str, str] | None = None  # the submitting process's environment
-    compare_apis: bool = True  # report where job-submit and ray-init disagree
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,8 @@ class FileReport:
     notes: tuple[str, ...] = ()
     kind: str = "runtime_env"
     source: str | None = field(default=None, repr=False, compare=False)
+    # env_vars secret values: the renderer hides them in source excerpts too
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for d in self.diagnostics if d.severity == severity)
@@ -86,67 +86,6 @@ class ValidateReport:
                 "files": [f.to_dict() for f in self.files]}
 
 
-@dataclass
-class Context:
-    """What a rule sees: one runtime_env, where it sits in its file, and Ray's result for it."""
-
-    data: Any
-    prefix: tuple[Any, ...]
-    positions: Positions
-    text: str | None
-    base_dir: Path
-    file_dir: Path | None
-    options: ValidateOptions
-    pipeline: PipelineResult
-    env: Mapping[str, str]
-
-    def span(self, path: Sequence[Any], prefer: str = "key") -> Span | None:
-        full = (*self.prefix, *path)
-        first = self.positions.value if prefer == "value" else self.positions.key
-        return first(full) or self.positions.best(full)
-
-    def diag(self, code: str, message: str, path: Sequence[Any] = (), *,
-             severity: Severity | None = None, hint: str | None = None,
-             prefer: str = "key", ray_error: bool = False) -> Diagnostic:
-        from rtenv_cli.core.lint.registry import severity_of
-
-        span = self.span(path, prefer)
-        return Diagnostic(code, severity or severity_of(code), message,
-                          span.line if span else None, span.column if span else None,
-                          span.end_line if span else None, span.end_column if span else None,
-                          hint, (*self.prefix, *path), ray_error)
-
-    def raw(self, path: Sequence[Any]) -> str | None:
-        """The source text of a value (None for non-scalars or without text)."""
-        span = self.positions.value((*self.prefix, *path))
-        if span is None or self.text is None or span.line != span.end_line:
-            return None
-        lines = self.text.split("\n")
-        if span.line - 1 >= len(lines):
-            return None
-        return lines[span.line - 1][span.column - 1: span.end_column - 1]
-
-
-_STRING_SLOTS = (
-    ("env_vars", "*"), ("pip", "#"), ("pip", "packages", "#"), ("pip", "pip_version"),
-    ("pip", "pip_install_options", "#"), ("uv", "#"), ("uv", "packages", "#"),
-    ("uv", "uv_version"), ("uv", "uv_pip_install_options", "#"), ("image_uri",),
-    ("py_executable",), ("worker_process_setup_hook",), ("java_jars", "#"), ("working_dir",),
-    ("py_modules", "#"), ("excludes", "#"), ("config", "log_files", "#"), ("conda",),
-    ("container", "image"), ("container", "worker_path"), ("container", "run_options", "#"),
-)
-
-
-def expects_string(path: Sequence[Any]) -> bool:
-    """Is `path` (relative to the runtime_env) a place where Ray wants a string?"""
-    for slot in _STRING_SLOTS:
-        if len(slot) == len(path) and all(
-                s == p or (s == "*" and isinstance(p, str)) or (s == "#" and isinstance(p, int))
-                for s, p in zip(slot, path, strict=True)):
-            return True
-    return False
-
-
 _MESSAGE_HINTS = (
     ("setup_timeout_seconds must be greater", "use a positive number of seconds, or -1 for no "
      "timeout"),
@@ -154,24 +93,6 @@ _MESSAGE_HINTS = (
     ("eager_install must be a boolean", "write true or false, unquoted"),
     ("can only have these fields", "see `rtenv rules RTE006` for the allowed keys"),
 )
-
-
-def coercion_hint(raw: str | None, value: Any) -> str | None:
-    """Why YAML 1.1 made `raw` a non-string, and the quoted fix."""
-    if raw is None or not raw or raw[0] in "\"'[{|>&*!":
-        return None
-    import datetime
-
-    if raw[:1].isdigit() and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and raw == str(value):
-        return f"write it as a string: \"{raw}\""
-    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
-             (datetime.datetime, "a timestamp"), (datetime.date, "a date"),
-             (type(None), "null"))
-    for typ, name in kinds:
-        if isinstance(value, typ):
-            return f"YAML 1.1 reads `{raw}` as {name} ({value!r}); quote it: \"{raw}\""
-    return None
 
 
 def _rule_modules() -> list[Callable[[Context], Iterable[Diagnostic]]]:
@@ -228,16 +149,17 @@ def _lookup(data: Any, path: Sequence[Any]) -> Any:
 
 
 def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text: str | None,
-              file_dir: Path | None, options: ValidateOptions
+              file_dir: Path | None, options: ValidateOptions, cache: FileCache | None = None
               ) -> tuple[list[Diagnostic], PipelineResult]:
     base_dir = Path(options.base_dir) if options.base_dir else Path.cwd()
     env = os.environ if options.env is None else options.env
-    result = run_pipeline(data, base_dir, options.api, env=env, prefix=prefix)
-    ctx = Context(data, prefix, positions, text, base_dir, file_dir, options, result, env)
+    cache = FileCache() if cache is None else cache
+    result = run_pipeline(data, base_dir, options.api, env=env, prefix=prefix, cache=cache)
+    ctx = Context(data, prefix, positions, text, base_dir, file_dir, options, result, env, cache)
     diags = _ray_diagnostics(ctx, result)
     if options.compare_apis:
         other: Api = "ray-init" if options.api == "job-submit" else "job-submit"
-        alt = run_pipeline(data, base_dir, other, env=env, prefix=prefix)
+        alt = run_pipeline(data, base_dir, other, env=env, prefix=prefix, cache=cache)
         if alt.valid != result.valid:
             if alt.valid:
                 msg = f"{_api_name(other)} accepts this runtime_env, {_api_name(options.api)} "\
@@ -258,9 +180,7 @@ def _api_name(api: str) -> str:
 
 
 def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
-    packscan = sys.modules.get("rtenv_cli.core.lint.packscan")
-    if packscan is not None:  # walks are shared by one file's rules, never across files: a
-        packscan.forget()  # long-running caller (watch) re-validates an edited tree
+    cache = FileCache()  # one file's rules share walks; a re-validation walks afresh
     if doc.error is not None:
         span = doc.error.span
         diag = Diagnostic("RTE001", Severity.ERROR, f"{doc.error.kind}: {doc.error.message}",
@@ -275,8 +195,10 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     normalized: dict[str, Any] = {}
     valid = True
     for prefix, data in find_runtime_envs(doc):
-        found, result = check_env(data, prefix=prefix, positions=doc.positions, text=doc.text,
-                                  file_dir=file_dir, options=options)
+        with _shared_scans(data):
+            found, result = check_env(data, prefix=prefix, positions=doc.positions,
+                                      text=doc.text, file_dir=file_dir, options=options,
+                                      cache=cache)
         diags.extend(found)
         notes.extend(n for n in result.notes if n not in notes)
         valid = valid and not any(d.ray_error for d in found)
@@ -291,13 +213,39 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     if options.strict:
         diags = [replace(d, severity=Severity.ERROR) if d.code == "RTE101" else d for d in diags]
     diags.sort(key=lambda d: (d.line or 0, d.column or 0, d.code))
+    secrets = _secrets(doc)
+    if secrets:
+        from rtenv_cli.core.lint.rules.env_vars import scrub
+
+        diags = [replace(d, message=scrub(d.message, secrets),
+                         hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
     final = normalized.get(".") if kind == "runtime_env" else normalized
     return FileReport(path, valid, tuple(diags), final if valid else None, tuple(notes), kind,
-                      doc.text)
+                      doc.text, frozenset(secrets))
+
+
+def _shared_scans(data: Any) -> AbstractContextManager[None]:
+    """One scan per local package for both pipelines and the size rules; packaging is only
+    imported for a runtime_env that has packages (validate must start fast)."""
+    if isinstance(data, dict) and ("working_dir" in data or "py_modules" in data):
+        from rtenv_cli.core.packaging.walk import memoized_scans
+
+        return memoized_scans()
+    return nullcontext()
+
+
+def _secrets(doc: LoadedDoc) -> set[str]:
+    from rtenv_cli.core.lint.rules.env_vars import secret_values
+
+    found: set[str] = set()
+    for _prefix, data in find_runtime_envs(doc):
+        if isinstance(data, dict):
+            found |= secret_values(data.get("env_vars"))
+    return found
 
 
 def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Drop the stand-in URIs of local packages when rtenv's packaging module is missing."""
+    """Drop the stand-in URIs of local packages that were not hashed (over Ray's limits)."""
     if value is None:
         return None
     from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
@@ -323,6 +271,8 @@ def _parse_hint(kind: str) -> str:
         "ConstructorError": "yaml.safe_load refuses Python tags: write plain YAML values",
         "UnicodeDecodeError": "save the file as UTF-8",
         "OSError": "check the path and its permissions",
+        "LimitExceeded": "a runtime_env file is small and plain: write the values out",
+        "RecursionError": "flatten the nesting: no runtime_env field nests this deep",
     }.get(kind, "fix the syntax at the marked position")
 
 
@@ -346,7 +296,14 @@ def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
             out.append(raw)
             continue
         path = Path(raw)
-        if path.is_dir():
+        try:
+            is_dir, exists = path.is_dir(), path.exists()
+        except OSError as exc:  # e.g. a name over the system's limit
+            shown = raw if len(raw) <= _SHOWN_PATH else raw[:_SHOWN_PATH] + "..."
+            raise UsageError(f"{shown}: {exc.strerror}",
+                             hint="pass runtime_env files (.yaml/.yml/.json), directories or "
+                             "-") from None
+        if is_dir:
             found = []
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
@@ -354,7 +311,7 @@ def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
                     if any(fnmatch.fnmatch(name, g) for g in globs):
                         found.append(str(Path(root) / name))
             out.extend(sorted(found))
-        elif path.exists():
+        elif exists:
             out.append(raw)
         else:
             raise UsageError(f"{raw}: no such file or directory",

@@ -12,7 +12,8 @@ from rtenv_cli.core.spec import model
 from rtenv_cli.core.spec import normalize as n
 
 if TYPE_CHECKING:
-    from rtenv_cli.core.lint.pipeline import Api, PipelineResult
+    from rtenv_cli.core.lint.context import FileCache
+    from rtenv_cli.core.lint.result import Api, PipelineResult
 
 PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
 
@@ -25,9 +26,10 @@ class Packager:
     """Replaces local working_dir/py_modules with `gcs://` URIs the way Ray's helpers do."""
 
     def __init__(self, base_dir: Path, api: Api, env: Mapping[str, str], prefix: tuple[Any, ...],
-                 result: PipelineResult) -> None:
+                 result: PipelineResult, *, cache: FileCache | None = None) -> None:
         self.base_dir, self.api, self.env, self.prefix, self.result = (base_dir, api, env, prefix,
                                                                       result)
+        self.walks = cache.walks if cache is not None else None
 
     def fail(self, message: str, path: tuple[Any, ...], kind: str = "ValueError",
              hint: str | None = None) -> None:
@@ -35,38 +37,64 @@ class Packager:
             message, (*self.prefix, *path), kind=kind, stage="packaging", hint=hint))
 
     def uri_for(self, source: Path, kind: str, excludes: list[str], json_path: tuple[Any, ...]
-                ) -> str:
-        self.result.packages.append(((*self.prefix, *json_path), source, kind))
-        try:
-            from rtenv_cli.core.packaging.hashing import package_uri
-        except ImportError:
-            # rtenv's packaging feature is not installed: the same rules, walked here
-            from rtenv_cli.core.lint import packscan
-
-            if source.is_dir():
-                walked = packscan.cached_walk(source, kind, excludes, self.env)
-                too_big = walked.total_bytes >= model.GCS_PACKAGE_LIMIT
-                if walked.truncated or too_big:
-                    # hashing would read every byte of a package Ray cannot upload anyway
-                    why = (f"has more than {packscan.WALK_LIMIT} paths" if walked.truncated
-                           else "is over Ray's 512 MiB package limit")
-                    self.result.notes.append(f"{source} {why}: its gcs:// URI is not computed "
-                                             "and is omitted from `normalized`")
-                    return PLACEHOLDER_URI
-                return packscan.directory_uri(walked)
-            return packscan.file_uri(source)
+                ) -> str | None:
+        """Ray's URI for a local package; None when Ray fails on it (the error is recorded)."""
         from rtenv_cli.core.errors import RtenvError
+        from rtenv_cli.core.lint import packscan
+        from rtenv_cli.core.packaging.hashing import digest_entries, package_uri, scan_uri
+        from rtenv_cli.core.packaging.walk import scan_package
 
+        self.result.packages.append(((*self.prefix, *json_path), source, kind))
+        limit = (model.JOB_SUBMIT_UPLOAD_LIMIT if self.api == "job-submit"
+                 else model.GCS_PACKAGE_LIMIT)
         try:
-            return package_uri(source, kind=kind, excludes=tuple(excludes), env=dict(self.env))
+            if not source.is_dir():
+                return package_uri(source, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
+                                   env=dict(self.env))
+            scan = scan_package(source, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
+                                env=dict(self.env))
+            if scan.total_bytes >= limit:
+                return self._unhashed(source, f"is over Ray's {limit >> 20} MiB limit")
+            return scan_uri(scan, digest_entries(scan.entries))
         except RtenvError as exc:  # what Ray would hang on or ship oddly (FIFO, loop, ...)
-            self.result.notes.append(f"{source}: {exc.message}; URI computed without it")
-            from rtenv_cli.core.lint import packscan
+            problem = exc
+        try:
+            if not source.is_dir():
+                uri = packscan.file_uri(source)
+            else:
+                walked = packscan.cached_walk(source, kind, excludes, self.env, self.walks)
+                if walked.truncated or walked.total_bytes >= limit:
+                    return self._unhashed(source, (
+                        f"has more than {packscan.WALK_LIMIT} paths" if walked.truncated
+                        else f"is over Ray's {limit >> 20} MiB limit"))
+                uri = packscan.directory_uri(walked)
+        except UnicodeEncodeError:  # Ray hashes names as UTF-8 and fails the same way
+            self.fail(problem.message, json_path, "UnicodeEncodeError", hint=problem.hint)
+            return None
+        self.result.notes.append(f"{source}: {problem.message}; URI computed without it")
+        return uri
 
-            if source.is_dir():
-                return packscan.directory_uri(packscan.cached_walk(source, kind, excludes,
-                                                                   self.env))
-            return packscan.file_uri(source)
+    def _unhashed(self, source: Path, why: str) -> str:
+        # hashing would read every byte of a package Ray cannot upload anyway
+        self.result.notes.append(f"{source} {why}: its gcs:// URI is not computed and is "
+                                 "omitted from `normalized`")
+        return PLACEHOLDER_URI
+
+    def working_dir(self, rt: dict[str, Any]) -> bool:
+        try:
+            return self._working_dir(rt)
+        except OSError as exc:  # a path over the system's limits: Ray's own stat fails alike
+            self.fail(f"[Errno {exc.errno}] {exc.strerror}", ("working_dir",), "OSError",
+                      hint="shorten the path")
+            return False
+
+    def py_modules(self, rt: dict[str, Any]) -> bool:
+        try:
+            return self._py_modules(rt)
+        except OSError as exc:
+            self.fail(f"[Errno {exc.errno}] {exc.strerror}", ("py_modules",), "OSError",
+                      hint="shorten the path")
+            return False
 
     def _uri_checked(self, value: str, field_name: str, path: tuple[Any, ...]) -> bool | None:
         """True: a URI (passed through); None: an error was recorded; False: a local path."""
@@ -88,7 +116,7 @@ class Packager:
                 return None
         return True
 
-    def working_dir(self, rt: dict[str, Any]) -> bool:  # noqa: PLR0911 - Ray's stages, in order
+    def _working_dir(self, rt: dict[str, Any]) -> bool:  # noqa: PLR0911 - Ray's stages, in order
         wd = rt.get("working_dir")
         if wd is None:
             return True
@@ -115,8 +143,10 @@ class Packager:
                 self.fail(problem, ("excludes",), "TypeError",
                           hint="write excludes as a list of strings")
                 return False
-            rt["working_dir"] = self.uri_for(source, "working_dir", [p for p in user_list if p],
-                                             path)
+            uri = self.uri_for(source, "working_dir", [p for p in user_list if p], path)
+            if uri is None:
+                return False
+            rt["working_dir"] = uri
             return True
         ext = n.package_extension(source.name, model.WORKING_DIR_EXTENSIONS)
         if not source.exists() or ext is None:
@@ -131,7 +161,7 @@ class Packager:
         rt["working_dir"] = f"gcs://_ray_pkg_{digest}{ext}"
         return True
 
-    def py_modules(self, rt: dict[str, Any]) -> bool:
+    def _py_modules(self, rt: dict[str, Any]) -> bool:
         mods = rt.get("py_modules")
         if mods is None:
             return True

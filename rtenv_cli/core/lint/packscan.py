@@ -128,30 +128,23 @@ def file_uri(path: Path) -> str:
     return uri_for_acc(acc_of([_digest(path, path.name, False)]))
 
 
-_cache: dict[tuple[Any, ...], Walked] = {}  # for the rules of one file (engine calls forget())
-
-
-def forget() -> None:
-    """Drop the walks cached so far: the tree may have changed since."""
-    _cache.clear()
-
-
-def cached_walk(root: Path, kind: str, excludes: Sequence[str],
-                env: Mapping[str, str]) -> Walked:
+def cached_walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
+                cache: dict[tuple[Any, ...], Walked] | None) -> Walked:
+    """`walk`, remembered in `cache` (a `FileCache.walks`: one file's checks share it)."""
+    if cache is None:
+        return walk(root, kind, excludes, env)
     key = (str(Path(root).absolute()), kind, tuple(excludes),
            env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE"),
            env.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"))
-    if key not in _cache:
-        if len(_cache) > 64:  # noqa: PLR2004 - a small bound; one validate run sees few roots
-            _cache.clear()
-        _cache[key] = walk(root, kind, excludes, env)
-    return _cache[key]
+    if key not in cache:
+        cache[key] = walk(root, kind, excludes, env)
+    return cache[key]
 
 
 def package_uri(source: Path, *, kind: str, excludes: Sequence[str] = (),
                 env: Mapping[str, str] | None = None) -> str:
-    """Ray's URI for a local directory or single .py file (fallback for the contract API)."""
+    """Ray's URI for a local directory or single .py file, from the forgiving walk."""
     env = {} if env is None else env
     if Path(source).is_file():
         return file_uri(Path(source))
-    return directory_uri(cached_walk(Path(source), kind, excludes, env))
+    return directory_uri(walk(Path(source), kind, excludes, env))

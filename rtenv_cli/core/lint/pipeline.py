@@ -1,8 +1,8 @@
 """Ray 2.60.0's client -> server -> driver path for one runtime_env, every error collected.
 
 `run_pipeline(data, base_dir, api)` follows `ray job submit` (api="job-submit") or `ray.init`
-(api="ray-init") stage by stage: shape, packaging of local working_dir/py_modules (the URI comes
-from `rtenv_cli.core.packaging.hashing.package_uri` when that module is present), the setup hook,
+(api="ray-init") stage by stage: shape, packaging of local working_dir/py_modules (URIs from
+`rtenv_cli.core.packaging`, the same as `rtenv push`), the setup hook,
 `RuntimeEnv(...)` + `_validate_no_local_paths` + `to_dict()`, JSON encoding, and the checks that
 fail the job later (the server's re-validation, the protobuf config, the driver's hook check).
 """
@@ -13,28 +13,20 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.lint.package_stage import Packager
+from rtenv_cli.core.lint.result import Api, PipelineResult
 from rtenv_cli.core.spec import normalize as n
 from rtenv_cli.core.spec.construct import construct
 
-Api = Literal["job-submit", "ray-init"]
+if TYPE_CHECKING:
+    from rtenv_cli.core.lint.context import FileCache
+
+__all__ = ["HOOK_ENV_VAR", "Api", "PipelineResult", "run_pipeline"]
+
 HOOK_ENV_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
-
-
-@dataclass
-class PipelineResult:
-    errors: list[n.RuntimeEnvValueError] = field(default_factory=list)
-    normalized: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    packages: list[tuple[tuple[Any, ...], Path, str]] = field(default_factory=list)
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
 
 
 def _e(message: str, path: tuple[Any, ...], kind: str, stage: str,
@@ -84,6 +76,7 @@ def _unencodable(  # noqa: PLR0911 - one return per JSON type
 def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     data: Any, base_dir: Path, api: Api = "job-submit", *,
     env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (),
+    cache: FileCache | None = None,
 ) -> PipelineResult:
     env = os.environ if env is None else env
     result = PipelineResult()
@@ -97,7 +90,7 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     import copy
 
     rt = copy.deepcopy(data)
-    packager = Packager(base_dir, api, env, prefix, result)
+    packager = Packager(base_dir, api, env, prefix, result, cache=cache)
     ok = True
     if api == "job-submit":
         ok = packager.working_dir(rt) and packager.py_modules(rt)

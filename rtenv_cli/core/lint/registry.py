@@ -1,42 +1,16 @@
 """Every rule rtenv knows: a stable code, a name, a default severity and ruff-style docs.
 
-The docs live in `rules_docs.py` (data); this module is the lookup API used by the engine, the
-`rtenv rules` command and the tests that keep every code documented.
+The docs live in `rules_docs.py` (data, rows of `rule.Rule`); this module is the lookup API
+used by the engine, the `rtenv rules` command and the tests that keep every code documented.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from rtenv_cli.core.errors import UsageError
 from rtenv_cli.core.lint.diagnostic import Severity
+from rtenv_cli.core.lint.rule import Rule
 
-
-@dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    what: str  # What it does
-    why: str  # Why is this bad?
-    example: str  # a bad runtime_env (YAML)
-    fixed: str  # Use instead
-    ray: bool = False  # Ray itself rejects what this rule reports (it decides the verdict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "name": self.name, "severity": self.severity.value,
-                "summary": self.summary, "ray_rejects": self.ray, "what_it_does": self.what,
-                "why_is_this_bad": self.why, "example": self.example, "use_instead": self.fixed}
-
-    def docs(self) -> str:
-        """The rule's documentation as Markdown-ish text (what `rtenv rules CODE` prints)."""
-        return (f"# {self.code} {self.name}\n\nDefault severity: {self.severity.value}"
-                f"{' (Ray rejects it: decides the verdict)' if self.ray else ''}\n\n"
-                f"## What it does\n{self.what}\n\n## Why is this bad?\n{self.why}\n\n"
-                f"## Example\n```yaml\n{self.example.rstrip()}\n```\n\n"
-                f"Use instead:\n```yaml\n{self.fixed.rstrip()}\n```\n")
+__all__ = ["Rule", "all_rules", "get_rule", "severity_of"]
 
 
 def all_rules() -> tuple[Rule, ...]:

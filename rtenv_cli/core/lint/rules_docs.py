@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rtenv_cli.core.lint.diagnostic import Severity
-from rtenv_cli.core.lint.registry import Rule
+from rtenv_cli.core.lint.rule import Rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 

@@ -31,9 +31,9 @@ def _parsers(base_dir: Path) -> dict[str, Callable[[Any, tuple[Any, ...]], Any]]
         "py_modules": lambda v, p: n.normalize_py_modules(v, base_dir, p),
         "working_dir": lambda v, p: n.normalize_working_dir(v, base_dir, p),
         "excludes": n.normalize_excludes,
-        "conda": lambda v, p: n._conda_once(v, base_dir, p),
-        "pip": lambda v, p: n._pip_once(v, base_dir, p),
-        "uv": lambda v, p: n._uv_once(v, base_dir, p),
+        "conda": lambda v, p: n.conda_once(v, base_dir, p),
+        "pip": lambda v, p: n.pip_once(v, base_dir, p),
+        "uv": lambda v, p: n.uv_once(v, base_dir, p),
         "env_vars": n.normalize_env_vars,
         "container": lambda v, p: v,
         "config": n.normalize_config,
@@ -181,3 +181,15 @@ def _uri_only(uri: str, field_name: str, path: tuple[Any, ...],
     except n.RuntimeEnvValueError as exc:
         if exc.json_path and not any(e.json_path == exc.json_path for e in errors):
             errors.append(exc)
+
+
+def normalize_runtime_env(d: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """What `RuntimeEnv(**d).to_dict()` returns, local working_dir/py_modules paths untouched.
+
+    Raises the first `RuntimeEnvValueError` in Ray's order. Use
+    `construct` to get every error at once.
+    """
+    result = construct(d, Path(base_dir), allow_local_paths=True)
+    if result.errors:
+        raise result.errors[0]
+    return result.normalized

@@ -7,18 +7,25 @@ libyaml `CSafeLoader`: the two scanners disagree on edge cases and Ray uses the 
 keep the composed node tree so that every key and value gets a 1-based `Span`.
 
 Nothing here raises for bad input: a parse failure is `LoadedDoc.error`, with its position.
+Hostile input is bounded: a file over `MAX_FILE_BYTES`, a device or FIFO, and a document whose
+aliases expand past `MAX_ALIAS_NODES` nodes are refused before they cost time or memory (Ray's
+own `safe_load` would follow them). `read_text` is the one way to read an option file (explain's
+`--node-env-file`): the same checks, and a clear error instead of an exception.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import yaml
 
 JsonPath = tuple[Any, ...]
+MAX_FILE_BYTES = 10 * 1024 * 1024  # a runtime_env is a few KiB; this bounds memory and time
+MAX_ALIAS_NODES = 100_000  # nodes reached through aliases (a "billion laughs" file has millions)
+LIMIT_KIND = "LimitExceeded"  # ParseError.kind of what rtenv refuses before Ray's parser runs
 
 
 @dataclass(frozen=True)
@@ -187,7 +194,82 @@ def _problem_span(exc: yaml.MarkedYAMLError) -> Span | None:
     return Span(mark.line + 1, mark.column + 1, mark.line + 1, mark.column + 2)
 
 
-def load_text(text: str, name: str) -> LoadedDoc:
+class AliasLimitError(Exception):
+    """Aliases expand the document past MAX_ALIAS_NODES nodes."""
+
+    def __init__(self, message: str, span: Span) -> None:
+        super().__init__(message)
+        self.span = span
+
+
+def _node_count(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes in `node`'s tree with every alias expanded (shared subtrees counted once each
+    time they are reached, as the walk and the data would); a cycle's back edge counts 1."""
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    open_ids: set[int] = set()
+    while stack:
+        current, done = stack.pop()
+        key = id(current)
+        if key in memo:
+            continue
+        children = _children(current)
+        if done:
+            open_ids.discard(key)
+            memo[key] = 1 + sum(memo.get(id(c), 1) for c in children)
+            continue
+        open_ids.add(key)
+        stack.append((current, True))
+        stack.extend((c, False) for c in children if id(c) not in memo and id(c) not in open_ids)
+    return memo[id(node)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    value = node.value
+    if not isinstance(value, list):
+        return []
+    out: list[yaml.Node] = []
+    for item in value:
+        if isinstance(item, tuple):
+            out.extend(item)
+        else:
+            out.append(item)
+    return out
+
+
+def _bounded_loader(text: str) -> yaml.SafeLoader:
+    """Ray's `SafeLoader`, counting what its aliases expand to while it composes."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        expanded = 0
+        sizes: dict[int, int]
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                target = self.anchors.get(event.anchor)
+                if target is not None:
+                    self.expanded += _node_count(target, self.sizes)
+                    if self.expanded > MAX_ALIAS_NODES:
+                        mark = event.start_mark
+                        raise AliasLimitError(
+                            f"too many aliases: they expand the document past "
+                            f"{MAX_ALIAS_NODES:,} nodes (rtenv refuses this; Ray's parser "
+                            "would build all of them)",
+                            Span(mark.line + 1, mark.column + 1, mark.line + 1,
+                                 event.end_mark.column + 1))
+            return super().compose_node(parent, index)
+
+    loader = BoundedLoader(text)
+    loader.sizes = {}
+    return loader
+
+
+def _limit_error(message: str, span: Span | None = None) -> ParseError:
+    return ParseError(LIMIT_KIND, message, span)
+
+
+def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return per failure kind
     """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
     import yaml
 
@@ -196,7 +278,7 @@ def load_text(text: str, name: str) -> LoadedDoc:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     try:
         # the Reader checks the characters in the constructor already (ReaderError)
-        loader = yaml.SafeLoader(text)
+        loader = _bounded_loader(text)
     except yaml.YAMLError as exc:
         return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
                          text)
@@ -207,6 +289,8 @@ def load_text(text: str, name: str) -> LoadedDoc:
             _Walker(positions).walk(node, ())
         # compose first, construct second: exactly what SafeLoader.get_single_data does
         data = loader.construct_document(node) if node is not None else None
+    except AliasLimitError as exc:
+        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
     except yaml.MarkedYAMLError as exc:
         message = " ".join(part for part in (exc.context, exc.problem) if part)
         return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
@@ -215,7 +299,11 @@ def load_text(text: str, name: str) -> LoadedDoc:
     except yaml.YAMLError as exc:  # e.g. ReaderError for control characters
         return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
                          text)
-    except (ValueError, TypeError, RecursionError) as exc:
+    except RecursionError:
+        return LoadedDoc(name, None, Positions(), ParseError(
+            "RecursionError", "the document nests too deeply for Python's parser "
+            "(maximum recursion depth exceeded)", None), text)
+    except (ValueError, TypeError) as exc:
         # constructor bugs on odd input (e.g. huge exponents): Ray's safe_load raises the same
         return LoadedDoc(name, None, positions,
                          ParseError(type(exc).__name__, str(exc), None), text)
@@ -241,19 +329,96 @@ def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
                                 Span(line, column, line, column + 1))
 
 
-def load_bytes(raw: bytes, name: str) -> LoadedDoc:
+def _too_large(size: int, limit: int) -> ParseError:
+    return _limit_error(f"the file is {size / 1024 / 1024:.1f} MiB, over rtenv's "
+                        f"{limit // 1024 // 1024} MiB limit for a runtime_env file")
+
+
+def load_bytes(raw: bytes, name: str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
+    if len(raw) > limit:
+        return LoadedDoc(name, None, Positions(), _too_large(len(raw), limit), None)
     text, error = decode(raw, name)
     if text is None:
         return LoadedDoc(name, None, Positions(), error, None)
     return load_text(text, name)
 
 
-def load_path(path: Path | str) -> LoadedDoc:
+def _file_type(mode: int) -> str:
+    import stat
+
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def read_file(path: Path | str, *, limit: int = MAX_FILE_BYTES
+              ) -> tuple[bytes | None, ParseError | None]:
+    """A regular file's bytes, at most `limit` of them; devices, FIFOs and sockets are refused
+    without reading (a FIFO is opened non-blocking: no writer is waited for)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return None, ParseError("OSError", exc.strerror or str(exc), None)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, ParseError("OSError", f"{_file_type(info.st_mode)}, not a regular "
+                                    "file: rtenv reads runtime_env files only", None)
+        if info.st_size > limit:
+            return None, _too_large(info.st_size, limit)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            raw = fh.read(limit + 1)  # the file may grow after fstat
+    except OSError as exc:
+        return None, ParseError("OSError", exc.strerror or str(exc), None)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > limit:
+        return None, _too_large(len(raw), limit)
+    return raw, None
+
+
+def read_stream(stream: IO[bytes] | None, *, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """Up to `limit + 1` bytes of a stream (standard input); None when it is closed."""
+    if stream is None:
+        return None
+    try:
+        return stream.read(limit + 1)
+    except (OSError, ValueError):  # closed descriptor, or a closed file object
+        return None
+
+
+def read_text(path: Path | str, what: str, *, limit: int = MAX_FILE_BYTES) -> str:
+    """An option file (`--node-env-file`, explain's runtime_env) as text, or a ConfigError
+    naming the option, the file and what is wrong (with the byte offset of a bad byte)."""
+    from rtenv_cli.core.errors import ConfigError
+
+    raw, error = read_file(path, limit=limit)
+    if raw is not None:
+        text, error = decode(raw, str(path))
+        if text is not None:
+            return text
+    assert error is not None  # noqa: S101 - read_file/decode return one of the two
+    where = f":{error.span.line}:{error.span.column}" if error.span else ""
+    hints = {"UnicodeDecodeError": "save the file as UTF-8",
+             LIMIT_KIND: "pass the file itself, not a larger one holding it"}
+    prefix = f"{what} " if what else ""
+    raise ConfigError(f"{prefix}{path}{where}: {error.message}", path=str(path),
+                      hint=hints.get(error.kind, "pass an existing, readable regular file"))
+
+
+def load_path(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
     """Load a file; an unreadable file is a `ParseError` of kind `OSError`, never an exception."""
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        return LoadedDoc(name, None, Positions(),
-                         ParseError("OSError", exc.strerror or str(exc), None), None)
-    return load_bytes(raw, name)
+    raw, error = read_file(path, limit=limit)
+    if raw is None:
+        return LoadedDoc(name, None, Positions(), error, None)
+    return load_bytes(raw, name, limit=limit)

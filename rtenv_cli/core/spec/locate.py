@@ -86,7 +86,7 @@ def load_runtime_env_file(path: Path | str, *, app: str | None = None) -> Runtim
     cannot be read or an ambiguous Serve config, ConfigError for one that is not a runtime_env.
     """
     name = str(path)
-    if not Path(path).is_file():
+    if not Path(path).exists():  # other non-files (devices, FIFOs) are the loader's to refuse
         raise UsageError(f"{name}: no such file", path=name,
                          hint="pass a runtime_env YAML/JSON file (a bare runtime_env or a job "
                          "spec)")

@@ -206,7 +206,7 @@ def _check_options(value: dict[str, Any], key: str, field: str, path: JsonPath) 
                        f"{type(option)} for {index}-th item.", (*path, key, index), "TypeError")
 
 
-def _pip_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | None:
+def pip_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | None:
     if isinstance(value, str):
         result: dict[str, Any] = {"packages": read_requirements(value, base_dir, path),
                                   "pip_check": False}
@@ -244,11 +244,11 @@ def _pip_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] |
 
 def normalize_pip(value: object, base_dir: Path,
                   path: JsonPath = ("pip",)) -> dict[str, Any] | None:
-    first = _pip_once(value, base_dir, path)
-    return None if first is None else _pip_once(first, base_dir, path)
+    first = pip_once(value, base_dir, path)
+    return None if first is None else pip_once(first, base_dir, path)
 
 
-def _uv_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | None:
+def uv_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | None:
     if isinstance(value, str):
         result: dict[str, Any] = {"packages": read_requirements(value, base_dir, path),
                                   "uv_check": False}
@@ -291,11 +291,11 @@ def _uv_once(value: object, base_dir: Path, path: JsonPath) -> dict[str, Any] | 
 def normalize_uv(value: object, base_dir: Path,
                  path: JsonPath = ("uv",)) -> dict[str, Any] | None:
     # the second pass (to_dict) takes the dict branch: that is what adds uv_pip_install_options
-    first = _uv_once(value, base_dir, path)
-    return None if first is None else _uv_once(first, base_dir, path)
+    first = uv_once(value, base_dir, path)
+    return None if first is None else uv_once(first, base_dir, path)
 
 
-def _conda_once(value: object, base_dir: Path, path: JsonPath) -> object:
+def conda_once(value: object, base_dir: Path, path: JsonPath) -> object:
     if isinstance(value, str):
         file = Path(value)
         if file.suffix in (".yaml", ".yml"):  # case-sensitive, like Ray
@@ -320,8 +320,8 @@ def _conda_once(value: object, base_dir: Path, path: JsonPath) -> object:
 
 
 def normalize_conda(value: object, base_dir: Path, path: JsonPath = ("conda",)) -> object:
-    first = _conda_once(value, base_dir, path)
-    return None if first is None else _conda_once(first, base_dir, path)
+    first = conda_once(value, base_dir, path)
+    return None if first is None else conda_once(first, base_dir, path)
 
 
 def normalize_env_vars(value: object, path: JsonPath = ("env_vars",)) -> dict[str, str] | None:
@@ -385,17 +385,3 @@ def config_proto_errors(config: Mapping[str, Any],
     if isinstance(timeout, int) and not model.INT32_MIN <= timeout <= model.INT32_MAX:
         return [_err(f"Value out of range: {timeout}", p)]
     return []
-
-
-def normalize_runtime_env(d: dict[str, Any], base_dir: Path) -> dict[str, Any]:
-    """What `RuntimeEnv(**d).to_dict()` returns, local working_dir/py_modules paths untouched.
-
-    Raises the first `RuntimeEnvValueError` in Ray's order. Use
-    `rtenv_cli.core.spec.construct.construct` to get every error at once.
-    """
-    from rtenv_cli.core.spec.construct import construct
-
-    result = construct(d, Path(base_dir), allow_local_paths=True)
-    if result.errors:
-        raise result.errors[0]
-    return result.normalized

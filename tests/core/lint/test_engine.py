@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.errors import UsageError
-from rtenv_cli.core.lint import packscan
 from rtenv_cli.core.lint.engine import (
     DEFAULT_GLOBS,
     ValidateOptions,
@@ -41,7 +40,7 @@ def test_local_packages_get_rays_uri(tmp_path: Path) -> None:
     assert uri.startswith("gcs://_ray_pkg_")
     assert len(uri) == len("gcs://_ray_pkg_.zip") + 16
     (tmp_path / "proj" / "a.py").write_text("x = 2\n")
-    packscan._cache.clear()
+    # a second validation walks the edited tree afresh (no module-level cache)
     again = validate_runtime_env({"working_dir": "proj"}, base_dir=tmp_path)
     assert again.normalized["working_dir"] != uri  # content-addressed
 

@@ -172,7 +172,6 @@ def test_rte121_hint_is_the_line_that_keeps_the_code_in_rays_package(
 
     from ray._private.runtime_env.packaging import get_uri_for_directory
 
-    from rtenv_cli.core.lint import packscan
 
     proj = tmp_path / "proj"
     (proj / "lib").mkdir(parents=True)
@@ -187,7 +186,7 @@ def test_rte121_hint_is_the_line_that_keeps_the_code_in_rays_package(
     lines = re.findall(r"`(![^`]+)`", diag.hint or "")
     assert lines
     ignore.write_text(gitignore + "\n".join(lines) + "\n")  # follow the hint
-    packscan._cache.clear()  # one validate run walks a tree once; this test edits it between
+    # each validation walks afresh: no cache to clear between edits
     assert not [d for d in check("working_dir: proj\n", tmp_path).diagnostics
                 if d.code == "RTE121"]
     # and Ray itself now packages lib/m.py

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
+
+import pytest
 
 from rtenv_cli.core.spec.loader import Span, load_bytes, load_path, load_text
 
@@ -69,3 +72,58 @@ def test_empty_and_missing_files(tmp_path) -> None:
 def test_anchor_cycles_do_not_hang() -> None:
     doc = load_text("a: &x [*x]\n", "f")
     assert doc.error is None
+
+
+def test_alias_expansion_is_bounded_and_located() -> None:
+    from rtenv_cli.core.spec.loader import LIMIT_KIND, MAX_ALIAS_NODES
+
+    levels = ["a: &a [" + ", ".join(["x"] * 9) + "]"]
+    levels += [f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]" for p, c in zip("abcdef", "bcdefg",
+                                                                             strict=True)]
+    doc = load_text("\n".join(levels) + "\n", "bomb.yaml")
+    assert doc.error is not None
+    assert doc.error.kind == LIMIT_KIND
+    assert doc.error.message.startswith("too many aliases")
+    assert f"{MAX_ALIAS_NODES:,}" in doc.error.message
+    assert doc.error.span is not None
+    assert (doc.error.span.line, doc.error.span.column) == (6, 8)
+
+
+def test_ordinary_and_recursive_aliases_still_load() -> None:
+    merged = load_text('base: &b {A: "1"}\nenv_vars:\n  <<: *b\n  C: "2"\n', "m.yaml")
+    assert merged.ok
+    assert merged.data["env_vars"] == {"A": "1", "C": "2"}  # type: ignore[index]
+    many = load_text("x: &x [1, 2]\n" + "".join(f"k{i}: *x\n" for i in range(1000)), "n.yaml")
+    assert many.ok
+    recursive = load_text("a: &a [*a, *a]\n", "r.yaml")  # Ray's safe_load builds a cycle too
+    assert recursive.ok
+
+
+def test_read_file_refuses_what_is_not_a_small_regular_file(tmp_path: Path) -> None:
+    import os
+
+    from rtenv_cli.core.spec.loader import LIMIT_KIND, load_path, read_file
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    raw, error = read_file(fifo)  # opened without blocking: no writer is waited for
+    assert raw is None
+    assert error is not None
+    assert "FIFO" in error.message
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * 2048)
+    assert load_path(big, limit=1024).error.kind == LIMIT_KIND  # type: ignore[union-attr]
+    assert load_path(tmp_path).error.message.startswith("a directory")  # type: ignore[union-attr]
+
+
+def test_read_text_names_option_file_line_and_byte(tmp_path: Path) -> None:
+    from rtenv_cli.core.errors import ConfigError
+    from rtenv_cli.core.spec.loader import read_text
+
+    path = tmp_path / "node.env"
+    path.write_bytes(b"A=1\nB=\xfe\n")
+    with pytest.raises(ConfigError) as info:
+        read_text(path, "--node-env-file")
+    assert info.value.message.startswith(f"--node-env-file {path}:2:3: ")
+    assert "byte 0xfe in position 6" in info.value.message
+    assert info.value.hint == "save the file as UTF-8"

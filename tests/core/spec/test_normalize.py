@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.spec import model
+from rtenv_cli.core.spec.construct import normalize_runtime_env
 from rtenv_cli.core.spec.normalize import (
     RuntimeEnvValueError,
     normalize_config,
     normalize_pip,
-    normalize_runtime_env,
     normalize_uv,
 )
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
+from rtenv_cli.core.lint.context import Context, coercion_hint
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
 
 # variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
 VISIBILITY_VARS = {
@@ -36,6 +36,38 @@ _SHOW_PREFIX_FROM = 8  # shorter secrets are hidden completely
 
 def redact(value: str) -> str:
     return "****" if len(value) <= _SHOW_PREFIX_FROM else f"{value[:3]}****"
+
+
+_MIN_SCRUBBED = 4  # shorter values would blank unrelated text; RTE133 still names them
+
+
+def secret_values(env_vars: object) -> set[str]:
+    """The strings of `env_vars` that are secrets (by name or by shape), wherever they sit:
+    a wrongly typed value (`DB_PASSWORD: [..]`) holds its secret in a list."""
+    if not isinstance(env_vars, Mapping):
+        return set()
+    found: set[str] = set()
+    for key, value in env_vars.items():
+        by_name = isinstance(key, str) and _is_secret(key)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Mapping):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif isinstance(item, str) and len(item) >= _MIN_SCRUBBED and \
+                    not item.startswith("$") and (by_name or re.match(SECRET_VALUE, item)):
+                found.add(item)
+    return found
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """`text` with every secret value replaced by its redacted form."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, redact(secret))
+    return text
 
 
 def _str_items(ctx: Context) -> dict[str, str]:
@@ -78,38 +110,6 @@ def secrets(ctx: Context) -> Iterator[Diagnostic]:
                            "reference it: \"${" + name + "}\"")
 
 
-def expand_like_ray(env_vars: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
-    """Ray's `update_envs`: keys in sorted order (the env arrives JSON-sorted), expandvars
-    against the worker env plus keys already applied, leftover ${UPPER_CASE} -> ""."""
-    try:
-        from rtenv_cli.core.explain.expand import expand_env_vars
-    except ImportError:
-        pass
-    else:
-        return dict(expand_env_vars(env_vars, base))
-    environ = dict(base)
-    out: dict[str, str] = {}
-    for key in sorted(env_vars):
-        value = re.sub(r"\$\{[A-Z0-9_]+\}", "", _expandvars(env_vars[key], environ))
-        environ[key] = value
-        out[key] = value
-    return out
-
-
-_VAR = r"(?a)\$(\w+|\{[^}]*\})"
-
-
-def _expandvars(value: str, environ: Mapping[str, str]) -> str:
-    """`posixpath.expandvars` against a given mapping instead of os.environ."""
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name.startswith("{") and name.endswith("}"):
-            name = name[1:-1]
-        return environ.get(name, match.group(0))
-
-    return re.sub(_VAR, sub, value)
-
-
 def expansion(ctx: Context) -> Iterator[Diagnostic]:
     items = _str_items(ctx)
     refs = {k: v for k, v in items.items() if "$" in v}
@@ -118,7 +118,9 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
     # the worker's own environment is unknown: assume common variables exist, as non-empty
     base = {name: f"<worker {name}>" for name in ("PATH", "HOME", "PYTHONPATH", "USER",
                                                   "LD_LIBRARY_PATH", "HOSTNAME")}
-    final = expand_like_ray(items, base)
+    from rtenv_cli.core.explain.expand import expand_env_vars  # Ray's update_envs, one place
+
+    final = expand_env_vars(items, base)
     for key, raw in sorted(refs.items()):
         got = final.get(key, raw)
         problems = []
@@ -163,8 +165,6 @@ def more_bad_values(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(env_vars, Mapping):
         return
     reported = {e.json_path for e in ctx.pipeline.errors}
-    from rtenv_cli.core.lint.engine import coercion_hint
-
     for key, value in env_vars.items():
         path = ("env_vars", key)
         if (*ctx.prefix, *path) in reported or not isinstance(key, str) or isinstance(value, str):

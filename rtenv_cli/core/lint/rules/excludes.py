@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
-from rtenv_cli.core.lint.rules.size import _scans
+from rtenv_cli.core.lint.rules.size import scans as package_scans
 
 SHOWN = 5  # offenders named in one message
 
@@ -16,7 +16,7 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
         return
     excludes = ctx.data.get("excludes")
-    scans = _scans(ctx)
+    scans = package_scans(ctx)
     if isinstance(excludes, list) and excludes and not scans and not ctx.pipeline.errors:
         yield ctx.diag("RTE122", "excludes has no effect: there is no local working_dir or "
                        "py_modules to package", ("excludes",),
@@ -75,7 +75,8 @@ def _unignore_hint(source: Path, kind: str, rel: str, env: Mapping[str, str]) ->
 
 
 def _unmatched(ctx: Context, excludes: list[object],
-               scans: list[tuple[tuple[object, ...], Path, str, object]]) -> Iterator[Diagnostic]:
+               scans: Sequence[tuple[tuple[object, ...], Path, str, object]]
+               ) -> Iterator[Diagnostic]:
     """Patterns that match no path of any local package (they change nothing)."""
     from rtenv_cli.core.lint import packscan
 
@@ -83,7 +84,7 @@ def _unmatched(ctx: Context, excludes: list[object],
     for _path, source, kind, _scan in scans:
         if not source.is_dir():
             continue
-        walked = packscan.cached_walk(source, kind, (), ctx.env)
+        walked = packscan.cached_walk(source, kind, (), ctx.env, ctx.cache.walks)
         if walked.truncated:
             return
         trees.append([*walked.files_only(), *(f"{d}/" for d in walked.dirs if d != ".")])

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
 
 _INTERNAL_SCHEMES = ("pip", "uv", "conda")
 

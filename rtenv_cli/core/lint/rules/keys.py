@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context, coercion_hint, expects_string
 from rtenv_cli.core.spec import model
 
 # keys users put at the top level that belong elsewhere

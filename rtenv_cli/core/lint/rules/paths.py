@@ -6,8 +6,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
 from rtenv_cli.core.spec.normalize import is_path
 
 

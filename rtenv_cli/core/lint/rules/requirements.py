@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.lint.engine import Context
 from rtenv_cli.core.spec import model
 
 HEAVY = frozenset({"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-gpu", "jax",

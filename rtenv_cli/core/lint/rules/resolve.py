@@ -7,8 +7,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.engine import Context
 
 TIMEOUT_S = 180
 _OFFLINE_MARKERS = ("failed to fetch", "dns error", "error sending request", "connection refused",

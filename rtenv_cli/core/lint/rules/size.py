@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.lint.engine import Context
 from rtenv_cli.core.spec import model
 
 MiB = 1024 * 1024
 FILE_SIZE_WARNING = 10 * MiB  # Ray's per-file warning while zipping
-WALK_LIMIT = 200_000  # entries; a pre-flight must stay fast
 
 
 @dataclass(frozen=True)
@@ -33,33 +32,35 @@ def _user_excludes(data: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]) -> Scan:
-    """What Ray packages under `root` (the PUSH engineer's scanner when present)."""
-    try:
-        from rtenv_cli.core.packaging.walk import scan_package
-    except ImportError:
-        return _own_scan(root, kind, excludes, env)
+def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
+         walks: dict[tuple[Any, ...], Any] | None = None) -> Scan:
+    """What Ray packages under `root`: packaging's scan, or the forgiving walk where packaging
+    refuses the tree (FIFOs, loops, unreadable files: the pipeline reports those)."""
     from rtenv_cli.core.errors import RtenvError
     from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging.walk import scan_package
 
     try:
-        result = scan_package(root, kind=kind, excludes=tuple(excludes), env=dict(env))
-    except RtenvError:  # FIFOs, loops, unreadable files: the pipeline reports those
-        return _own_scan(root, kind, excludes, env)
+        result = scan_package(root, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
+                              env=dict(env))
+    except RtenvError:
+        return _forgiving_scan(root, kind, excludes, env, walks)
     files = tuple((e.relpath, e.size) for e in result.files())
     # Ray drops ignored .py files at any depth; the package scan reports top-level dirs only
-    deep = packscan.cached_walk(root, kind, excludes, env).ignored_py if root.is_dir() else ()
+    deep = (packscan.cached_walk(root, kind, excludes, env, walks).ignored_py
+            if root.is_dir() else ())
     ignored = tuple(dict.fromkeys((*result.ignored_py_dirs, *deep)))
     return Scan(files, result.total_bytes, bool(result.root_excluded), ignored, True)
 
 
-def _own_scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]) -> Scan:
+def _forgiving_scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
+                    walks: dict[tuple[Any, ...], Any] | None) -> Scan:
     from rtenv_cli.core.lint import packscan
 
     if root.is_file():
         size = root.stat().st_size
         return Scan(((root.name, size),), size, False, (), False)
-    walked = packscan.cached_walk(root, kind, excludes, env)
+    walked = packscan.cached_walk(root, kind, excludes, env, walks)
     return Scan(walked.files, walked.total_bytes, walked.root_excluded, walked.ignored_py, True)
 
 
@@ -82,7 +83,8 @@ def package_scans(ctx: Context) -> Iterator[tuple[tuple[Any, ...], Path, str, Sc
         return
     excludes = _user_excludes(ctx.data)
     for json_path, source, kind in ctx.pipeline.packages:
-        yield json_path[len(ctx.prefix):], source, kind, scan(source, kind, excludes, ctx.env)
+        yield (json_path[len(ctx.prefix):], source, kind,
+               scan(source, kind, excludes, ctx.env, ctx.cache.walks))
 
 
 def check_size(ctx: Context) -> Iterator[Diagnostic]:
@@ -90,7 +92,7 @@ def check_size(ctx: Context) -> Iterator[Diagnostic]:
              else model.GCS_PACKAGE_LIMIT)
     where = "the 100 MiB job-submit upload limit" if ctx.options.api == "job-submit" else \
         "the 512 MiB package limit"
-    for path, _source, _kind, result in _scans(ctx):
+    for path, _source, _kind, result in scans(ctx):
         top = ", ".join(f"{name} {_fmt(size)}" for name, size in offenders(result.files))
         big = [(r, s) for r, s in result.files if s >= FILE_SIZE_WARNING]
         if result.total_bytes >= limit:
@@ -108,12 +110,12 @@ def check_size(ctx: Context) -> Iterator[Diagnostic]:
                            hint="exclude what the job does not import or read")
 
 
-def _scans(ctx: Context) -> list[tuple[tuple[Any, ...], Path, str, Scan]]:
-    cache = getattr(ctx, "_scans", None)
-    if cache is None:
-        cache = list(package_scans(ctx))
-        ctx._scans = cache  # type: ignore[attr-defined]  # shared with the excludes rules
-    return cache
+def scans(ctx: Context) -> list[tuple[tuple[Any, ...], Path, str, Scan]]:
+    """`package_scans` of this runtime_env, computed once per file (the excludes rules too)."""
+    key = (ctx.prefix, ctx.options.api)
+    if key not in ctx.cache.scans:
+        ctx.cache.scans[key] = list(package_scans(ctx))
+    return ctx.cache.scans[key]
 
 
 CHECKS = (check_size,)

@@ -1,0 +1,128 @@
+"""What a rule sees (`Context`), the options of a validate run, and the helpers rules and the
+engine share. Rules and the engine both depend on this module; it depends on neither."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.core.spec.loader import Positions, Span
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.lint.packscan import Walked
+    from rtenv_cli.core.lint.result import Api, PipelineResult
+
+DEFAULT_GLOBS = ("*runtime_env*.yaml", "*runtime_env*.yml", "*runtime_env*.json",
+                 "*runtime-env*.yaml", "*runtime-env*.yml", "*runtime-env*.json")
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    api: Api = "job-submit"
+    base_dir: Path | None = None  # Ray resolves relative paths against the CWD
+    strict: bool = False  # unknown keys become errors
+    fail_on: str = "error"  # "error" or "warning"
+    resolve: bool = False  # run `uv pip compile` on pip/uv requirements
+    globs: tuple[str, ...] = DEFAULT_GLOBS
+    ray_version: str | None = None  # the cluster's Ray; default: the installed one, else 2.60.0
+    env: Mapping[str, str] | None = None  # the submitting process's environment
+    compare_apis: bool = True  # report where job-submit and ray-init disagree
+
+
+@dataclass
+class FileCache:
+    """What one file's checks compute once and share: package walks (pipeline and rules), the
+    size scans of each runtime_env (size and excludes rules), the source split in lines. The
+    engine makes one per file, so an edited tree is walked afresh on the next validation."""
+
+    walks: dict[tuple[Any, ...], Walked] = field(default_factory=dict)
+    scans: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
+    _lines: tuple[str, list[str]] | None = None
+
+    def lines(self, text: str) -> list[str]:
+        if self._lines is None or self._lines[0] is not text:
+            self._lines = (text, text.split("\n"))
+        return self._lines[1]
+
+
+@dataclass
+class Context:
+    """What a rule sees: one runtime_env, where it sits in its file, and Ray's result for it."""
+
+    data: Any
+    prefix: tuple[Any, ...]
+    positions: Positions
+    text: str | None
+    base_dir: Path
+    file_dir: Path | None
+    options: ValidateOptions
+    pipeline: PipelineResult
+    env: Mapping[str, str]
+    cache: FileCache = field(default_factory=FileCache)
+
+    def span(self, path: Sequence[Any], prefer: str = "key") -> Span | None:
+        full = (*self.prefix, *path)
+        first = self.positions.value if prefer == "value" else self.positions.key
+        return first(full) or self.positions.best(full)
+
+    def diag(self, code: str, message: str, path: Sequence[Any] = (), *,
+             severity: Severity | None = None, hint: str | None = None,
+             prefer: str = "key", ray_error: bool = False) -> Diagnostic:
+        from rtenv_cli.core.lint.registry import severity_of
+
+        span = self.span(path, prefer)
+        return Diagnostic(code, severity or severity_of(code), message,
+                          span.line if span else None, span.column if span else None,
+                          span.end_line if span else None, span.end_column if span else None,
+                          hint, (*self.prefix, *path), ray_error)
+
+    def raw(self, path: Sequence[Any]) -> str | None:
+        """The source text of a value (None for non-scalars or without text)."""
+        span = self.positions.value((*self.prefix, *path))
+        if span is None or self.text is None or span.line != span.end_line:
+            return None
+        lines = self.cache.lines(self.text)
+        if span.line - 1 >= len(lines):
+            return None
+        return lines[span.line - 1][span.column - 1: span.end_column - 1]
+
+
+_STRING_SLOTS = (
+    ("env_vars", "*"), ("pip", "#"), ("pip", "packages", "#"), ("pip", "pip_version"),
+    ("pip", "pip_install_options", "#"), ("uv", "#"), ("uv", "packages", "#"),
+    ("uv", "uv_version"), ("uv", "uv_pip_install_options", "#"), ("image_uri",),
+    ("py_executable",), ("worker_process_setup_hook",), ("java_jars", "#"), ("working_dir",),
+    ("py_modules", "#"), ("excludes", "#"), ("config", "log_files", "#"), ("conda",),
+    ("container", "image"), ("container", "worker_path"), ("container", "run_options", "#"),
+)
+
+
+def expects_string(path: Sequence[Any]) -> bool:
+    """Is `path` (relative to the runtime_env) a place where Ray wants a string?"""
+    for slot in _STRING_SLOTS:
+        if len(slot) == len(path) and all(
+                s == p or (s == "*" and isinstance(p, str)) or (s == "#" and isinstance(p, int))
+                for s, p in zip(slot, path, strict=True)):
+            return True
+    return False
+
+
+def coercion_hint(raw: str | None, value: Any) -> str | None:
+    """Why YAML 1.1 made `raw` a non-string, and the quoted fix."""
+    if raw is None or not raw or raw[0] in "\"'[{|>&*!":
+        return None
+    import datetime
+
+    if raw[:1].isdigit() and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and raw == str(value):
+        return f"write it as a string: \"{raw}\""
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+             (datetime.datetime, "a timestamp"), (datetime.date, "a date"),
+             (type(None), "null"))
+    for typ, name in kinds:
+        if isinstance(value, typ):
+            return f"YAML 1.1 reads `{raw}` as {name} ({value!r}); quote it: \"{raw}\""
+    return None
