@@ -134,7 +134,7 @@ _rtenv_cache_purge() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
         '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
-        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
+        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob, build-cache (repeatable).]' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--yes[Do not ask for confirmation.]' \
@@ -151,7 +151,7 @@ _rtenv_cache_ls() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
         '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
-        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
+        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob, build-cache (repeatable).]' \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
         '--help[Show help and exit]' \
@@ -163,7 +163,7 @@ _rtenv_cache_gc() {
     _arguments \
         '--older-than[Remove unreferenced entries unused for this long (e.g. 24h, 7d). Default 24h when no --keep-storage is given.]' \
         '--keep-storage[Then remove least recently used unreferenced entries until the cache is at most this big (e.g. 20GB).]' \
-        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob (repeatable).]' \
+        '--kind[Only entries of this kind\: working_dir, py_modules, pip, uv, package, blob, build-cache (repeatable).]' \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]' \
         '--token[Bearer token for the agent.]' \
         '--address[What to inspect\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here) for every node'\''s caches, or an rtenv agent URL. Default\: the embedded store.]' \
