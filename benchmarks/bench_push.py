@@ -97,6 +97,15 @@ print(json.dumps({"uri": p.ray_uri, "total": time.perf_counter() - t0,
 """
 
 
+# Ablations: the same re-push with one fast path switched off by its module switch, to show what
+# each buys on its own (a clever path stays only if its row shows a gain).
+ABLATIONS = {
+    "sendfile": "import rtenv_cli.core.transport.grpc_unary as m; m.SENDFILE = False\n",
+    "background splice": "import rtenv_cli.core.packaging.zipreuse as m; "
+                         "m.BACKGROUND_SPLICE = False\n",
+}
+
+
 def make_big_tree(root: Path, base: Path, quick: bool) -> Path:
     """The 200 MB tree plus 400 random 2 MB files: about 1 GB (quick: about 100 MB)."""
     marker = root / ".complete"
@@ -227,6 +236,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
             gcs = head.address
             child(RTENV_PUSH, gcs, str(sub), env=env)
             drv_edit, gcs_edit, ray_side = [], [], []
+            ablated: dict[str, list[dict]] = {name: [] for name in ABLATIONS}
             for n in range(5):
                 _edit(files[n + 20], n)
                 ray_side.append(child(RAY_PUSH, url, str(sub), env=env))
@@ -234,6 +244,9 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                 drv_edit.append(child(RAY_DRIVER_PUSH, gcs, str(sub), env=env))
                 _edit(files[n + 40], n)
                 gcs_edit.append(child(RTENV_PUSH, gcs, str(sub), env=env))
+                for i, (name, prelude) in enumerate(ABLATIONS.items()):
+                    _edit(files[n + 50 + 10 * i], n)
+                    ablated[name].append(child(prelude + RTENV_PUSH, gcs, str(sub), env=env))
             from rtenv_cli.core.packaging.build import build_package
 
             package = build_package(sub, kind="working_dir", env={}, dest_dir=work / "floor",
@@ -250,6 +263,12 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                         "streamed gRPC put to the GCS; Ray: job-submit path (hash x2 + zip + "
                         f"dashboard PUT). Ray's driver path (ray.init, GCS): {r_d:.2f} s = "
                         f"{r_d / o_g:.1f}x"))
+        for name, runs in ablated.items():
+            off = med(runs, "total")
+            rows.append(Row("push", f"ablation: GCS re-push without {name}", "s", round(off, 3),
+                            None, f"slower than {o_g:.3f} s (with it)", off > o_g,
+                            f"what {name} buys on its own: {off - o_g:+.3f} s per re-push "
+                            "(median of 5, in the same rounds)"))
         rows.append(Row("push", "re-push after a one-file edit (83 MB), to the dashboard URL", "s",
                         round(o_e, 3), round(r_e, 3), "", None,
                         "same work, then an HTTP PUT to Ray's /api/packages (no delta there)"))
