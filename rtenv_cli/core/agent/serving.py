@@ -17,19 +17,23 @@ would pass the cap, the connection that has waited longest for its client's byte
 With `workers > 1`, uvicorn's supervisor runs that many processes on the one socket; they share
 the store through its SQLite index and per-key file locks (a build still happens once), and
 cache hits are answered in parallel. Each worker gets the configuration, token included, through
-the pipe that starts it (pickled, as uvicorn passes its own configuration): never through the
-environment or the command line, where other users' `ps` or a core dump would show it.
+the pipe that starts it (pickled, as uvicorn passes its own configuration), never through the
+environment or the command line; RTENV_AGENT_TOKEN is removed from the agent's environment once
+read, so neither workers nor builds inherit it. (`--token` itself shows in `ps`: the CLI's help
+says to prefer the variable.)
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rtenv_cli.core.agent.protocol import TOKEN_ENV
 from rtenv_cli.core.agent.server import AgentConfig, check_bind, create_app
 from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import UsageError
@@ -72,82 +76,90 @@ class _GuardState:
     cap = 1024
 
 
-def _guarded_class() -> type:
-    """uvicorn's httptools protocol with a read deadline and a connection cap (module doc);
-    built on first use so that importing this module does not import uvicorn."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+class _ReadGuard:
+    """The guard's part of `GuardedHttp`, mixed in before uvicorn's httptools protocol (whose
+    attributes `loop`, `transport`, `flow` and `connections` it uses)."""
 
-    class GuardedHttp(HttpToolsProtocol):  # type: ignore[misc]  # uvicorn's class is untyped here
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            now = self.loop.time()
-            self._waiting = True  # the client owes bytes of a request
-            self._since = now  # when it started owing them
-            self._headers_done = False
-            self._received = 0
-            self._window = (now, 0)  # (start, bytes received then) of the body's stretch
-            self._timer = self.loop.call_later(_GuardState.guard.read_timeout_s / 2,
-                                               self._tick)
-            if len(self.connections) > _GuardState.cap:
-                self._evict()
+    loop: Any
+    transport: Any
+    flow: Any
+    connections: Any
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._timer.cancel()
-            super().connection_lost(exc)
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        now = self.loop.time()
+        self._waiting = True  # the client owes bytes of a request
+        self._since = now  # when it started owing them
+        self._headers_done = False
+        self._received = 0
+        self._window = (now, 0)  # (start, bytes received then) of the body's stretch
+        self._timer = self.loop.call_later(_GuardState.guard.read_timeout_s / 2,
+                                           self._tick)
+        if len(self.connections) > _GuardState.cap:
+            self._evict()
 
-        def data_received(self, data: bytes) -> None:
-            self._received += len(data)
-            super().data_received(data)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+        super().connection_lost(exc)  # type: ignore[misc]
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            if not self._waiting:  # a request after a keep-alive pause, or a pipelined one
-                self._waiting, self._since = True, self.loop.time()
-            self._headers_done = False
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        super().data_received(data)  # type: ignore[misc]
 
-        def on_headers_complete(self) -> None:
-            self._headers_done = True
-            self._window = (self.loop.time(), self._received)
-            super().on_headers_complete()
+    def on_message_begin(self) -> None:
+        super().on_message_begin()  # type: ignore[misc]
+        if not self._waiting:  # a request after a keep-alive pause, or a pipelined one
+            self._waiting, self._since = True, self.loop.time()
+        self._headers_done = False
 
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._waiting = False
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        self._window = (self.loop.time(), self._received)
+        super().on_headers_complete()  # type: ignore[misc]
 
-        def _stalled(self, now: float) -> bool:
-            if not self._waiting or self.flow.read_paused:
-                self._window = (now, self._received)
-                return False
-            limit = _GuardState.guard.read_timeout_s
-            if not self._headers_done:
-                return bool(now - self._since >= limit)
-            start, mark = self._window
-            if now - start < limit:
-                return False
-            if self._received - mark < MIN_PROGRESS:
-                return True
+    def on_message_complete(self) -> None:
+        super().on_message_complete()  # type: ignore[misc]
+        self._waiting = False
+
+    def _stalled(self, now: float) -> bool:
+        if not self._waiting or self.flow.read_paused:
             self._window = (now, self._received)
             return False
+        limit = _GuardState.guard.read_timeout_s
+        if not self._headers_done:
+            return bool(now - self._since >= limit)
+        start, mark = self._window
+        if now - start < limit:
+            return False
+        if self._received - mark < MIN_PROGRESS:
+            return True
+        self._window = (now, self._received)
+        return False
 
-        def _tick(self) -> None:
-            if self.transport.is_closing():
-                return
-            if self._stalled(self.loop.time()):
-                self.transport.close()
-                return
-            self._timer = self.loop.call_later(_GuardState.guard.read_timeout_s / 2,
-                                               self._tick)
+    def _tick(self) -> None:
+        if self.transport.is_closing():
+            return
+        if self._stalled(self.loop.time()):
+            self.transport.close()
+            return
+        self._timer = self.loop.call_later(_GuardState.guard.read_timeout_s / 2,
+                                           self._tick)
 
-        def _evict(self) -> None:
-            waiting = [c for c in self.connections if isinstance(c, GuardedHttp)
-                       and c._waiting and not c.flow.read_paused
-                       and not c.transport.is_closing()]
-            victim = min(waiting, key=lambda c: c._since, default=self)
-            victim.transport.close()
+    def _evict(self) -> None:
+        waiting = [c for c in self.connections if isinstance(c, _ReadGuard)
+                   and c._waiting and not c.flow.read_paused
+                   and not c.transport.is_closing()]
+        victim = min(waiting, key=lambda c: c._since, default=self)
+        victim.transport.close()
 
-    GuardedHttp.__qualname__ = "GuardedHttp"  # pickled by name for worker processes
-    GuardedHttp.__module__ = __name__
-    return GuardedHttp
+
+def _guarded_class() -> type:
+    """`_ReadGuard` over uvicorn's httptools protocol; built on first use so that importing
+    this module does not import uvicorn."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    # named and placed so that pickle finds it here (worker processes get it by name)
+    return type("GuardedHttp", (_ReadGuard, HttpToolsProtocol), {"__module__": __name__})
 
 
 def guarded_http() -> type:
@@ -231,6 +243,9 @@ def serve(config: AgentConfig, on_listening: Callable[[str], None] | None = None
     from uvicorn.supervisors import Multiprocess
 
     check_bind(config)
+    # the token is in `config` now: builds (uv, a package's own build code) and worker
+    # processes inherit the environment, and none of them should hold it
+    os.environ.pop(TOKEN_ENV, None)
     raise_nofile()
     store = open_store(config)
     sock = bind(config.host, config.port)
