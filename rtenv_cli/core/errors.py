@@ -153,7 +153,7 @@ assert len(_BY_CODE) == len(TABLE), "two classes share a wire code"  # noqa: S10
 
 def category_of(cls: type[RtenvError]) -> Category:
     for klass in cls.__mro__:
-        row = TABLE.get(klass)  # type: ignore[call-overload]  # mro holds plain types too
+        row = TABLE.get(klass)
         if row is not None:
             return row
     return TABLE[RtenvError]

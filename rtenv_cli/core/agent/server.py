@@ -96,7 +96,7 @@ class AgentState:
 
 
 def _state(request: Any) -> AgentState:
-    return request.app.state.agent  # type: ignore[no-any-return]
+    return request.app.state.agent
 
 
 # -- bodies -------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def guarded_http() -> type:
     cls = globals().get("GuardedHttp")
     if cls is None:
         cls = globals()["GuardedHttp"] = _guarded_class()
-    return cls  # type: ignore[no-any-return]
+    return cls
 
 
 def __getattr__(name: str) -> Any:  # how pickle finds the class in a worker process
