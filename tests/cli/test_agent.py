@@ -86,7 +86,11 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 def _stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
 
 
 def _listening_url(proc: subprocess.Popen[str]) -> str:
