@@ -268,4 +268,8 @@ def test_a_flood_of_stalled_connections_does_not_take_the_agent_s_descriptors(
             import os
 
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=20)
