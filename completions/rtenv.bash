@@ -40,7 +40,7 @@ _rtenv() {
     esac
     case "$path" in
         "") COMPREPLY=($(compgen -W 'agent cache check-ignore explain ls-files push rules run validate --version -V --help -h' -- "$cur")) ;;
-        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --workers --help -h' -- "$cur")) ;;
+        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
         " cache") COMPREPLY=($(compgen -W 'gc ls purge --help -h' -- "$cur")) ;;
         " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;

@@ -202,13 +202,17 @@ _rtenv_cache() {
 
 _rtenv_agent() {
     _arguments \
-        '--host[Address to bind. Anything but loopback needs --token.]' \
-        '--port[Port to listen on.]' \
+        '--host[Address to bind. Anything but loopback needs a token.]' \
+        '--port[Port to listen on (0\: any free port).]' \
         '--root[Store directory. Default\: the embedded store under the user cache dir (RTENV_HOME).]' \
-        '--token[Require `Authorization\: Bearer <token>` on every request.]' \
+        '--token[Require `Authorization\: Bearer <token>` on every request. Prefer the environment variable\: other users can read a command line in `ps`.]' \
         '--max-size[After each create, drop least recently used unreferenced entries until the store is at most this big (e.g. 20GB).]' \
         '--max-age[After each create, drop unreferenced entries unused for this long (e.g. 7d).]' \
         '--workers[Server processes sharing the port and the store (cache hits are answered in parallel; builds still happen once).]' \
+        '--read-timeout[Seconds a client may take to send a request'\''s headers, and to advance its body by 64 KiB; slower connections are closed.]' \
+        '--max-connections[Open connections at most (also kept under the process'\''s file descriptor limit); past it, the longest-stalled one is closed.]' \
+        '--max-body[Largest JSON request body (HTTP 413 above it).]' \
+        '--max-upload[Largest package upload (Ray'\''s GCS stores at most 512 MiB).]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
         '*:file:_files'

@@ -13,14 +13,16 @@ from rtenv_cli.render.output import Output
 def agent(
     *,
     host: Annotated[str, typer.Option("--host", help="Address to bind. Anything but loopback "
-                                      "needs --token.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8790,
+                                      "needs a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to listen on (0: any free port).")] = 8790,
     root: Annotated[Path | None, typer.Option(
         "--root", help="Store directory. Default: the embedded store under the user cache dir "
         "(RTENV_HOME).", show_default=False)] = None,
     token: Annotated[str | None, typer.Option(
         "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True,
-        help="Require `Authorization: Bearer <token>` on every request.")] = None,
+        help="Require `Authorization: Bearer <token>` on every request. Prefer the "
+        "environment variable: other users can read a command line in `ps`.")] = None,
     max_size: Annotated[str | None, typer.Option(
         "--max-size", help="After each create, drop least recently used unreferenced entries "
         "until the store is at most this big (e.g. 20GB).")] = None,
@@ -30,13 +32,26 @@ def agent(
     workers: Annotated[int, typer.Option(
         "--workers", min=1, help="Server processes sharing the port and the store (cache hits "
         "are answered in parallel; builds still happen once).")] = 1,
+    read_timeout: Annotated[float, typer.Option(
+        "--read-timeout", min=0.1, help="Seconds a client may take to send a request's headers, "
+        "and to advance its body by 64 KiB; slower connections are closed.")] = 10.0,
+    max_connections: Annotated[int, typer.Option(
+        "--max-connections", min=1, help="Open connections at most (also kept under the "
+        "process's file descriptor limit); past it, the longest-stalled one is closed.")] = 1024,
+    max_body: Annotated[str, typer.Option(
+        "--max-body", help="Largest JSON request body (HTTP 413 above it).")] = "1MiB",
+    max_upload: Annotated[str, typer.Option(
+        "--max-upload", help="Largest package upload (Ray's GCS stores at most 512 MiB).")
+    ] = "512MiB",
 ) -> None:
     """Run the rtenv node agent: a Ray-compatible package store, delta uploads, environments.
 
     Environments (uv venvs for pip/uv, unpacked working_dir/py_modules) are built once, shared,
     reference-counted and kept in a crash-safe store; `rtenv run --address` and
-    `rtenv push --to` talk to it. It binds 127.0.0.1 by default; any other bind needs a token.
-    The API is described at /openapi.json.
+    `rtenv push --to` talk to it. It binds 127.0.0.1 by default; any other bind needs a token,
+    best given as RTENV_AGENT_TOKEN (a --token on the command line shows in `ps`). The API is
+    described at /openapi.json. Request bodies are size-limited and slow clients are cut off
+    (--read-timeout), so stalled connections cannot use up the agent's file descriptors.
 
     Under systemd (one per node), /etc/systemd/system/rtenv-agent.service:
 
@@ -56,22 +71,26 @@ def agent(
 
         $ rtenv agent --port 8790
 
-        $ rtenv agent --host 0.0.0.0 --token "$TOKEN" --max-size 20GB
+        $ RTENV_AGENT_TOKEN="$TOKEN" rtenv agent --host 0.0.0.0 --max-size 20GB
     """
-    from rtenv_cli.core.agent.server import AgentConfig, serve
+    from rtenv_cli.core.agent.protocol import Limits
+    from rtenv_cli.core.agent.server import AgentConfig
+    from rtenv_cli.core.agent.serving import serve
     from rtenv_cli.core.units import parse_duration, parse_size
 
     out = Output("text")
+    limits = Limits(json_bytes=parse_size(max_body), package_bytes=parse_size(max_upload))
     config = AgentConfig(root=root, host=host, port=port, token=token,
                          max_bytes=parse_size(max_size) if max_size else None,
                          max_age_s=parse_duration(max_age) if max_age else None,
-                         workers=workers)
-    from rtenv_cli.core.agent.server import check_bind
+                         workers=workers, limits=limits, read_timeout_s=read_timeout,
+                         max_connections=max_connections)
 
-    check_bind(config)
-    out.message(f"rtenv agent listening on http://{host}:{port} "
-                f"({'token required' if token else 'no token'})")
-    serve(config)
+    def listening(url: str) -> None:
+        out.message(f"rtenv agent listening on {url} "
+                    f"({'token required' if token else 'no token'})")
+
+    serve(config, on_listening=listening)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,15 @@
-"""One exception hierarchy for everything a user may see; each class knows its exit code."""
+"""One exception hierarchy for everything a user may see, and one table that says what each class
+means at each boundary: the CLI's exit code, the agent's HTTP status, and the stable `code` the
+agent sends on the wire (the client decodes it back to the same class).
+
+A class not in the table takes the row of its nearest ancestor that is.
+"""
 
 from __future__ import annotations
 
+import errno
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
 
 
 class ExitCode(IntEnum):
@@ -16,69 +22,156 @@ class ExitCode(IntEnum):
 class RtenvError(Exception):
     """An error meant for the user: a message, where it happened, and the next step."""
 
-    exit_code: ClassVar[ExitCode] = ExitCode.FAILURE
-    kind: ClassVar[str] = "error"
-
     def __init__(self, message: str, *, hint: str | None = None, path: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.path = path
 
+    @property
+    def category(self) -> Category:
+        return category_of(type(self))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.category.exit_code
+
+    @property
+    def http_status(self) -> int:
+        return self.category.http_status
+
+    @property
+    def code(self) -> str:
+        return self.category.code
+
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "message": self.message, "hint": self.hint, "path": self.path}
+        return {"code": self.code, "message": self.message, "hint": self.hint,
+                "path": self.path}
 
 
 class UsageError(RtenvError):
-    """Bad flags, missing input, unknown format: the command could not start."""
-
-    exit_code = ExitCode.USAGE
-    kind = "usage"
+    """Bad flags, missing input, unknown format, a malformed request: nothing could start."""
 
 
 class ConfigError(UsageError):
     """A configuration file or value is wrong; the message names the file and field."""
 
-    kind = "config"
+
+class ValidationError(UsageError):
+    """A value is well-formed but not acceptable (a runtime_env field Ray would refuse)."""
+
+
+class PayloadTooLargeError(UsageError):
+    """A request body over the agent's limit; refused before it is read."""
 
 
 class OperationError(RtenvError):
     """The command ran and failed."""
 
-    kind = "failure"
-
 
 class PackagingError(OperationError):
-    kind = "packaging"
+    """A package's content is wrong: unsafe archive, hash mismatch, bad manifest."""
 
 
 class TransportError(OperationError):
     """A target (Ray dashboard, agent, shared filesystem) refused or could not be reached."""
 
-    kind = "transport"
-
 
 class PackageTooLargeError(TransportError):
-    kind = "too-large"
+    pass
+
+
+class AuthError(OperationError):
+    """No credentials where the agent needs them."""
+
+
+class ForbiddenError(AuthError):
+    """Credentials given, but wrong."""
+
+
+class NotFoundError(OperationError):
+    """What the request names does not exist."""
 
 
 class AgentError(OperationError):
-    kind = "agent"
+    pass
+
+
+class BuildError(AgentError):
+    """An environment could not be built from what was asked (a requirement uv cannot
+    resolve, a failing sdist build): the request's content, not the agent, is at fault."""
 
 
 class UnsupportedError(OperationError):
-    kind = "unsupported"
-
-
-class CacheError(OperationError):
-    kind = "cache"
-
-
-class CacheBusyError(CacheError):
-    kind = "cache-busy"
+    pass
 
 
 class DiskFullError(OperationError):
-    """No space left (ENOSPC, quota) while storing or building: not the input's fault."""
+    """The store's filesystem is out of space or quota."""
 
-    kind = "disk-full"
+
+class CacheError(OperationError):
+    pass
+
+
+class CacheBusyError(CacheError):
+    pass
+
+
+@dataclass(frozen=True)
+class Category:
+    code: str  # stable wire name: never rename one, clients decode it
+    exit_code: ExitCode
+    http_status: int
+
+
+_FAIL, _USAGE = ExitCode.FAILURE, ExitCode.USAGE
+
+TABLE: dict[type[RtenvError], Category] = {
+    RtenvError: Category("error", _FAIL, 500),
+    UsageError: Category("usage", _USAGE, 400),
+    ConfigError: Category("config", _USAGE, 400),
+    ValidationError: Category("invalid", _USAGE, 422),
+    PayloadTooLargeError: Category("too-large", _USAGE, 413),
+    OperationError: Category("failure", _FAIL, 500),
+    PackagingError: Category("packaging", _FAIL, 422),
+    TransportError: Category("transport", _FAIL, 502),
+    PackageTooLargeError: Category("package-too-large", _FAIL, 413),
+    AuthError: Category("unauthorized", _FAIL, 401),
+    ForbiddenError: Category("forbidden", _FAIL, 403),
+    NotFoundError: Category("not-found", _FAIL, 404),
+    AgentError: Category("agent", _FAIL, 500),
+    BuildError: Category("build-failed", _FAIL, 422),
+    UnsupportedError: Category("unsupported", _FAIL, 501),
+    DiskFullError: Category("disk-full", _FAIL, 507),
+    CacheError: Category("cache", _FAIL, 500),
+    CacheBusyError: Category("cache-busy", _FAIL, 409),
+}
+_BY_CODE: dict[str, type[RtenvError]] = {row.code: cls for cls, row in TABLE.items()}
+assert len(_BY_CODE) == len(TABLE), "two classes share a wire code"  # noqa: S101 - import-time invariant of the table above
+
+
+def category_of(cls: type[RtenvError]) -> Category:
+    for klass in cls.__mro__:
+        row = TABLE.get(klass)
+        if row is not None:
+            return row
+    return TABLE[RtenvError]
+
+
+def class_for_code(code: object, default: type[RtenvError]) -> type[RtenvError]:
+    """The class a wire `code` stands for; `default` for a code this version does not know."""
+    return _BY_CODE.get(code, default) if isinstance(code, str) else default
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def from_os_error(exc: OSError, what: str = "") -> RtenvError | None:
+    """The user-facing error an OSError stands for, when it has one (a full disk); None for an
+    OSError that is a bug or an environment problem to report as such."""
+    if exc.errno in _DISK_FULL:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return DiskFullError(f"{what or 'writing'}: no space left on the device{where}",
+                             hint="free some space (rtenv cache gc), or set --max-size")
+    return None

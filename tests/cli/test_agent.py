@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
 from tests.core.agent.conftest import agent_process
 from tests.support.cli import run_cli, run_process
@@ -65,3 +74,103 @@ def test_push_to_the_agent_is_verified_and_listed(tmp_path: Path) -> None:
         uri = res.stdout.split("working_dir: ", 1)[1].split()[0]
         listing = run_cli(["cache", "ls", "--agent", agent.url, "--format", "json"]).json
         assert [e["uri"] for e in listing["entries"]] == [uri]
+
+
+# -- start-up (red-team 21) and the token's travels ---------------------------------------------
+def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full = {k: v for k, v in os.environ.items() if k != "RTENV_AGENT_TOKEN"}
+    full.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", *args], env=full,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+
+
+def _listening_url(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # bounded: the agent prints it or exits
+    match = re.search(r"listening on (http://\S+)", line)
+    assert match, line
+    return match.group(1)
+
+
+def test_listening_is_reported_once_the_socket_is_bound(tmp_path: Path) -> None:
+    proc = _start(["--port", "0", "--root", str(tmp_path / "s")])
+    try:
+        url = _listening_url(proc)
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        assert int(port) > 0  # the port picked, not the 0 asked for
+        with socket.create_connection((host, int(port)), timeout=10):
+            pass  # no retry: it listens when it says so
+    finally:
+        _stop(proc)
+
+
+def test_a_port_in_use_is_one_clear_usage_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = run_process(["agent", "--port", str(port), "--root", str(tmp_path / "s")],
+                          timeout=60)
+    assert res.exit_code == 2
+    assert f"port {port} on 127.0.0.1 is in use" in res.stderr
+    assert "listening" not in res.stderr
+    assert "internal error" not in res.stderr
+
+
+def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
+    res = run_process(["agent", "--port", "70000", "--root", str(tmp_path / "s")], timeout=60)
+    assert res.exit_code == 2
+    assert "listening" not in res.stderr
+
+
+def test_an_unusable_root_is_a_clear_error(tmp_path: Path) -> None:
+    res = run_process(["agent", "--port", "0", "--root", "/proc/rtenv-no-such/x"], timeout=60)
+    assert res.exit_code == 2
+    assert "cannot use" in res.stderr
+    assert "internal error" not in res.stderr
+    assert "listening" not in res.stderr
+
+
+def test_the_token_reaches_workers_without_the_environment(tmp_path: Path) -> None:
+    secret = "tok-" + "x" * 20
+    proc = _start(["--port", "0", "--root", str(tmp_path / "s"), "--workers", "2"],
+                  env={"RTENV_AGENT_TOKEN": secret})
+    try:
+        url = _listening_url(proc)
+        deadline = time.monotonic() + 60
+        while True:  # workers answer once they have started
+            try:
+                if requests.get(f"{url}/api/agent", timeout=5,
+                                headers={"Authorization": f"Bearer {secret}"}).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "the workers never answered"
+            time.sleep(0.2)
+        assert requests.get(f"{url}/api/agent", timeout=10).status_code == 401
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                  text=True, check=False).stdout.split()
+        assert children
+        for pid in children:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert secret.encode() not in environ
+            assert b"RTENV_AGENT_CONFIG" not in environ
+    finally:
+        _stop(proc)
+
+
+def test_help_prefers_the_token_variable() -> None:
+    res = run_cli(["agent", "--help"])
+    assert "RTENV_AGENT_TOKEN" in res.stdout
+    assert "ps" in res.stdout

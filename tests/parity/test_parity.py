@@ -57,7 +57,7 @@ def _rtenv(root: Path, file: Path, api: str) -> dict[str, Any]:
         return {"valid": False, "kind": doc.error.kind, "normalized": None}
     result = run_pipeline(doc.data, root, api, env={})  # type: ignore[arg-type]
     first = result.errors[0] if result.errors else None
-    return {"valid": result.valid, "kind": first.kind if first else None,
+    return {"valid": result.valid, "kind": first.python_type if first else None,
             "normalized": result.normalized, "errors": [e.message for e in result.errors]}
 
 

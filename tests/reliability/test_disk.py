@@ -156,8 +156,8 @@ def test_an_upload_bigger_than_the_free_space_gets_a_disk_full_reply(small_disk:
     with agent_process(small_disk / "store") as agent:
         resp = requests.put(f"{agent.url}/api/packages/gcs/{uri.removeprefix('gcs://')}",
                             data=pkg.read_bytes(), timeout=60)
-        assert resp.status_code >= 500  # a server-side condition
+        assert resp.status_code == 507  # Insufficient Storage: the server's condition
         error = resp.json()["error"]
-        assert error["kind"] == "disk-full"
+        assert error["code"] == "disk-full"
         assert str(small_disk / "store") in error["hint"]
         assert list((small_disk / "store" / "tmp").iterdir()) == []

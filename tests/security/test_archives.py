@@ -189,7 +189,7 @@ def test_corrupt_zip_through_extract(tmp_path: Path, case: str) -> None:
     with pytest.raises(ArchiveError, match=needle) as err:
         extract(archive, tmp_path / "out")
     assert err.value.exit_code == ExitCode.FAILURE
-    assert err.value.kind in ("packaging", "unsafe-archive")  # the agent answers 422
+    assert err.value.http_status == 422  # the agent answers 422
     assert not (tmp_path / "out").exists()
 
 

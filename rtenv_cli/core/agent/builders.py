@@ -14,7 +14,7 @@ import sysconfig
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rtenv_cli.core.errors import AgentError, PackagingError
+from rtenv_cli.core.errors import AgentError, BuildError, PackagingError
 
 # Ray's default uv options disable the cache; a shared cache is the point of the agent
 _DROPPED_OPTIONS = {"--no-cache", "-n"}
@@ -93,7 +93,7 @@ def run_uv(argv: list[str], env: Mapping[str, str], what: str) -> None:
         raise AgentError(f"{what} timed out after {BUILD_TIMEOUT_S}s") from exc
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip()
-        raise AgentError(f"{what} failed:\n{detail}",
+        raise BuildError(f"{what} failed:\n{detail}",
                          hint="fix the requirements; nothing was kept from the failed build")
 
 

@@ -17,12 +17,12 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.agent import builders
 from rtenv_cli.core.agent.index import pid_start_time, valid_pid
+from rtenv_cli.core.agent.protocol import EnvHandle
 from rtenv_cli.core.agent.store import Store, safe_key
 from rtenv_cli.core.agent.unpack import extract
 from rtenv_cli.core.errors import (
@@ -31,6 +31,7 @@ from rtenv_cli.core.errors import (
     RtenvError,
     UnsupportedError,
     UsageError,
+    ValidationError,
 )
 
 if TYPE_CHECKING:
@@ -39,34 +40,6 @@ if TYPE_CHECKING:
 UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
 IGNORED = ("excludes", "config", "_ray_commit", "_inject_current_ray", "worker_process_setup_hook")
 HANDLED = ("working_dir", "py_modules", "pip", "uv", "env_vars")
-
-
-@dataclass(frozen=True)
-class EnvHandle:
-    """Where an environment lives on this node and what a process in it needs."""
-
-    key: str
-    holder: str
-    working_dir: str | None
-    py_modules: tuple[str, ...]
-    venv: str | None
-    env_vars: dict[str, str] = field(default_factory=dict)
-    entries: tuple[str, ...] = ()
-    built: tuple[str, ...] = ()  # entries this call built (empty on a cache hit)
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand, not dataclasses.asdict (a recursive deep copy): this runs on every cache hit
-        return {"key": self.key, "holder": self.holder, "working_dir": self.working_dir,
-                "py_modules": list(self.py_modules), "venv": self.venv,
-                "env_vars": dict(self.env_vars), "entries": list(self.entries),
-                "built": list(self.built)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EnvHandle:
-        return cls(key=data["key"], holder=data["holder"], working_dir=data["working_dir"],
-                   py_modules=tuple(data["py_modules"]), venv=data["venv"],
-                   env_vars=dict(data["env_vars"]), entries=tuple(data["entries"]),
-                   built=tuple(data.get("built", ())))
 
 
 def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], list[str]]:
@@ -85,7 +58,7 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
             value = {"packages": [ln.strip() for ln in lines
                                   if ln.strip() and not ln.strip().startswith("#")]}
     if not isinstance(value, dict) or not isinstance(value.get("packages"), list):
-        raise AgentError(f"`{kind}` must be a list of requirements or a dict with `packages`")
+        raise ValidationError(f"`{kind}` must be a list of requirements or a dict with `packages`")
     opts_key = "pip_install_options" if kind == "pip" else "uv_pip_install_options"
     options = [str(o) for o in value.get(opts_key) or []]
     if value.get("pip_check" if kind == "pip" else "uv_check"):
@@ -165,7 +138,11 @@ class Environments:
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
         if scheme == "file":
-            return Path(uri.removeprefix("file://"))
+            path = Path(uri.removeprefix("file://"))
+            if not path.is_file():
+                raise PackagingError(f"{uri} is not an archive file",
+                                     hint="point file:// at a .zip (or a .whl in py_modules)")
+            return path
         dest = work / uri.rsplit("/", 1)[-1]
         builders.fetch_url(uri, dest)
         return dest
@@ -243,7 +220,7 @@ class Environments:
         # (`rtenv validate` and `rtenv run` warn about them)
         env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         if runtime_env.get("pip") and runtime_env.get("uv"):
-            raise AgentError("`pip` and `uv` cannot both be set", hint="keep one of them")
+            raise ValidationError("`pip` and `uv` cannot both be set", hint="keep one of them")
         # attempt 0 only looks keys up (a cache hit is one transaction); later ones build
         for attempt in range(6):  # a gc may remove a just-built entry before we hold it
             ensure = attempt > 0

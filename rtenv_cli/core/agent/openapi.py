@@ -1,10 +1,13 @@
-"""The agent's OpenAPI schema, kept by hand (a test checks it against the app's routes)."""
+"""The agent's OpenAPI schema: paths kept by hand (a test checks them against the app's routes),
+request bodies from `agent.protocol.SCHEMAS`, the dicts the routes check bodies against."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rtenv_cli import __version__
+from rtenv_cli.core.agent.protocol import SCHEMAS
+from rtenv_cli.core.errors import TABLE
 
 
 def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
@@ -13,7 +16,9 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERRORS = {"401": _json(_ERR, "token missing"), "403": _json(_ERR, "token wrong"),
-           "400": _json(_ERR, "bad request"), "422": _json(_ERR, "content rejected")}
+           "400": _json(_ERR, "a field is missing or of the wrong type or range"),
+           "413": _json(_ERR, "body over the agent's limit"),
+           "422": _json(_ERR, "content rejected"), "507": _json(_ERR, "the store's disk is full")}
 _MANIFEST_BODY = {"required": True, "content": {"application/json": {
     "schema": {"$ref": "#/components/schemas/Manifest"}}}}
 _RAW_BODY = {"required": True, "content": {"application/octet-stream": {
@@ -27,26 +32,13 @@ SCHEMA: dict[str, Any] = {
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         "schemas": {
-            "Error": {"type": "object", "properties": {"error": {"type": "object"}}},
-            "ManifestEntry": {"type": "object", "required": ["path"], "properties": {
-                "path": {"type": "string"}, "is_dir": {"type": "boolean"},
-                "mode": {"type": "integer"}, "size": {"type": "integer"},
-                "sha256": {"type": "string", "nullable": True},
-                "in_zip": {"type": "boolean", "description": "a directory: whether Ray's zip "
-                           "has it (empty on disk) or only hashes its name; default true"},
-                "zip_time": {"type": "array", "items": {"type": "integer"},
-                             "description": "the member's date_time in the client's zip "
-                             "(local mtime); default 1980-01-01"}}},
-            "Manifest": {"type": "object", "required": ["uri", "kind"], "properties": {
-                "uri": {"type": "string"}, "kind": {"enum": ["working_dir", "py_module"]},
-                "name": {"type": "string", "nullable": True},
-                "entries": {"type": "array",
-                            "items": {"$ref": "#/components/schemas/ManifestEntry"}},
-                "base": {"type": "string", "description": "a package the agent holds; with "
-                         "upsert/remove instead of entries"},
-                "upsert": {"type": "array",
-                           "items": {"$ref": "#/components/schemas/ManifestEntry"}},
-                "remove": {"type": "array", "items": {"type": "string"}}}},
+            "Error": {"type": "object", "properties": {"error": {
+                "type": "object", "required": ["code", "message"], "properties": {
+                    "code": {"enum": sorted(row.code for row in TABLE.values()),
+                             "description": "stable: the client maps it back to its class"},
+                    "message": {"type": "string"}, "hint": {"type": "string", "nullable": True},
+                    "path": {"type": "string", "nullable": True}}}}},
+            **SCHEMAS,
             "EnvHandle": {"type": "object", "properties": {
                 "key": {"type": "string"}, "holder": {"type": "string"},
                 "working_dir": {"type": "string", "nullable": True},
@@ -111,11 +103,7 @@ SCHEMA: dict[str, Any] = {
         "/api/envs": {
             "post": {"summary": "Get or create an environment and hold a reference",
                      "requestBody": {"required": True, "content": {"application/json": {
-                         "schema": {"type": "object", "required": ["runtime_env", "holder"],
-                                    "properties": {"runtime_env": {"type": "object"},
-                                                   "holder": {"type": "string"},
-                                                   "pid": {"type": "integer"},
-                                                   "lease_s": {"type": "number"}}}}}},
+                         "schema": {"$ref": "#/components/schemas/EnvRequest"}}}},
                      "responses": {"200": _json({"$ref": "#/components/schemas/EnvHandle"}),
                                    "501": _json(_ERR, "field not supported"), **_ERRORS}},
             "get": {"summary": "List environments", "responses": {"200": _json({})}},
@@ -131,12 +119,8 @@ SCHEMA: dict[str, Any] = {
                                "responses": {"200": _json({})}}},
         "/api/gc": {"post": {"summary": "Plan and run a garbage collection",
                              "requestBody": {"content": {"application/json": {"schema": {
-                                 "type": "object", "properties": {
-                                     "older_than_s": {"type": "number"},
-                                     "keep_storage": {"type": "integer"},
-                                     "kinds": {"type": "array"}, "purge": {"type": "boolean"},
-                                     "dry_run": {"type": "boolean"}}}}}},
-                             "responses": {"200": _json({})}}},
+                                 "$ref": "#/components/schemas/GcRequest"}}}},
+                             "responses": {"200": _json({}), **_ERRORS}}},
         "/openapi.json": {"get": {"summary": "This schema", "security": [],
                                   "responses": {"200": _json({})}}},
     },

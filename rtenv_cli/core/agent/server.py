@@ -1,10 +1,15 @@
-"""The agent's HTTP API (starlette + uvicorn).
+"""The agent's HTTP API (starlette): routes, their checks, and the errors they answer with.
 
 Ray's package protocol (`GET`/`PUT /api/packages/gcs/<name>`, plus `HEAD`) so `rtenv push` and
 Ray's own client work against it; the delta protocol (manifests, blobs, commit); environments
 (get-or-create, release, list); cache listing and gc; `/openapi.json`. Blocking work runs in the
-threadpool. With a token set every request needs `Authorization: Bearer <token>` (compared in
-constant time); binding anything but loopback requires a token.
+threadpool. Every JSON body is checked against its schema (`agent.protocol`) and every body is
+refused over its size limit before it is read. Errors are `RtenvError`s, answered by one
+exception handler with the HTTP status and wire `code` of `core.errors.TABLE`.
+
+`AgentApp` is the ASGI entry point in front of Starlette: it checks the bearer token for every
+route but `/openapi.json` and `/download/...` (compared in constant time), and answers cache hits
+of `POST /api/envs` itself. Serving it (sockets, timeouts, worker processes) is `agent.serving`.
 """
 
 from __future__ import annotations
@@ -13,17 +18,30 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rtenv_cli import __version__
+from rtenv_cli.core.agent import protocol
+from rtenv_cli.core.agent.protocol import TOKEN_ENV, Limits
 from rtenv_cli.core.agent.store import Store
-from rtenv_cli.core.errors import RtenvError, UsageError
+from rtenv_cli.core.errors import (
+    AuthError,
+    ForbiddenError,
+    NotFoundError,
+    RtenvError,
+    UsageError,
+    from_os_error,
+)
 
-TOKEN_ENV = "RTENV_AGENT_TOKEN"  # noqa: S105 - the variable's name, not a secret
+__all__ = ["TOKEN_ENV", "AgentApp", "AgentConfig", "check_bind", "create_app", "is_loopback"]
+
+_log = logging.getLogger("rtenv.agent")
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,9 @@ class AgentConfig:
     max_bytes: int | None = None
     max_age_s: float | None = None
     workers: int = 1
+    limits: Limits = field(default_factory=Limits)
+    read_timeout_s: float = 10.0  # a request's headers, and each stretch of its body
+    max_connections: int = 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -52,275 +73,411 @@ def check_bind(config: AgentConfig) -> None:
                          "a token", hint=f"pass --token or set {TOKEN_ENV}, or bind 127.0.0.1")
 
 
-def download_capability(token: str | None, name: str) -> str:
-    """The secret path segment of a package's download URL for Ray's nodes (which send no
-    bearer token): an HMAC of the name under the agent's token, so only holders of the token
-    can mint one, and one URL opens one package."""
-    return hmac.new((token or "rtenv-agent").encode(), name.encode(), "sha256").hexdigest()[:32]
+@dataclass
+class AgentState:
+    """What every route reads, as `request.app.state.agent`."""
 
+    config: AgentConfig
+    store: Store
+    envs: Any  # agent.envs.Environments
+    budget: Any  # cache.gc.Budget
 
-def _status(exc: RtenvError) -> int:
-    kind = exc.kind
-    if kind in ("usage", "config"):
-        return 400
-    if kind in ("packaging", "unsafe-archive"):
-        return 422
-    if kind == "unsupported":
-        return 501
-    if kind == "cache-busy":
-        return 409
-    return 500
-
-
-def create_app(config: AgentConfig, store: Store | None = None):  # type: ignore[no-untyped-def] # noqa: PLR0915 - one closure per route, sharing the store
-    from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
-
-    from rtenv_cli.core.agent import delta
-    from rtenv_cli.core.agent.envs import Environments
-    from rtenv_cli.core.agent.openapi import SCHEMA
-    from rtenv_cli.core.cache import gc as cache_gc
-    from rtenv_cli.core.cache.ls import list_store
-
-    store = store or Store(config.root)
-    store.index.checkpoint_in_background()
-    envs = Environments(store)
-    budget = cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s)
-    token = (config.token or "").encode()
-
-    def error(exc: RtenvError) -> JSONResponse:
-        return JSONResponse({"error": exc.to_dict()}, status_code=_status(exc))
-
-    async def body_json(request: Request) -> dict[str, Any]:
-        try:
-            data = json.loads(await request.body() or b"{}")
-        except ValueError as exc:
-            raise UsageError(f"request body is not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise UsageError("request body must be a JSON object")
-        return data
-
-    async def spool(request: Request) -> tuple[Path, int]:
-        """The request body in a temp file inside the store (same filesystem as the target)."""
-        fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix=f"upload.{os.getpid()}.")
-        size = 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    out.write(chunk)
-        except OSError as exc:  # the disk filled up: read the rest, so the client gets the reply
-            Path(name).unlink(missing_ok=True)
-            async for _chunk in request.stream():
-                pass
-            raise store.disk_full(exc) if store.out_of_space(exc) else exc from None
-        except BaseException:  # the client hung up mid-body: keep nothing
-            Path(name).unlink(missing_ok=True)
-            raise
-        declared = request.headers.get("content-length")
-        if declared is not None and int(declared) != size:
-            Path(name).unlink()
-            raise UsageError(f"upload truncated: {size} of {declared} bytes")
-        return Path(name), size
-
-    async def info(_request: Request) -> Response:
-        return JSONResponse({"agent": "rtenv", "version": __version__, "root": str(store.root)})
-
-    async def package(request: Request) -> Response:
-        name = request.path_params["name"]
-        if request.method in ("GET", "HEAD"):
-            download = bool(request.query_params.get("download"))  # else a check: pins, as Ray's
-            exists = (store.has_package(name) if download
-                      else await run_in_threadpool(store.hold_package, name))
-            if exists and download:
-                from starlette.responses import FileResponse
-
-                return FileResponse(await run_in_threadpool(store.package_file, name))
-            if request.method == "HEAD":
-                return Response(status_code=200 if exists else 404)
-            return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
-                            status_code=200 if exists else 404)
-        store.package_path(name)  # validates the name before reading the body
-        hashed = delta.parse_hashed_dirs(request.headers.get(delta.HASHED_DIRS_HEADER))
-        path, _size = await spool(request)
-        try:
-            await run_in_threadpool(lambda: store.put_package(name, path, extra_dirs=hashed))
-        finally:
-            path.unlink(missing_ok=True)
-        return Response(status_code=200)
-
-    async def manifests(request: Request) -> Response:
-        man = delta.Manifest.parse(await body_json(request))
-        return JSONResponse({"missing": await run_in_threadpool(delta.missing, store, man)})
-
-    async def commit(request: Request) -> Response:
-        man = delta.Manifest.parse(await body_json(request))
-        return JSONResponse(await run_in_threadpool(delta.commit, store, man))
-
-    async def blob(request: Request) -> Response:
-        sha = request.path_params["sha"]
-        store.blob_path(sha)  # validates the id before reading the body
-        path, _size = await spool(request)
-        try:
-            await run_in_threadpool(store.put_blob, sha, path)
-        finally:
-            path.unlink(missing_ok=True)
-        return Response(status_code=200)
-
-    async def blobs(request: Request) -> Response:
-        from rtenv_cli.core.agent.bodyreader import BodyReader
-
-        # each record goes straight into its blob's temp file: the batch is on disk once
-        count = await run_in_threadpool(store.put_blobs, BodyReader(request.stream()))
-        return JSONResponse({"stored": count})
-
-    def env_request(data: dict[str, Any], client: str) -> dict[str, Any]:
-        """POST /api/envs's body as get_or_create's arguments."""
-        runtime_env = data.get("runtime_env")
-        holder = data.get("holder")
-        if not isinstance(runtime_env, dict) or not isinstance(holder, str) or not holder:
-            raise UsageError("POST /api/envs needs {runtime_env: {...}, holder: str}")
-        # a pid only means something on this host; remote holders must renew a lease
-        pid = data.get("pid") if is_loopback(client) else None
-        lease = data.get("lease_s")
-        if pid is None and lease is None:
-            lease = 24 * 3600.0
-        return {"runtime_env": runtime_env, "holder": holder, "pid": pid, "lease_s": lease}
-
-    def authorized(header: str) -> int | None:
-        """None when the request may pass, else the HTTP status to refuse it with."""
+    def refusal(self, header: str) -> RtenvError | None:
+        """None when a request with this Authorization header may pass, else why not."""
+        token = self.config.token
         if not token:
             return None
         scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token):
+        if scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token.encode()):
             return None
-        return 401 if not header else 403
+        if not header:
+            return AuthError("missing bearer token", hint=f"pass --token or set {TOKEN_ENV}")
+        return ForbiddenError("wrong bearer token", hint=f"pass --token or set {TOKEN_ENV}")
 
-    async def create_env(request: Request) -> Response:
-        args = env_request(await body_json(request),
-                           request.client.host if request.client else "")
-        # _HitsFirst has answered the cache hits on the event loop already; what reaches here
-        # builds (get_or_create still returns an entry a concurrent request just finished)
-        handle = await run_in_threadpool(lambda: envs.get_or_create(**args))
-        if handle.built:
-            await run_in_threadpool(budget.enforce, store)
-        return JSONResponse(handle.to_dict())
 
-    async def release(request: Request) -> Response:
-        n = await run_in_threadpool(envs.release, request.path_params["key"],
-                                    request.path_params["holder"])
-        return JSONResponse({"released": n})
+def _state(request: Any) -> AgentState:
+    return request.app.state.agent
 
-    async def list_envs(_request: Request) -> Response:
-        return JSONResponse({"envs": await run_in_threadpool(envs.list_envs)})
 
-    async def cache(request: Request) -> Response:
-        kinds = tuple(k for k in request.query_params.getlist("kind") if k)
-        listing = await run_in_threadpool(list_store, store, kinds)
-        return JSONResponse({**listing.to_dict(), "source": f"agent {request.base_url}"})
+# -- bodies -------------------------------------------------------------------------------------
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 
-    async def gc(request: Request) -> Response:
-        data = await body_json(request)
 
-        def work() -> dict[str, Any]:
-            store.index.prune_refs()
-            plan = cache_gc.plan_gc(store.index.all(), older_than_s=data.get("older_than_s"),
-                                    keep_storage=data.get("keep_storage"),
-                                    kinds=tuple(data.get("kinds") or ()),
-                                    purge=bool(data.get("purge")))
-            result = cache_gc.run_gc(store, plan, dry_run=bool(data.get("dry_run")))
-            if plan.reason.startswith("purge") and not result.dry_run:
-                result.extra["uv_cache_pruned_bytes"] = cache_gc.prune_uv_cache(store)
-            return result.to_dict()
+async def read_body(receive: Receive, headers: Any, limit: int) -> bytes:
+    """The whole request body, refused (413) over `limit` by its Content-Length before anything
+    is read, or as soon as a chunked body passes it."""
+    protocol.check_length(headers.get("content-length"), limit)
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise UsageError("the client went away before sending its request body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise protocol.too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
 
-        return JSONResponse(await run_in_threadpool(work))
 
-    async def download(request: Request) -> Response:
-        """A package as a remote zip for Ray's nodes: `working_dir: http://.../<name>.zip`."""
-        from starlette.responses import FileResponse
+async def json_body(request: Any, schema: str, limit: int | None = None) -> dict[str, Any]:
+    limits = _state(request).config.limits
+    body = await read_body(request.receive, request.headers, limit or limits.json_bytes)
+    return protocol.parse_json(body, schema)
 
-        name = request.path_params["name"]
-        want = download_capability(config.token, name)
-        if not hmac.compare_digest(request.path_params["cap"].encode(), want.encode()):
-            return JSONResponse({"error": {"kind": "auth", "message": "unknown download URL"}},
-                                status_code=404)
-        try:
-            if not store.has_package(name):
-                return JSONResponse({"error": {"kind": "usage", "message":
-                                               f"package {name} is not in the store"}},
-                                    status_code=404)
-            path = await run_in_threadpool(store.remote_file, name)
-        except RtenvError as exc:
-            return error(exc)
-        return FileResponse(path, media_type="application/zip")
 
-    async def openapi(_request: Request) -> Response:
-        return JSONResponse(SCHEMA)
+async def spool(request: Any, limit: int) -> Path:
+    """The request body in a temp file inside the store (same filesystem as the target),
+    refused over `limit` before or while it is read."""
+    declared = protocol.check_length(request.headers.get("content-length"), limit)
+    store = _state(request).store
+    fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix=f"upload.{os.getpid()}.")
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise protocol.too_large(limit)
+                out.write(chunk)
+        if declared is not None and declared != size:
+            raise UsageError(f"upload truncated: {size} of {declared} bytes")
+    except OSError as exc:  # the disk filled up: read the rest, so the client gets the reply
+        Path(name).unlink(missing_ok=True)
+        if not store.out_of_space(exc):
+            raise
+        async for _chunk in request.stream():
+            pass
+        raise store.disk_full(exc) from None
+    except BaseException:  # refused, or the client hung up mid-body: keep nothing
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
 
-    def guarded(fn):  # type: ignore[no-untyped-def]
-        async def endpoint(request: Request) -> Response:
-            status = authorized(request.headers.get("authorization", ""))
-            if status is not None:
-                return JSONResponse({"error": {"kind": "auth", "message":
-                                               "missing or wrong bearer token"}},
-                                    status_code=status)
-            try:
-                return await fn(request)
-            except RtenvError as exc:
-                return error(exc)
 
-        return endpoint
+async def _stored(request: Any, limit: int, put: Callable[[Path], Any]) -> Any:
+    from starlette.concurrency import run_in_threadpool
 
-    routes = [
-        Route("/api/agent", guarded(info), methods=["GET"]),
-        Route("/api/packages/gcs/{name}", guarded(package), methods=["GET", "HEAD", "PUT"]),
-        Route("/api/manifests", guarded(manifests), methods=["POST"]),
-        Route("/api/manifests/commit", guarded(commit), methods=["POST"]),
-        Route("/api/blobs", guarded(blobs), methods=["POST"]),
-        Route("/api/blobs/{sha}", guarded(blob), methods=["PUT"]),
-        Route("/api/envs", guarded(create_env), methods=["POST"]),
-        Route("/api/envs", guarded(list_envs), methods=["GET"]),
-        Route("/api/envs/{key}/refs/{holder}", guarded(release), methods=["DELETE"]),
-        Route("/api/cache", guarded(cache), methods=["GET"]),
-        Route("/api/gc", guarded(gc), methods=["POST"]),
+    path = await spool(request, limit)
+    try:
+        return await run_in_threadpool(put, path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _json(data: Any, status: int = 200) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(data, status_code=status)
+
+
+# -- routes -------------------------------------------------------------------------------------
+async def info(request: Any) -> Any:
+    return _json({"agent": "rtenv", "version": __version__,
+                  "root": str(_state(request).store.root)})
+
+
+async def get_package(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import FileResponse, Response
+
+    store, name = _state(request).store, request.path_params["name"]
+    download = bool(request.query_params.get("download"))  # else a check: pins, as Ray's does
+    exists = (store.has_package(name) if download
+              else await run_in_threadpool(store.hold_package, name))
+    if exists and download:
+        return FileResponse(await run_in_threadpool(store.package_file, name))
+    if request.method == "HEAD":
+        return Response(status_code=200 if exists else 404)
+    return Response(b"" if exists else f"Package gcs://{name} does not exist".encode(),
+                    status_code=200 if exists else 404)
+
+
+async def put_package(request: Any) -> Any:
+    from starlette.responses import Response
+
+    from rtenv_cli.core.agent import delta
+
+    state, name = _state(request), request.path_params["name"]
+    state.store.package_path(name)  # validates the name before reading the body
+    hashed = delta.parse_hashed_dirs(request.headers.get(delta.HASHED_DIRS_HEADER))
+    await _stored(request, state.config.limits.package_bytes,
+                  lambda path: state.store.put_package(name, path, extra_dirs=hashed))
+    return Response(status_code=200)
+
+
+async def manifests(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.agent import delta
+
+    state = _state(request)
+    man = delta.Manifest.parse(await json_body(request, "Manifest",
+                                               state.config.limits.manifest_bytes))
+    return _json({"missing": await run_in_threadpool(delta.missing, state.store, man)})
+
+
+async def commit(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.agent import delta
+
+    state = _state(request)
+    man = delta.Manifest.parse(await json_body(request, "Manifest",
+                                               state.config.limits.manifest_bytes))
+    return _json(await run_in_threadpool(delta.commit, state.store, man))
+
+
+async def blob(request: Any) -> Any:
+    from starlette.responses import Response
+
+    state, sha = _state(request), request.path_params["sha"]
+    state.store.blob_path(sha)  # validates the id before reading the body
+    await _stored(request, state.config.limits.blob_bytes,
+                  lambda path: state.store.put_blob(sha, path))
+    return Response(status_code=200)
+
+
+async def blobs(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.agent.bodyreader import BodyReader
+
+    state = _state(request)
+    limit = state.config.limits.blob_bytes
+    protocol.check_length(request.headers.get("content-length"), limit)
+
+    async def bounded() -> Any:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise protocol.too_large(limit)
+            yield chunk
+
+    # each record goes straight into its blob's temp file: the batch is on disk once
+    count = await run_in_threadpool(state.store.put_blobs, BodyReader(bounded()))
+    return _json({"stored": count})
+
+
+_ENV_ARGS = "rtenv_env_request"  # where AgentApp leaves a checked create request for the route
+
+
+async def create_env(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    state = _state(request)
+    args = request.scope.get("state", {}).get(_ENV_ARGS)
+    if args is None:  # not through AgentApp (which has checked the body already)
+        client = request.client.host if request.client else ""
+        args = protocol.env_request(await json_body(request, "EnvRequest"),
+                                    trusted_pid=is_loopback(client))
+    # AgentApp has answered the cache hits on the event loop already; what reaches here
+    # builds (get_or_create still returns an entry a concurrent request just finished)
+    handle = await run_in_threadpool(lambda: state.envs.get_or_create(**args))
+    if handle.built:
+        await run_in_threadpool(state.budget.enforce, state.store)
+    return _json(handle.to_dict())
+
+
+async def release(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    n = await run_in_threadpool(_state(request).envs.release, request.path_params["key"],
+                                request.path_params["holder"])
+    return _json({"released": n})
+
+
+async def list_envs(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    return _json({"envs": await run_in_threadpool(_state(request).envs.list_envs)})
+
+
+async def cache(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.cache.ls import list_store
+
+    kinds = [k for k in request.query_params.getlist("kind") if k]
+    protocol.check(kinds, protocol.SCHEMAS["GcRequest"]["properties"]["kinds"], ("kind",))
+    listing = await run_in_threadpool(list_store, _state(request).store, tuple(kinds))
+    return _json({**listing.to_dict(), "source": f"agent {request.base_url}"})
+
+
+async def gc(request: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.cache import gc as cache_gc
+
+    data = await json_body(request, "GcRequest")
+    store = _state(request).store
+
+    def work() -> dict[str, Any]:
+        store.index.prune_refs()
+        plan = cache_gc.plan_gc(store.index.all(), older_than_s=data.get("older_than_s"),
+                                keep_storage=data.get("keep_storage"),
+                                kinds=tuple(data.get("kinds") or ()),
+                                purge=bool(data.get("purge")))
+        result = cache_gc.run_gc(store, plan, dry_run=bool(data.get("dry_run")))
+        if plan.reason.startswith("purge") and not result.dry_run:
+            result.extra["uv_cache_pruned_bytes"] = cache_gc.prune_uv_cache(store)
+        return result.to_dict()
+
+    return _json(await run_in_threadpool(work))
+
+
+async def download(request: Any) -> Any:
+    """A package as a remote zip for Ray's nodes: `working_dir: http://.../<name>.zip`."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import FileResponse
+
+    state, name = _state(request), request.path_params["name"]
+    want = protocol.download_capability(state.config.token, name)
+    if not hmac.compare_digest(request.path_params["cap"].encode(), want.encode()):
+        raise NotFoundError("unknown download URL")
+    if not state.store.has_package(name):
+        raise NotFoundError(f"package {name} is not in the store")
+    path = await run_in_threadpool(state.store.remote_file, name)
+    return FileResponse(path, media_type="application/zip")
+
+
+async def openapi(_request: Any) -> Any:
+    from rtenv_cli.core.agent.openapi import SCHEMA
+
+    return _json(SCHEMA)
+
+
+# -- errors -------------------------------------------------------------------------------------
+async def _on_rtenv_error(_request: Any, exc: Exception) -> Any:
+    assert isinstance(exc, RtenvError)  # noqa: S101 - registered for RtenvError only
+    return _json(protocol.error_body(exc), exc.http_status)
+
+
+async def _on_os_error(request: Any, exc: Exception) -> Any:
+    assert isinstance(exc, OSError)  # noqa: S101 - registered for OSError only
+    mapped = from_os_error(exc, f"{request.method} {request.url.path}")
+    if mapped is None:
+        raise exc  # a bug or the host's problem: the server's 500, with the traceback logged
+    return await _on_rtenv_error(request, mapped)
+
+
+async def _on_unexpected(_request: Any, exc: Exception) -> Any:
+    _log.error("internal error", exc_info=exc)
+    return _json({"error": {"code": "error", "message": f"internal error: "
+                            f"{type(exc).__name__}", "hint": "see the agent's log"}}, 500)
+
+
+PUBLIC = ("/openapi.json", "/download/")  # no bearer token: the schema, capability URLs
+
+
+def routes() -> list[Any]:
+    from starlette.routing import Route
+
+    return [
+        Route("/api/agent", info, methods=["GET"]),
+        Route("/api/packages/gcs/{name}", get_package, methods=["GET", "HEAD"]),
+        Route("/api/packages/gcs/{name}", put_package, methods=["PUT"]),
+        Route("/api/manifests", manifests, methods=["POST"]),
+        Route("/api/manifests/commit", commit, methods=["POST"]),
+        Route("/api/blobs", blobs, methods=["POST"]),
+        Route("/api/blobs/{sha}", blob, methods=["PUT"]),
+        Route("/api/envs", create_env, methods=["POST"]),
+        Route("/api/envs", list_envs, methods=["GET"]),
+        # a holder may hold a slash (`job/42`): it is the rest of the path
+        Route("/api/envs/{key}/refs/{holder:path}", release, methods=["DELETE"]),
+        Route("/api/cache", cache, methods=["GET"]),
+        Route("/api/gc", gc, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/download/{cap}/{name}", download, methods=["GET", "HEAD"]),
     ]
-    app = Starlette(routes=routes)
+
+
+def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
+    from starlette.applications import Starlette
+
+    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.cache import gc as cache_gc
+
+    store = store or Store(config.root)
+    store.index.checkpoint_in_background()
+    state = AgentState(config, store, Environments(store),
+                       cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s))
+    app = Starlette(routes=routes(), exception_handlers={
+        RtenvError: _on_rtenv_error, OSError: _on_os_error, Exception: _on_unexpected})
+    app.state.agent = state
     app.state.store = store
-    return _HitsFirst(app, env_request, authorized, envs)
+    return AgentApp(app, state)
 
 
-class _HitsFirst:
-    """The ASGI app, with cache hits of `POST /api/envs` answered before Starlette's routing and
-    middleware: a hit is the agent's hot path (raylets and `rtenv run`s asking for environments
-    that exist), and the stack costs about as much as the hit itself. Hits read in the same turn
-    of the event loop are committed together (group commit: one SQLite transaction). Anything
-    else, a miss or an error included, goes to Starlette with the body replayed, so behaviour
-    stays one. Other attributes (routes, state) are the Starlette app's."""
+# -- the ASGI entry point -----------------------------------------------------------------------
+async def _send_json(send: Any, status: int, payload: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
 
-    def __init__(self, app: Any, env_request: Any, authorized: Any, envs: Any) -> None:
-        self.app, self.env_request, self.authorized, self.envs = (app, env_request, authorized,
-                                                                  envs)
+
+class _Headers(dict[str, str]):
+    """An ASGI scope's headers, enough for read_body (which reads content-length)."""
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        super().__init__((k.decode("latin-1"), v.decode("latin-1"))
+                         for k, v in scope.get("headers") or ())
+
+
+class AgentApp:
+    """The ASGI app: the token check for every protected route, then cache hits of
+    `POST /api/envs` answered before Starlette's routing.
+
+    A hit is the agent's hot path (raylets and `rtenv run`s asking for environments that
+    exist), and Starlette's stack costs about as much as the hit itself. Hits read in the same
+    turn of the event loop are committed together (one SQLite transaction). A request refused
+    (bad body, too large) gets the same error reply Starlette's handler would give; a miss goes
+    to Starlette's route with its checked arguments, so it is built there. Other attributes
+    (routes, state) are the Starlette app's."""
+
+    def __init__(self, app: Any, state: AgentState) -> None:
+        self.app, self.state = app, state
         self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
-    async def _hit(self, scope: dict[str, Any], body: bytes) -> Any:
-        headers = dict(scope.get("headers") or ())
-        if self.authorized(headers.get(b"authorization", b"").decode("latin-1")) is not None:
-            return None
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not scope["path"].startswith(PUBLIC):
+            auth = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            refused = self.state.refusal(auth.decode("latin-1"))
+            if refused is not None:
+                await _send_json(send, refused.http_status,
+                                 json.dumps(protocol.error_body(refused)).encode())
+                return
+        if scope["method"] == "POST" and scope["path"] == "/api/envs":
+            await self._create(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _create(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         try:
-            data = json.loads(body or b"{}")
-            if not isinstance(data, dict):
-                return None
-            args = self.env_request(data, (scope.get("client") or ("",))[0])
-        except (ValueError, RtenvError):
-            return None  # Starlette's endpoint answers it, with the proper error
+            body = await read_body(receive, _Headers(scope), self.state.config.limits.json_bytes)
+            client = (scope.get("client") or ("",))[0]
+            args = protocol.env_request(protocol.parse_json(body, "EnvRequest"),
+                                        trusted_pid=is_loopback(client))
+        except RtenvError as exc:
+            await _send_json(send, exc.http_status, json.dumps(protocol.error_body(exc)).encode())
+            return
+        handle = await self._hit(args)
+        if handle is None:
+            scope.setdefault("state", {})[_ENV_ARGS] = args
+            await self.app(scope, receive, send)
+            return
+        await _send_json(send, 200, json.dumps(handle.to_dict()).encode())
+
+    async def _hit(self, args: dict[str, Any]) -> Any:
         # group commit: the hits read in one turn of the event loop share one transaction
         loop = asyncio.get_running_loop()
         done = loop.create_future()
@@ -332,88 +489,9 @@ class _HitsFirst:
     def _commit_batch(self) -> None:
         batch, self._batch = self._batch, []
         try:
-            results = self.envs.try_hits([args for args, _done in batch])
+            results = self.state.envs.try_hits([args for args, _done in batch])
         except Exception:  # e.g. SQLite busy: the slow path answers each request properly
             results = [None] * len(batch)
         for (_args, done), result in zip(batch, results, strict=True):
             if not done.done():
                 done.set_result(result)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if not (scope["type"] == "http" and scope["method"] == "POST"
-                and scope["path"] == "/api/envs"):
-            await self.app(scope, receive, send)
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        handle = await self._hit(scope, body)
-        if handle is None:
-            replayed = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
-            return
-        payload = json.dumps(handle.to_dict()).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
-
-
-_CONFIG_ENV = "RTENV_AGENT_CONFIG"  # how `serve` hands the config to worker processes
-
-
-def app_from_env():  # type: ignore[no-untyped-def]
-    """uvicorn's app factory in each worker process of `rtenv agent --workers N`."""
-    data = json.loads(os.environ[_CONFIG_ENV])
-    root = data.pop("root")
-    app = create_app(AgentConfig(root=Path(root) if root else None, **data))
-    _quiet_gc()
-    return app
-
-
-def _quiet_gc() -> None:
-    """Keep the cyclic GC off the request path: everything allocated at start-up (modules, the
-    app, the store) is moved out of its reach, and young collections run every 50,000 instead of
-    700 allocations. The hot path allocates little that forms cycles; what goes away is the
-    millisecond pause of a collection over the whole heap landing inside a request."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
-def serve(config: AgentConfig) -> None:
-    """Run the agent in the foreground until SIGINT/SIGTERM.
-
-    With `workers > 1`, uvicorn's supervisor runs that many processes on one socket; they share
-    the store through its SQLite index and per-key file locks (a build still happens once),
-    and cache hits are answered in parallel.
-    """
-    import uvicorn
-
-    check_bind(config)
-    common = {"host": config.host, "port": config.port, "log_level": "warning",
-              "access_log": False, "timeout_graceful_shutdown": 5}
-    if config.workers <= 1:
-        app = create_app(config)
-        _quiet_gc()
-        uvicorn.run(app, **common)  # type: ignore[arg-type]
-        return
-    fields = {k: v for k, v in config.__dict__.items() if k != "workers"}
-    fields["root"] = str(config.root) if config.root is not None else None
-    os.environ[_CONFIG_ENV] = json.dumps(fields)
-    uvicorn.run("rtenv_cli.core.agent.server:app_from_env", factory=True,
-                workers=config.workers, **common)  # type: ignore[arg-type]

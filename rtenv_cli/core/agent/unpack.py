@@ -77,7 +77,7 @@ class ArchiveError(PackagingError):
 
 
 class UnsafeArchiveError(ArchiveError):
-    kind = "unsafe-archive"
+    """An archive that would write outside its directory or past a limit on purpose."""
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text:
                       "does not"
             else:
                 first = alt.errors[0]
-                msg = (f"{_api_name(other)} rejects this runtime_env ({first.kind}: "
+                msg = (f"{_api_name(other)} rejects this runtime_env ({first.python_type}: "
                        f"{first.message})")
             diags.append(ctx.diag("RTE009", msg, (),
                                   hint=f"run `rtenv validate --api {other}` for the details"))

@@ -34,7 +34,7 @@ class Packager:
     def fail(self, message: str, path: tuple[Any, ...], kind: str = "ValueError",
              hint: str | None = None) -> None:
         self.result.errors.append(n.RuntimeEnvValueError(
-            message, (*self.prefix, *path), kind=kind, stage="packaging", hint=hint))
+            message, (*self.prefix, *path), python_type=kind, stage="packaging", hint=hint))
 
     def uri_for(self, source: Path, kind: str, excludes: list[str], json_path: tuple[Any, ...]
                 ) -> str | None:

@@ -31,7 +31,8 @@ HOOK_ENV_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 
 def _e(message: str, path: tuple[Any, ...], kind: str, stage: str,
        hint: str | None = None) -> n.RuntimeEnvValueError:
-    return n.RuntimeEnvValueError(message, path, kind=kind, stage=stage, hint=hint)
+    return n.RuntimeEnvValueError(message, path, python_type=kind, stage=stage,
+                                  hint=hint)
 
 
 def _non_finite(obj: Any, path: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:

@@ -117,7 +117,8 @@ def construct(  # noqa: PLR0912 - one branch per Ray stage, kept in Ray's order
         if value is None:
             errors.append(n.RuntimeEnvValueError(
                 f"runtime_env['{key}'] is null: Ray's {key} parser asserts a value when "
-                "to_dict() re-validates the runtime_env", (*prefix, key), kind="AssertionError"))
+                "to_dict() re-validates the runtime_env", (*prefix, key),
+                python_type="AssertionError"))
             continue
         ok, result = run(key, copy.deepcopy(value))
         if ok and result is not None:
@@ -132,7 +133,7 @@ def _cross_field(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
         errors.append(n.RuntimeEnvValueError(
             "The 'pip' field, 'uv' field, and 'conda' field of runtime_env cannot be specified "
             f"at the same time (specified: {', '.join(managers)})",
-            (*prefix, managers[1]), kind="ValueError",
+            (*prefix, managers[1]), python_type="ValueError",
             hint="keep one; to use pip with conda, list the pip packages inside the conda env"))
     for name, allowed in (("container", model.CONTAINER_COMPATIBLE),
                           ("image_uri", model.IMAGE_URI_COMPATIBLE)):
@@ -142,7 +143,7 @@ def _cross_field(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
                 errors.append(n.RuntimeEnvValueError(
                     f"The '{name}' field currently cannot be used together with other fields of "
                     f"runtime_env. Specified fields: {{{', '.join(map(repr, invalid))}}}",
-                    (*prefix, invalid[0]), kind="ValueError",
+                    (*prefix, invalid[0]), python_type="ValueError",
                     hint=f"only config and env_vars may accompany {name}"))
 
 
@@ -154,7 +155,7 @@ def _no_local_paths(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
         path = (*prefix, "working_dir")
         if not isinstance(wd, str):
             errors.append(n.RuntimeEnvValueError(
-                f"`working_dir` must be a string, got {type(wd)}.", path, kind="TypeError"))
+                f"`working_dir` must be a string, got {type(wd)}.", path, python_type="TypeError"))
         else:
             _uri_only(wd, "working_dir", path, errors)
     mods = rt.get("py_modules")
@@ -163,13 +164,13 @@ def _no_local_paths(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
         if not isinstance(mods, list):
             errors.append(n.RuntimeEnvValueError(
                 f"`py_modules` must be a list of strings, got {type(mods)}.", path,
-                kind="TypeError"))
+                python_type="TypeError"))
             return
         for index, mod in enumerate(mods):
             if not isinstance(mod, str):
                 errors.append(n.RuntimeEnvValueError(
                     f"`py_module` must be a string, got {type(mod)}.", (*path, index),
-                    kind="TypeError"))
+                    python_type="TypeError"))
                 return
             _uri_only(mod, "py_modules", (*path, index), errors)
 

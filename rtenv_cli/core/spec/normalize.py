@@ -2,7 +2,7 @@
 
 Each `normalize_*` returns what `RuntimeEnv` stores for the field (None: the field is dropped) or
 raises `RuntimeEnvValueError` carrying Ray's message, the Python exception type Ray raises
-(`kind`) and the JSON path of the offending value. Relative paths resolve against `base_dir`,
+(`python_type`) and the JSON path of the offending value. Relative paths resolve against `base_dir`,
 which is the CWD for Ray (`ray job submit` reads requirement files from its own CWD).
 
 `RuntimeEnv` runs every parser twice: once in its constructor and once more in `to_dict()`
@@ -18,26 +18,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rtenv_cli.core.errors import RtenvError
+from rtenv_cli.core.errors import ValidationError
 from rtenv_cli.core.spec import model
 
 JsonPath = tuple[Any, ...]
 _WINDOWS_DRIVE = re.compile(r"^[a-zA-Z]:[\\/]")
 
 
-class RuntimeEnvValueError(RtenvError):
-    """A value Ray rejects: `kind` is Ray's exception type, `json_path` where it is."""
+class RuntimeEnvValueError(ValidationError):
+    """A value Ray rejects: `python_type` is the Python exception type Ray raises for it,
+    `json_path` where it is, `stage` which step of Ray's processing refuses it."""
 
-    def __init__(self, message: str, json_path: JsonPath = (), *, kind: str = "ValueError",
-                 stage: str = "runtime_env", hint: str | None = None) -> None:
+    def __init__(self, message: str, json_path: JsonPath = (), *,
+                 python_type: str = "ValueError", stage: str = "runtime_env",
+                 hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.json_path = tuple(json_path)
-        self.kind = kind  # type: ignore[misc]  # instance attribute shadows the class label
+        self.python_type = python_type
         self.stage = stage
 
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "python_type": self.python_type,
+                "json_path": list(self.json_path)}
 
-def _err(message: str, path: JsonPath, kind: str = "ValueError") -> RuntimeEnvValueError:
-    return RuntimeEnvValueError(message, path, kind=kind)
+
+def _err(message: str, path: JsonPath, python_type: str = "ValueError") -> RuntimeEnvValueError:
+    return RuntimeEnvValueError(message, path, python_type=python_type)
 
 
 def _resolve(p: str, base_dir: Path) -> Path:

@@ -1,7 +1,7 @@
 """Talking to an `rtenv agent` over HTTP: `AgentTarget` (push) and `AgentClient` (envs, cache).
 
 The agent speaks Ray's package protocol, so the package calls are Ray's (`GET` to check, `PUT`
-to upload); the delta calls and environment calls are the agent's own (see CONTRACTS.md).
+to upload); the delta calls and environment calls are the agent's own (`core.agent.protocol`).
 """
 
 from __future__ import annotations
@@ -12,19 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rtenv_cli.core.errors import (
-    AgentError,
-    PackagingError,
-    RtenvError,
-    TransportError,
-    UnsupportedError,
-    UsageError,
-)
-
-TOKEN_ENV = "RTENV_AGENT_TOKEN"  # noqa: S105 - the variable's name, not a secret
-_KINDS: dict[str, type[RtenvError]] = {"unsupported": UnsupportedError,
-                                       "packaging": PackagingError,
-                                       "unsafe-archive": PackagingError, "usage": UsageError}
+from rtenv_cli.core.agent.protocol import TOKEN_ENV, EnvHandle, decode_error, download_capability
+from rtenv_cli.core.errors import PackagingError, TransportError
 
 
 class _Http:
@@ -64,11 +53,10 @@ class _Http:
                                  f"(HTTP {resp.status_code})",
                                  hint=f"pass --token or set {TOKEN_ENV}")
         try:
-            err = resp.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            err = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
-        cls = _KINDS.get(err.get("kind", ""), AgentError)
-        raise cls(f"agent: {err.get('message')}", hint=err.get("hint"))
+            body = resp.json()
+        except ValueError:
+            body = None
+        raise decode_error(body, resp.text[:500] or f"HTTP {resp.status_code}")
 
 
 class AgentTarget:
@@ -115,8 +103,6 @@ class AgentTarget:
     def remote_uri(self, uri: str) -> str:
         """Where Ray's own nodes fetch the package (`--stage-to` an agent): a capability URL
         ending in the package name, which Ray's http(s) remote-URI support downloads."""
-        from rtenv_cli.core.agent.server import download_capability
-
         name = uri.removeprefix("gcs://")
         return f"{self.http.url}/download/{download_capability(self.http.token, name)}/{name}"
 
@@ -162,8 +148,6 @@ class AgentClient:
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> Any:
-        from rtenv_cli.core.agent.envs import EnvHandle
-
         del base_dir  # requirement files are resolved by the caller's validation
         body = {"runtime_env": dict(runtime_env), "holder": holder, "pid": pid,
                 "lease_s": lease_s}

@@ -27,7 +27,7 @@ def test_pip_list_and_file(tmp_path: Path) -> None:
 def test_pip_dict_checks() -> None:
     with pytest.raises(RuntimeEnvValueError) as info:
         normalize_pip({"packages": ["a"], "pip_version": 23.3}, Path())
-    assert info.value.kind == "TypeError"
+    assert info.value.python_type == "TypeError"
     assert info.value.json_path == ("pip", "pip_version")
     # item types are not checked in the dict form (Ray quirk)
     assert normalize_pip({"packages": [1, None]}, Path())["packages"] == [1, None]
