@@ -24,7 +24,7 @@ from ray._private.runtime_env.packaging import (
     unzip_package,
 )
 
-from rtenv_cli.core.agent.server import download_capability
+from rtenv_cli.core.agent.protocol import download_capability
 from rtenv_cli.core.push import push
 from rtenv_cli.core.run import publish_local
 from rtenv_cli.core.transport.file_target import FileTarget

@@ -61,7 +61,7 @@ def test_explain_refuses_the_alias_bomb(tmp_path: Path) -> None:
     result = run_limited(["explain", str(bomb), "--no-gpu-map", "--format", "json"], timeout=60)
     assert_clean(result, (2,))
     assert ":6:8: cannot parse: LimitExceeded: too many aliases" in result.stderr
-    assert result.json["error"]["kind"] == "config"  # the one loader's error, in explain's format
+    assert result.json["error"]["code"] == "config"  # the one loader's error, in explain's format
 
 
 def test_moderate_aliases_still_load(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ _ENTRY = {"type": "object", "required": ["path"], "additionalProperties": False,
     "sha256": {"type": "string", "nullable": True, "maxLength": 64},
     "in_zip": {"type": "boolean", "description": "a directory: whether Ray's zip has it (empty "
                "on disk) or only hashes its name; default true"},
-    "zip_time": {"type": "array", "maxItems": 6,
+    "zip_time": {"type": "array", "nullable": True, "maxItems": 6,
                  "items": {"type": "integer", "minimum": 0, "maximum": 9999},
                  "description": "the member's date_time in the client's zip (local mtime); "
                  "default 1980-01-01"}}}
