@@ -71,9 +71,13 @@ def _ray_create(plugin: str, packages: list[str]) -> tuple[float, int, str]:
         return seconds, _du(venv.parent), ""
 
 
-def _agent(root: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", "--port", str(port),
-                             "--root", str(root), *extra], start_new_session=True,
+def _agent(root: Path, port: int, *extra: str, prelude: str = "") -> subprocess.Popen[bytes]:
+    """`rtenv agent` as a process; `prelude` (Python) runs first, e.g. to switch off a fast
+    path for an ablation row."""
+    args = ["agent", "--port", str(port), "--root", str(root), *extra]
+    argv = ([sys.executable, "-c", f"{prelude}\nfrom rtenv_cli.cli.main import main\n"
+             f"main({args!r})"] if prelude else [sys.executable, "-m", "rtenv_cli", *args])
+    proc = subprocess.Popen(argv, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     from tests.support.ports import wait_for_port
 
@@ -155,6 +159,49 @@ def _connection_rows(port: int, per_conn: int, label: str, *, note: str = "") ->
     return rows
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _steady_load(port: int, pid: int, seconds: float, connections: int = 16
+                 ) -> tuple[int, int, list[float]]:
+    """Cache hits on `connections` kept-alive connections for `seconds`, as fast as they are
+    answered: (requests, errors, latencies)."""
+    import asyncio
+
+    async def conn(n: int) -> tuple[int, int, list[float]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        done = errors = 0
+        lat: list[float] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
+                               "holder": f"load-{n}-{done}"}).encode()
+            start = time.perf_counter()
+            writer.write(b"POST /api/envs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: " + str(len(body)).encode()
+                         + b"\r\n\r\n" + body)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            lat.append(time.perf_counter() - start)
+            done += 1
+            errors += not head.startswith(b"HTTP/1.1 200")
+        writer.close()
+        return done, errors, lat
+
+    async def main() -> list[tuple[int, int, list[float]]]:
+        return await asyncio.gather(*(conn(n) for n in range(connections)))
+
+    parts = asyncio.run(main())
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts),
+            [x for p in parts for x in p[2]])
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -231,6 +278,55 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                                 f"loops without pause, so {clients} + 1 processes share 2 cores "
                                 "and the agent gets a fraction of one (scheduler, not agent, "
                                 f"latency); load average {os.getloadavg()[0]:.1f}"))
+        finally:
+            _stop(agent)
+
+        # -- ablation: the same hits with every create going through Starlette's route ---------
+        port = free_port()
+        agent = _agent(work / "home" / "store", port,
+                       prelude="import rtenv_cli.core.agent.server as m; m.HIT_PATH = False")
+        try:
+            with_path = {r.metric: r.rtenv for r in rows}
+            for conns in (1, 4, 16):
+                hits = _hit_connections(port, os.getpid(), conns, per_client)
+                p99 = _pct(hits, 0.99) * 1e3
+                base = with_path[f"cache-hit get-or-create over HTTP, 1 agent process, {conns} "
+                                 "concurrent connection(s), p99"]
+                rows.append(Row(B, f"ablation: cache-hit p99 without the hit path, {conns} "
+                                "connection(s)", "ms", p99, None,
+                                f"slower than {base:.2f} ms (with it)", p99 > base,
+                                f"p50 {statistics.median(hits) * 1e3:.2f} ms; every create "
+                                "through Starlette's route and its own SQLite commit"))
+        finally:
+            _stop(agent)
+
+        # -- steady load: the highest rate this box sustains, for a minute --------------------
+        port = free_port()
+        root = work / "home" / "store"
+        agent = _agent(root, port)
+        try:
+            requests.post(f"http://127.0.0.1:{port}/api/envs", timeout=60, json={
+                "runtime_env": {"pip": ["six==1.16.0"]}, "pid": os.getpid(),
+                "holder": "warmup"}).raise_for_status()
+            rss_start = _rss_mib(agent.pid)
+            seconds = 5.0 if quick else 60.0
+            count, errors, lat = _steady_load(port, os.getpid(), seconds)
+            rss_end = _rss_mib(agent.pid)
+            wal = root / "index.sqlite-wal"
+            wal_mib = wal.stat().st_size / 2**20 if wal.exists() else 0.0
+            index_mib = (root / "index.sqlite").stat().st_size / 2**20
+            rows.append(Row(B, f"steady load {seconds:.0f} s at 16 connections: errors",
+                            "requests", float(errors), None, "0", errors == 0,
+                            f"{count} requests, {count / seconds:.0f}/s; p99 "
+                            f"{_pct(lat, 0.99) * 1e3:.2f} ms, p50 "
+                            f"{statistics.median(lat) * 1e3:.2f} ms"))
+            rows.append(Row(B, "steady load: agent RSS at the end", "MiB", round(rss_end, 1),
+                            None, "flat (within 20% of the start)", rss_end <= 1.2 * rss_start,
+                            f"{rss_start:.1f} MiB at the start"))
+            rows.append(Row(B, "steady load: index and WAL size at the end", "MiB",
+                            round(index_mib + wal_mib, 1), None, "< 100 MiB (bounded)",
+                            index_mib + wal_mib < 100,
+                            f"index.sqlite {index_mib:.1f} MiB, WAL {wal_mib:.1f} MiB"))
         finally:
             _stop(agent)
 

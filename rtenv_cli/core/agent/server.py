@@ -427,6 +427,11 @@ class _Headers(dict[str, str]):
                          for k, v in scope.get("headers") or ())
 
 
+# Cache hits answered before Starlette's routing (AgentApp). False sends every create through
+# the route: the agent benchmark flips it for its ablation row, which shows what the path buys.
+HIT_PATH = True
+
+
 class AgentApp:
     """The ASGI app: the token check for every protected route, then cache hits of
     `POST /api/envs` answered before Starlette's routing.
@@ -456,7 +461,7 @@ class AgentApp:
                 await _send_json(send, refused.http_status,
                                  json.dumps(protocol.error_body(refused)).encode())
                 return
-        if scope["method"] == "POST" and scope["path"] == "/api/envs":
+        if HIT_PATH and scope["method"] == "POST" and scope["path"] == "/api/envs":
             await self._create(scope, receive, send)
             return
         await self.app(scope, receive, send)
