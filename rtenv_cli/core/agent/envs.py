@@ -38,25 +38,14 @@ if TYPE_CHECKING:
     import sqlite3
 
 UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
-IGNORED = ("excludes", "config", "_ray_commit", "_inject_current_ray", "worker_process_setup_hook")
-HANDLED = ("working_dir", "py_modules", "pip", "uv", "env_vars")
 
 
 def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], list[str]]:
     """(requirements, install options) of a `pip` or `uv` field, normalised like Ray."""
-    try:
-        from rtenv_cli.core.spec import normalize
+    from rtenv_cli.core.spec import normalize
 
-        fn = normalize.normalize_pip if kind == "pip" else normalize.normalize_uv
-        value = fn(value, base_dir or Path.cwd())
-    except ImportError:  # the validate feature lands separately; Ray's shapes, re-stated
-        if isinstance(value, list):
-            value = {"packages": value}
-        elif isinstance(value, str):
-            path = (base_dir or Path.cwd()) / value
-            lines = path.read_text().splitlines()
-            value = {"packages": [ln.strip() for ln in lines
-                                  if ln.strip() and not ln.strip().startswith("#")]}
+    fn = normalize.normalize_pip if kind == "pip" else normalize.normalize_uv
+    value = fn(value, base_dir or Path.cwd())
     if not isinstance(value, dict) or not isinstance(value.get("packages"), list):
         raise ValidationError(f"`{kind}` must be a list of requirements or a dict with `packages`")
     opts_key = "pip_install_options" if kind == "pip" else "uv_pip_install_options"
