@@ -1,7 +1,8 @@
 """Per-entry state of one package source and Ray's URI kept up to date in O(changed entries).
 
 Ray names a directory package after the XOR of `sha1(relpath [+ content])` over every path its
-walk keeps (root "." included), folded into 8 bytes from b"00000000" (packaging/hashing.py computes it for a whole walk).
+walk keeps (root "." included), folded into 8 bytes from b"00000000" (packaging/hashing.py
+computes it for a whole walk).
 XOR is its own inverse, so replacing one entry is `acc ^= old ^ new`: an edit costs one stat and
 one read of the edited file, never a re-walk and re-hash of the tree.
 
