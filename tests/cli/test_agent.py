@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
 from tests.core.agent.conftest import agent_process
 from tests.support.cli import run_cli, run_process
+from tests.support.procs import stop_group
 
 
 def test_help_shows_systemd_and_slurm() -> None:
@@ -86,13 +86,7 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
+    stop_group(proc, timeout=20)
 
 
 def _listening_url(proc: subprocess.Popen[str]) -> str:

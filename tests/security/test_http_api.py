@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
 from tests.core.agent.conftest import AgentProc, agent_process
 from tests.support.ports import free_port, wait_for_port
+from tests.support.procs import stop_group
 
 SHA = hashlib.sha256(b"x").hexdigest()
 URI = "gcs://_ray_pkg_0123456789abcdef.zip"
@@ -264,12 +264,4 @@ def test_a_flood_of_stalled_connections_does_not_take_the_agent_s_descriptors(
     finally:
         for s in socks:
             s.close()
-        if proc.poll() is None:
-            import os
-
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=20)
+        stop_group(proc, timeout=20)

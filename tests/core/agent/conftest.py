@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import free_port, wait_for_port
+from tests.support.procs import stop_group
 
 
 @dataclass
@@ -47,13 +48,7 @@ def agent_process(root: Path, *extra: str, token: str | None = None,
         wait_for_port(port, timeout=30)
         yield agent
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_group(proc)
 
 
 @pytest.fixture
