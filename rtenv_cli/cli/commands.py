@@ -9,7 +9,7 @@ commands from this table; tests/cli/test_commands.py checks that it matches the 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 # name -> (module under rtenv_cli.cli, one-line help), in the order `rtenv --help` lists them
@@ -32,30 +32,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build(name: str) -> Any:
-    """Import the module of command NAME and build its click command (a group for `cache`)."""
+def build(name: str, finish: Callable[[Any], Any] = lambda command: command) -> Any:
+    """Import the module of command NAME and build its click command (a group for `cache`),
+    passed through `finish` (the root group gives it its context class)."""
     import typer
 
     module = importlib.import_module(f"rtenv_cli.cli.{COMMANDS[name][0]}")
     holder = typer.Typer(rich_markup_mode=None, add_completion=False,
                          pretty_exceptions_show_locals=False)
     module.register(holder)
-    from rtenv_cli.cli.group import use_rtenv_context
-
-    return use_rtenv_context(typer.main.get_group(holder).commands[name])
+    return finish(typer.main.get_group(holder).commands[name])
 
 
 class LazyCommands(MutableMapping[str, Any]):
     """The root group's `commands`: every name of COMMANDS, each built on first access."""
 
-    def __init__(self) -> None:
+    def __init__(self, finish: Callable[[Any], Any]) -> None:
         self._built: dict[str, Any] = {}
+        self._finish = finish
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             if name not in COMMANDS:
                 raise KeyError(name)
-            self._built[name] = build(name)
+            self._built[name] = build(name, self._finish)
         return self._built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:

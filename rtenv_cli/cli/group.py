@@ -92,7 +92,7 @@ class RtenvGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         from rtenv_cli.cli.commands import LazyCommands
 
-        lazy = LazyCommands()
+        lazy = LazyCommands(use_rtenv_context)
         for name, command in self.commands.items():
             lazy[name] = command
         self.commands = lazy
