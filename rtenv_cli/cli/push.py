@@ -18,24 +18,6 @@ from rtenv_cli.cli.options import (
 )
 
 
-def write_output(path: Path, runtime_env: dict) -> None:
-    """Write the pushed runtime_env to `path` (-o), atomically: a reader (or `ray job submit`)
-    never sees half a file, even while --watch rewrites it."""
-    from rtenv_cli.core.fsutil import atomic_write_text
-
-    atomic_write_text(path, _dump(runtime_env, path))
-
-
-def _dump(runtime_env: dict, path: Path | None) -> str:
-    import json
-
-    if path is not None and path.suffix == ".json":
-        return json.dumps(runtime_env, indent=2) + "\n"
-    import yaml
-
-    return yaml.safe_dump(runtime_env, sort_keys=False, allow_unicode=True)
-
-
 def push(  # noqa: PLR0917 - typer maps each parameter to an option
     path: Annotated[Path | None, typer.Argument(
         help="runtime_env file (YAML/JSON) or a directory (taken as the working_dir). "
@@ -119,6 +101,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         if code:
             raise typer.Exit(code)
         return
+    from rtenv_cli.core.push import dump_runtime_env, write_runtime_env
     from rtenv_cli.core.push import push as core_push
     from rtenv_cli.core.transport.resolve import resolve_target, target_for
     from rtenv_cli.render.output import Output
@@ -130,9 +113,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
                        progress=out.progress, sizes=dry_run or out.is_machine,
                        base_dir=base_dir, outputs=(output,) if output is not None else ())
-    text = _dump(result.runtime_env, output)
+    text = dump_runtime_env(result.runtime_env, output)
     if output is not None and not dry_run:
-        write_output(output, result.runtime_env)
+        write_runtime_env(output, result.runtime_env)
     if out.is_machine:
         out.json(result.to_dict())
         return

@@ -16,7 +16,7 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                   base_dir: Path | None = None, output: Path | None = None) -> int:
     """Run a watch session; returns the exit code (0, or 130 on Ctrl-C). `output` (-o) is
     rewritten with the pushed runtime_env after every push, before --on-change runs."""
-    from rtenv_cli.cli.push import write_output
+    from rtenv_cli.core.push import write_runtime_env
     from rtenv_cli.core.transport.resolve import resolve_target
     from rtenv_cli.core.watch.session import PushEvent, WatchSession
     from rtenv_cli.render.output import Output
@@ -28,7 +28,7 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
 
     def pushed(event: PushEvent) -> None:
         if output is not None:
-            write_output(output, dict(event.runtime_env))
+            write_runtime_env(output, dict(event.runtime_env))
         renderer.on_push(event)
 
     session = WatchSession(path, target, quiet_s=quiet_ms / 1000, max_wait_s=max_wait_ms / 1000,

@@ -382,3 +382,20 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
                       dry_run, PIN_SECONDS if pins else None, tuple(notes))
 
 
+def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -> str:
+    """A runtime_env as text: JSON when `path` ends in .json, else YAML."""
+    if path is not None and path.suffix == ".json":
+        import json
+
+        return json.dumps(dict(runtime_env), indent=2) + "\n"
+    import yaml
+
+    return yaml.safe_dump(dict(runtime_env), sort_keys=False, allow_unicode=True)
+
+
+def write_runtime_env(path: Path, runtime_env: Mapping[str, Any]) -> None:
+    """Write a pushed runtime_env to `path` (`push -o`), atomically: a reader (or `ray job
+    submit`) never sees half a file, even while --watch rewrites it."""
+    from rtenv_cli.core.fsutil import atomic_write_text
+
+    atomic_write_text(path, dump_runtime_env(runtime_env, path))
