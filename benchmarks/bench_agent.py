@@ -178,8 +178,9 @@ def _steady_load(port: int, pid: int, seconds: float, connections: int = 16
         lat: list[float] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
+            # one holder per connection, as a worker asking again: each hit renews its reference
             body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
-                               "holder": f"load-{n}-{done}"}).encode()
+                               "holder": f"load-{n}"}).encode()
             start = time.perf_counter()
             writer.write(b"POST /api/envs HTTP/1.1\r\nHost: x\r\nContent-Type: "
                          b"application/json\r\nContent-Length: " + str(len(body)).encode()
