@@ -18,7 +18,7 @@ import pytest
 
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport import http
-from rtenv_cli.core.transport.agent_http import AgentTarget
+from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
 from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
 from tests.support.cli import run_cli
 from tests.support.ports import free_port
@@ -285,3 +285,16 @@ def test_503_then_200_on_an_agent_check(serve: Callable[..., FakeServer]) -> Non
     server = serve(lambda c: c.reply(replies.pop(0), b"{}"))
     assert AgentTarget(server.url).exists(URI) is True
     assert len([c for c in server.calls if c[0] == "GET"]) == 3
+
+
+def test_an_environment_build_may_take_longer_than_the_read_timeout(
+        serve: Callable[..., FakeServer]) -> None:
+    handle = {"key": "k", "holder": "h", "working_dir": None, "py_modules": [], "venv": None,
+              "env_vars": {}, "entries": []}
+
+    def handler(c: Conn) -> None:
+        c.stop.wait(2 * SHORT.read)  # silent while it "builds", longer than the read timeout
+        c.reply(200, json.dumps(handle).encode())
+
+    server = serve(handler)
+    assert AgentClient(server.url).get_or_create({}, holder="h").key == "k"

@@ -17,6 +17,11 @@ from rtenv_cli.core.agent.protocol import TOKEN_ENV, EnvHandle, decode_error, do
 from rtenv_cli.core.errors import PackagingError, TransportError
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
+# Seconds the agent may work before it answers: building an environment (pip, uv, conda), and
+# assembling a package from blobs or collecting garbage.
+BUILD_WAIT = 900.0
+WORK_WAIT = 300.0
+
 
 class _Http:
     def __init__(self, url: str, token: str | None = None,
@@ -133,7 +138,8 @@ class AgentTarget:
             self.http.call("POST", "/api/blobs", data=body(), size=size)
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest)).json())
+        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest),
+                                   wait=WORK_WAIT).json())
 
 
 class AgentClient:
@@ -152,7 +158,8 @@ class AgentClient:
         del base_dir  # requirement files are resolved by the caller's validation
         body = {"runtime_env": dict(runtime_env), "holder": holder, "pid": pid,
                 "lease_s": lease_s}
-        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body).json())
+        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body,
+                                                  wait=BUILD_WAIT).json())
 
     def release(self, env_key: str, holder: str) -> int:
         path = f"/api/envs/{quote(env_key, safe='')}/refs/{quote(holder, safe='')}"
@@ -164,4 +171,4 @@ class AgentClient:
                     .json())
 
     def gc(self, **params: Any) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/gc", json=params).json())
+        return dict(self.http.call("POST", "/api/gc", json=params, wait=WORK_WAIT).json())

@@ -129,19 +129,21 @@ class HttpClient:
         return err
 
     def request(self, method: str, path: str, *, idempotent: bool, body_path: Path | None = None,
-                data: Iterable[bytes] | None = None, size: int = 0,
+                data: Iterable[bytes] | None = None, size: int = 0, wait: float = 0,
                 ok: Callable[[int], bool] = lambda s: 200 <= s < 300,  # noqa: PLR2004 - 2xx
                 **kw: Any) -> Reply:
         """`method path`, its body a file (`body_path`, re-read on a retry) or chunks (`data`,
         `size` bytes in all, never retried). A reply whose status `ok` refuses is read only up
-        to ERROR_BODY_LIMIT."""
+        to ERROR_BODY_LIMIT. `wait`: the seconds the target may work before it answers (an
+        environment build), which lengthen the read timeout and the deadline."""
         import requests
 
         t = self.timeouts
         call = f"{method} {path}"
         if body_path is not None:
             size = body_path.stat().st_size
-        allowed = t.deadline(size)
+        read = max(t.read, wait)
+        allowed = t.deadline(size) + wait
         end = time.monotonic() + allowed
         attempts = t.retries if idempotent and data is None else 1
         delay = t.backoff
@@ -149,7 +151,7 @@ class HttpClient:
             last = attempt == attempts - 1
             try:
                 resp = self._send(method, path, body_path=body_path, data=data, size=size,
-                                  end=end, kw=dict(kw))
+                                  end=end, read=read, kw=dict(kw))
             except _DeadlinePassed as exc:
                 raise self._error(f"did not take {call} ({size} bytes) within the {allowed:.0f} "
                                   "s allowed (deadline)", exc) from None
@@ -158,7 +160,7 @@ class HttpClient:
                                   "(connect timeout)", exc) from None
             except requests.ReadTimeout as exc:
                 raise self._error(f"accepted the connection but sent no reply to {call} "
-                                  f"within {t.read:g} s (read timeout)", exc) from None
+                                  f"within {read:g} s (read timeout)", exc) from None
             except requests.TooManyRedirects as exc:
                 raise self._error(f"redirected {call} more than {MAX_REDIRECTS} times "
                                   "(a redirect loop?)", exc) from None
@@ -178,7 +180,7 @@ class HttpClient:
                     resp.close()
                 else:
                     good = ok(status)
-                    body = self._read(resp, call, end, allowed,
+                    body = self._read(resp, call, end, allowed, read,
                                       REPLY_LIMIT if good else ERROR_BODY_LIMIT, strict=good)
                     return Reply(status, dict(resp.headers), body, self.target, call, self.hint)
             time.sleep(delay)
@@ -186,8 +188,9 @@ class HttpClient:
         raise AssertionError("unreachable")
 
     def _send(self, method: str, path: str, *, body_path: Path | None,
-              data: Iterable[bytes] | None, size: int, end: float, kw: dict[str, Any]) -> Any:
-        timeout = (self.timeouts.connect, self.timeouts.read)
+              data: Iterable[bytes] | None, size: int, end: float, read: float,
+              kw: dict[str, Any]) -> Any:
+        timeout = (self.timeouts.connect, read)
         headers = {**self.headers, **kw.pop("headers", {})}
         args = {"timeout": timeout, "stream": True, "headers": headers, **kw}
         if body_path is not None:
@@ -198,8 +201,8 @@ class HttpClient:
             args["data"] = _until(data, end)
         return self.session().request(method, self.url + path, **args)
 
-    def _read(self, resp: Any, call: str, end: float, allowed: float, limit: int, *,
-              strict: bool) -> bytes:
+    def _read(self, resp: Any, call: str, end: float, allowed: float,  # noqa: PLR0917 - private
+              read: float, limit: int, *, strict: bool) -> bytes:
         """At most `limit` bytes of the body; past it a reply the caller wants is an error, an
         error reply is cut (the connection is closed, the rest never read)."""
         from urllib3.exceptions import HTTPError, ReadTimeoutError
@@ -217,8 +220,8 @@ class HttpClient:
                 chunks.append(chunk)
                 n += len(chunk)
         except ReadTimeoutError as exc:
-            raise self._error(f"stopped sending its reply to {call} for {self.timeouts.read:g} "
-                              "s (read timeout)", exc) from None
+            raise self._error(f"stopped sending its reply to {call} for {read:g} s (read "
+                              "timeout)", exc) from None
         except (HTTPError, OSError) as exc:
             raise self._error(f"sent a truncated reply to {call} (the connection ended "
                               "mid-body)", exc) from None
