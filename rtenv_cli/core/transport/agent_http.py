@@ -6,6 +6,7 @@ to upload); the delta calls and environment calls are the agent's own (`core.age
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -14,38 +15,29 @@ from urllib.parse import quote
 
 from rtenv_cli.core.agent.protocol import TOKEN_ENV, EnvHandle, decode_error, download_capability
 from rtenv_cli.core.errors import PackagingError, TransportError
+from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
+
+# Seconds the agent may work before it answers: building an environment (pip, uv, conda), and
+# assembling a package from blobs or collecting garbage.
+BUILD_WAIT = 900.0
+WORK_WAIT = 300.0
 
 
 class _Http:
-    def __init__(self, url: str, token: str | None = None, timeout: float = 900) -> None:
-        if not url.startswith(("http://", "https://")):
-            url = f"http://{url}"
-        self.url = url.rstrip("/")
+    def __init__(self, url: str, token: str | None = None,
+                 timeouts: Timeouts | None = None) -> None:
+        self.client = HttpClient(url, "rtenv agent", timeouts=timeouts,
+                                 hint="check the agent (`rtenv agent`) and its URL, or leave "
+                                 "out the agent URL to use the embedded store")
+        self.url = self.client.url
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
-        self.timeout = timeout
-        self._session: Any = None
+        if self.token:
+            self.client.headers["Authorization"] = f"Bearer {self.token}"
 
-    def session(self) -> Any:
-        if self._session is None:
-            import requests
-
-            self._session = requests.Session()
-            if self.token:
-                self._session.headers["Authorization"] = f"Bearer {self.token}"
-        return self._session
-
-    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kw: Any) -> Any:
-        import requests
-
-        try:
-            resp = self.session().request(method, self.url + path, timeout=self.timeout, **kw)
-        except requests.RequestException as exc:
-            text = str(exc)
-            reason = ("connection refused" if "refused" in text else
-                      "timed out" if isinstance(exc, requests.Timeout) else type(exc).__name__)
-            raise TransportError(f"cannot reach the rtenv agent at {self.url} ({reason})",
-                                 hint="start it with `rtenv agent`, or leave out the agent URL "
-                                 "to use the embedded store") from exc
+    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200,),
+             idempotent: bool = False, **kw: Any) -> Reply:
+        resp = self.client.request(method, path, idempotent=idempotent,
+                                   ok=lambda s: s in ok, **kw)
         if resp.status_code in ok:
             return resp
         if resp.status_code in (401, 403):
@@ -53,10 +45,21 @@ class _Http:
                                  f"(HTTP {resp.status_code})",
                                  hint=f"pass --token or set {TOKEN_ENV}")
         try:
-            body = resp.json()
+            body = json.loads(resp.content)
         except ValueError:
             body = None
         raise decode_error(body, resp.text[:500] or f"HTTP {resp.status_code}")
+
+
+def _field(reply: Reply, key: str, kind: type) -> Any:
+    """`reply`'s JSON object's `key`, which the protocol says is a `kind`."""
+    body = reply.json()
+    value = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(value, kind):
+        raise TransportError(f"{reply.target} answered {reply.call} without the {kind.__name__} "
+                             f"{key!r} the protocol requires: {reply.text[:200]!r}",
+                             hint=reply.hint)
+    return value
 
 
 class AgentTarget:
@@ -67,8 +70,9 @@ class AgentTarget:
     streams_while_written = False
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
-    def __init__(self, url: str, token: str | None = None) -> None:
-        self.http = _Http(url, token)
+    def __init__(self, url: str, token: str | None = None, *,
+                 timeouts: Timeouts | None = None) -> None:
+        self.http = _Http(url, token, timeouts)
         self.label = f"rtenv agent {self.http.url}"
 
     @staticmethod
@@ -78,7 +82,8 @@ class AgentTarget:
         return quote(uri.removeprefix("gcs://"), safe="")
 
     def exists(self, uri: str) -> bool:
-        resp = self.http.call("GET", f"/api/packages/gcs/{self._name(uri)}", ok=(200, 404))
+        resp = self.http.call("GET", f"/api/packages/gcs/{self._name(uri)}", ok=(200, 404),
+                              idempotent=True)
         return bool(resp.status_code == 200)  # noqa: PLR2004 - HTTP OK
 
     def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
@@ -86,14 +91,14 @@ class AgentTarget:
         """Ray's PUT, plus the names Ray hashed that the zip cannot show (the agent verifies
         the package against its name and needs them)."""
         size = Path(path).stat().st_size
-        headers = {"Content-Length": str(size)}
+        headers: dict[str, str] = {}
         if hashed_dirs:
             from rtenv_cli.core.agent.delta import hashed_dirs_header
 
             headers.update(hashed_dirs_header(hashed_dirs))
-        with Path(path).open("rb") as fh:
-            self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", data=fh,
-                           headers=headers)
+        # A package is named by its content: sending it again is harmless.
+        self.http.call("PUT", f"/api/packages/gcs/{self._name(uri)}", body_path=Path(path),
+                       headers=headers, idempotent=True)
         if on_progress is not None:
             on_progress(size)
 
@@ -107,12 +112,11 @@ class AgentTarget:
         return f"{self.http.url}/download/{download_capability(self.http.token, name)}/{name}"
 
     def missing_blobs(self, manifest: Mapping[str, Any]) -> list[str]:
-        return list(self.http.call("POST", "/api/manifests", json=dict(manifest))
-                    .json()["missing"])
+        reply = self.http.call("POST", "/api/manifests", json=dict(manifest))
+        return [str(sha) for sha in _field(reply, "missing", list)]
 
     def put_blob(self, sha256: str, path: Path) -> None:
-        with Path(path).open("rb") as fh:
-            self.http.call("PUT", f"/api/blobs/{sha256}", data=fh)
+        self.http.call("PUT", f"/api/blobs/{sha256}", body_path=Path(path), idempotent=True)
 
     def put_blobs(self, blobs: list[tuple[str, Path]]) -> None:
         """Many blobs in one streamed request (records `<sha256> <size>\\n<bytes>`)."""
@@ -130,20 +134,23 @@ class AgentTarget:
                         yield chunk
 
         if blobs:
-            self.http.call("POST", "/api/blobs", data=body())
+            size = sum(Path(p).stat().st_size for _s, p in blobs)
+            self.http.call("POST", "/api/blobs", data=body(), size=size)
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest)).json())
+        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest),
+                                   wait=WORK_WAIT).json())
 
 
 class AgentClient:
     """Environments and cache control on an rtenv agent (same calls as the embedded store)."""
 
-    def __init__(self, url: str, token: str | None = None) -> None:
-        self.http = _Http(url, token)
+    def __init__(self, url: str, token: str | None = None, *,
+                 timeouts: Timeouts | None = None) -> None:
+        self.http = _Http(url, token, timeouts)
 
     def info(self) -> dict[str, Any]:
-        return dict(self.http.call("GET", "/api/agent").json())
+        return dict(self.http.call("GET", "/api/agent", idempotent=True).json())
 
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
@@ -151,15 +158,17 @@ class AgentClient:
         del base_dir  # requirement files are resolved by the caller's validation
         body = {"runtime_env": dict(runtime_env), "holder": holder, "pid": pid,
                 "lease_s": lease_s}
-        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body).json())
+        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body,
+                                                  wait=BUILD_WAIT).json())
 
     def release(self, env_key: str, holder: str) -> int:
         path = f"/api/envs/{quote(env_key, safe='')}/refs/{quote(holder, safe='')}"
-        return int(self.http.call("DELETE", path).json()["released"])
+        return int(_field(self.http.call("DELETE", path), "released", int))
 
     def cache(self, kinds: tuple[str, ...] = ()) -> dict[str, Any]:
-        return dict(self.http.call("GET", "/api/cache", params=[("kind", k) for k in kinds])
+        return dict(self.http.call("GET", "/api/cache", idempotent=True,
+                                   params=[("kind", k) for k in kinds])
                     .json())
 
     def gc(self, **params: Any) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/gc", json=params).json())
+        return dict(self.http.call("POST", "/api/gc", json=params, wait=WORK_WAIT).json())

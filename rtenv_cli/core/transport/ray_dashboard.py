@@ -11,16 +11,12 @@ No browser User-Agent/Origin is sent: the dashboard refuses PUTs from "browsers"
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from rtenv_cli.core.errors import PackageTooLargeError, TransportError
 from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT
-
-_TRANSIENT = (502, 503, 504)
-_RETRIES = 4
+from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
 
 def load_token(env: Mapping[str, str] | None = None) -> str | None:
@@ -61,76 +57,56 @@ class RayDashboardTarget:
     streams_while_written = False
 
     def __init__(self, base_url: str, token: str | None = None, *,
-                 env: Mapping[str, str] | None = None, timeout: float = 600) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            base_url = f"http://{base_url}"
-        self.url = base_url.rstrip("/")
+                 env: Mapping[str, str] | None = None, timeouts: Timeouts | None = None) -> None:
+        self.http = HttpClient(base_url, "Ray dashboard", timeouts=timeouts,
+                               hint="check --address (the dashboard URL, default port 8265) "
+                               "and that the cluster is up")
+        # never a browser UA: Ray refuses their PUTs
+        self.http.headers["User-Agent"] = "rtenv"
+        self.url = self.http.url
         self.label = f"Ray cluster {self.url}"
-        self.timeout = timeout
         self._env = dict(os.environ if env is None else env)
         self._token = token
-        self._session: Any = None
+        self._ready = False
         self.offenders: dict[str, list[tuple[str, int]]] = {}  # uri -> largest inputs
 
     # -- http ---------------------------------------------------------------------------------
-    def session(self) -> Any:
-        if self._session is None:
-            import requests
+    def _prepare(self) -> None:
+        """Token auth: discovered once, before the first package call."""
+        if self._ready:
+            return
+        token = self._token
+        if token is None and self._auth_mode() == "token":
+            token = load_token(self._env)
+            if token is None:
+                raise TransportError(f"{self.label} requires a token (RAY_AUTH_MODE=token)",
+                                     hint="set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to "
+                                     "the token file (default ~/.ray/auth_token)")
+        if token:
+            self.http.headers["Authorization"] = f"Bearer {token}"
+        self._ready = True
 
-            s = requests.Session()
-            s.headers["User-Agent"] = "rtenv"  # never a browser UA: Ray refuses their PUTs
-            token = self._token
-            if token is None and self._auth_mode(s) == "token":
-                token = load_token(self._env)
-                if token is None:
-                    raise TransportError(f"{self.label} requires a token (RAY_AUTH_MODE=token)",
-                                         hint="set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to "
-                                         "the token file (default ~/.ray/auth_token)")
-            if token:
-                s.headers["Authorization"] = f"Bearer {token}"
-            self._session = s
-        return self._session
-
-    def _auth_mode(self, s: Any) -> str:
-        import requests
-
+    def _auth_mode(self) -> str:
         try:
-            r = s.get(f"{self.url}/api/authentication_mode", timeout=30)
-            return str(r.json().get("authentication_mode", "disabled")) if r.ok else "disabled"
-        except (requests.RequestException, ValueError):
+            r = self.http.request("GET", "/api/authentication_mode", idempotent=True)
+            body = r.json() if r.status_code == 200 else {}  # noqa: PLR2004 - HTTP OK
+        except TransportError:
             return "disabled"  # older Ray, or unreachable: the real call reports it
+        return str(body.get("authentication_mode", "disabled")) if isinstance(body, dict) \
+            else "disabled"
 
-    def _call(self, method: str, name: str, body_path: Path | None = None) -> Any:
-        import requests
+    def _call(self, method: str, name: str, body_path: Path | None = None) -> Reply:
+        """GET checks and PUTs of content-addressed packages are idempotent: both retried on
+        refused/reset connections and 502/503/504 (HttpClient)."""
+        self._prepare()
+        headers = {} if body_path is None else {"Content-Type": "application/octet-stream"}
+        resp = self.http.request(method, f"/api/packages/gcs/{name}", idempotent=True,
+                                 body_path=body_path, headers=headers,
+                                 ok=lambda s: s in (200, 404))
+        self._check_auth(resp)
+        return resp
 
-        url = f"{self.url}/api/packages/gcs/{name}"
-        delay = 0.5
-        for attempt in range(_RETRIES):
-            try:
-                if body_path is None:
-                    resp = self.session().request(method, url, timeout=self.timeout)
-                else:
-                    size = body_path.stat().st_size
-                    with body_path.open("rb") as fh:
-                        resp = self.session().request(
-                            method, url, data=fh, timeout=self.timeout,
-                            headers={"Content-Length": str(size),
-                                     "Content-Type": "application/octet-stream"})
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt == _RETRIES - 1:
-                    raise TransportError(f"cannot reach the Ray dashboard at {self.url}: "
-                                         f"{type(exc).__name__}",
-                                         hint="check --address (the dashboard URL, default "
-                                         "port 8265) and that the cluster is up") from exc
-            else:
-                if resp.status_code not in _TRANSIENT or attempt == _RETRIES - 1:
-                    self._check_auth(resp)
-                    return resp
-            time.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
-
-    def _check_auth(self, resp: Any) -> None:
+    def _check_auth(self, resp: Reply) -> None:
         if resp.status_code == 401:  # noqa: PLR2004 - HTTP Unauthorized
             raise TransportError(f"{self.label} requires a token (HTTP 401: missing token)",
                                  hint="set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")

@@ -37,6 +37,9 @@ _KV = "/ray.rpc.InternalKVGcsService/"
 _PIN = "/ray.rpc.RuntimeEnvGcsService/PinRuntimeEnvURI"
 GRPC_MAX = 512 * 1024 * 1024  # ray_constants.GRPC_CPP_MAX_MESSAGE_SIZE
 _UNAVAILABLE = 14
+# Seconds a GCS may stay silent mid-call (it answers a KV call at once; a stalled one is not
+# waited on for the channel's default ten minutes).
+READ_TIMEOUT = 120.0
 _UNAUTHENTICATED = 16
 _RETRIES = 4
 
@@ -80,7 +83,7 @@ class RayGcsTarget:
         if self._channel is None:
             host, port = split_host_port(self.address)
             meta = [("authorization", f"Bearer {self._token}")] if self._token else []
-            self._channel = Channel(host, port, metadata=meta)
+            self._channel = Channel(host, port, metadata=meta, timeout=READ_TIMEOUT)
         return self._channel
 
     def _call(self, method: str, message: bytes, *, tail: Path | None = None,

@@ -1,0 +1,300 @@
+"""`rtenv push` against misbehaving HTTP targets: every wait is bounded, every failure a
+TransportError (exit 1) naming the target, nothing reported as pushed that is not there.
+
+The targets are real sockets on 127.0.0.1 served from a thread; the client's timeouts are
+shortened through `transport.http.DEFAULT_TIMEOUTS` so each test ends in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import TransportError
+from rtenv_cli.core.transport import http
+from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
+from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+from tests.support.cli import run_cli
+from tests.support.ports import free_port
+
+SHORT = http.Timeouts(connect=2.0, read=1.0, floor=3.0, min_rate=1 << 20, retries=4,
+                      backoff=0.2)
+BOUND = 60  # generous: proves "does not hang", not a speed
+URI = "gcs://_ray_pkg_0123456789abcdef.zip"
+AGENT_INFO = json.dumps({"agent": "rtenv", "version": "test"}).encode()
+
+Handler = Callable[["Conn"], None]
+
+
+class Conn:
+    """One accepted connection: the request read, and helpers to answer (or not)."""
+
+    def __init__(self, sock: socket.socket, stop: threading.Event) -> None:
+        self.sock, self.stop = sock, stop
+        self.method, self.path = self._read_request()
+
+    def _read_request(self) -> tuple[str, str]:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return "", ""
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _v = lines[0].split(" ", 2)
+        length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:])
+                       if k.strip().lower() == "content-length"), 0)
+        left = length - len(rest)
+        while left > 0:
+            chunk = self.sock.recv(min(left, 65536))
+            if not chunk:
+                break
+            left -= len(chunk)
+        return method, path
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reply(self, status: int, body: bytes, ctype: str = "application/json",
+              extra: str = "") -> None:
+        self.send(f"HTTP/1.1 {status} X\r\nConnection: close\r\nContent-Type: {ctype}\r\n"
+                  f"Content-Length: "
+                  f"{len(body)}\r\n{extra}\r\n".encode() + body)
+
+    def hang(self) -> None:
+        self.stop.wait(BOUND)
+
+
+class FakeServer:
+    """Serves each connection on its own thread with `handler`; /api/agent answers like an
+    agent when `agent` is set (the address probe), everything else goes to the handler."""
+
+    def __init__(self, handler: Handler, *, agent: bool = True, port: int = 0) -> None:
+        self.handler, self.agent = handler, agent
+        self.stop = threading.Event()
+        self.calls: list[tuple[str, str]] = []
+        self.errors: list[BaseException] = []
+        self.lsock = socket.create_server(("127.0.0.1", port))
+        self.lsock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                sock, _ = self.lsock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(sock,), daemon=True).start()
+
+    def _one(self, sock: socket.socket) -> None:
+        with sock:
+            try:
+                conn = Conn(sock, self.stop)
+                if not conn.method:
+                    return
+                self.calls.append((conn.method, conn.path))
+                if self.agent and conn.path == "/api/agent":
+                    conn.reply(200, AGENT_INFO)
+                    return
+                self.handler(conn)
+            except OSError as exc:
+                self.errors.append(exc)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.lsock.close()
+        self.thread.join(5)
+
+
+@pytest.fixture(autouse=True)
+def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "DEFAULT_TIMEOUTS", SHORT)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., FakeServer]]:
+    servers: list[FakeServer] = []
+
+    def start(handler: Handler, **kw: bool | int) -> FakeServer:
+        servers.append(FakeServer(handler, **kw))  # type: ignore[arg-type] - agent: bool, port: int
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def pkg(tmp_path: Path) -> Path:
+    p = tmp_path / "p.zip"
+    p.write_bytes(b"z" * 4096)
+    return p
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "main.py").write_text("print('hi')\n")
+    return d
+
+
+def bounded(fn: Callable[[], object]) -> tuple[TransportError, float]:
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        fn()
+    took = time.monotonic() - start
+    assert took < BOUND
+    return info.value, took
+
+
+def test_accepts_and_never_answers_is_a_read_timeout(serve: Callable[..., FakeServer],
+                                                     src: Path) -> None:
+    server = serve(lambda c: c.hang())
+    res = run_cli(["push", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert f"the rtenv agent at {server.url} accepted the connection but sent no reply" \
+        in res.stderr
+    assert "within 1 s (read timeout)" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_dashboard_stall_is_not_retried(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    server = serve(lambda c: c.hang(), agent=False)
+    err, _ = bounded(lambda: RayDashboardTarget(server.url).upload(URI, pkg))
+    assert "Ray dashboard" in err.message
+    assert "read timeout" in err.message
+    assert err.hint
+    assert [c for c in server.calls if c[0] == "PUT"] == [("PUT", f"/api/packages/gcs/{URI[6:]}")]
+
+
+def test_headers_then_stalled_body(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+        c.hang()
+
+    server = serve(handler)
+    err, _ = bounded(lambda: AgentTarget(server.url).upload(URI, pkg))
+    assert "stopped sending its reply to PUT /api/packages/gcs/" in err.message
+    assert "(read timeout)" in err.message
+
+
+def test_trickled_body_ends_at_the_deadline(serve: Callable[..., FakeServer]) -> None:
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 404 Not Found\r\nContent-Length: 100000\r\n\r\n")
+        while not c.stop.wait(0.5):  # a byte at a time, each within the read timeout
+            c.send(b".")
+
+    server = serve(handler, agent=False)
+    err, _ = bounded(lambda: RayDashboardTarget(server.url).exists(URI))
+    assert "ran out (deadline)" in err.message
+    assert server.url in err.message
+
+
+def test_truncated_chunked_reply(serve: Callable[..., FakeServer], src: Path) -> None:
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"mis\r\n")  # then the socket closes
+
+    server = serve(handler)
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert "truncated reply" in res.stderr
+    assert server.url in res.stderr
+    assert "internal error" not in res.stderr.lower()
+
+
+def test_redirect_loop(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    server = serve(lambda c: c.reply(302, b"", extra=f"Location: {c.path}\r\n"), agent=False)
+    err, _ = bounded(lambda: RayDashboardTarget(server.url).exists(URI))
+    assert f"the Ray dashboard at {server.url} redirected GET" in err.message
+    assert "more than 5 times" in err.message
+    # the auth probe and the package call, each followed at most MAX_REDIRECTS times
+    assert len(server.calls) <= 2 * (http.MAX_REDIRECTS + 1)
+
+
+def test_non_json_from_an_agent_on_push_once(serve: Callable[..., FakeServer],
+                                             src: Path) -> None:
+    server = serve(lambda c: c.reply(200, b"<html>not json</html>"))
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert "not JSON" in res.stderr
+    assert server.url in res.stderr
+    assert "internal error" not in res.stderr.lower()
+
+
+def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    size = 50 * 2**20
+    sent: list[int] = []
+
+    def handler(c: Conn) -> None:
+        c.send(f"HTTP/1.1 500 Boom\r\nContent-Length: {size}\r\n\r\n".encode())
+        block, n = b"E" * 65536, 0
+        try:
+            while n < size:
+                c.send(block)
+                n += len(block)
+        finally:
+            sent.append(n)
+
+    server = serve(handler, agent=False)
+    err, _ = bounded(lambda: RayDashboardTarget(server.url).upload(URI, pkg))
+    assert "HTTP 500" in err.message
+    assert len(err.message) < 1000
+    deadline = time.monotonic() + BOUND
+    while not server.errors and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.errors, "the server was never cut off: the client read the whole body"
+    assert sent
+    assert sent[0] < size
+
+
+def test_refused_then_accepted_is_retried(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    port = free_port()
+    target = AgentTarget(f"http://127.0.0.1:{port}")
+    starter = threading.Timer(0.5, lambda: serve(lambda c: c.reply(200, b"{}"), port=port))
+    starter.start()
+    try:
+        sent: list[int] = []
+        target.upload(URI, pkg, on_progress=sent.append)  # a package PUT is idempotent
+    finally:
+        starter.join()
+    assert sent == [pkg.stat().st_size]
+
+
+def test_refused_for_good_is_an_error_after_bounded_retries(pkg: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    err, _ = bounded(lambda: AgentTarget(url).exists(URI))
+    assert f"cannot reach the rtenv agent at {url} (connection refused; GET /api/packages/gcs/" \
+        in err.message
+
+
+def test_503_then_200_on_an_agent_check(serve: Callable[..., FakeServer]) -> None:
+    replies = [503, 503, 200]
+    server = serve(lambda c: c.reply(replies.pop(0), b"{}"))
+    assert AgentTarget(server.url).exists(URI) is True
+    assert len([c for c in server.calls if c[0] == "GET"]) == 3
+
+
+def test_an_environment_build_may_take_longer_than_the_read_timeout(
+        serve: Callable[..., FakeServer]) -> None:
+    handle = {"key": "k", "holder": "h", "working_dir": None, "py_modules": [], "venv": None,
+              "env_vars": {}, "entries": []}
+
+    def handler(c: Conn) -> None:
+        c.stop.wait(2 * SHORT.read)  # silent while it "builds", longer than the read timeout
+        c.reply(200, json.dumps(handle).encode())
+
+    server = serve(handler)
+    assert AgentClient(server.url).get_or_create({}, holder="h").key == "k"
