@@ -32,7 +32,7 @@ def needed() -> bool:
     return find_spec("typer._coercion") is not None
 
 
-def install() -> bool:
+def install() -> bool:  # noqa: C901 - the nested coercers are one per type typer coerces
     """Patch typer's coercion once per process; return whether the patch is in place."""
     global _installed  # noqa: PLW0603 - patch once per process
     if _installed:

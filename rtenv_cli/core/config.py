@@ -55,7 +55,7 @@ def _toml_load(path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

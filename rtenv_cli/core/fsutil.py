@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def fsync_dir(path: Path) -> None:
@@ -20,7 +20,7 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path, mode: str = "wb", perms: int = 0o644) -> Iterator[IO]:  # type: ignore[type-arg]
+def atomic_open(path: Path, mode: str = "wb", perms: int = 0o644) -> Iterator[IO[Any]]:
     """Write to a temp file beside `path`; on success fsync and rename it into place.
 
     On any exception the temp file is removed and `path` is untouched.

@@ -173,7 +173,7 @@ def _rows(store: Store, manifest: Manifest) -> dict[str, Row]:
     for e in manifest.upsert:
         old = rows.get(e.path)
         same = old is not None and old[1] == e.is_dir and old[4] == e.sha256
-        rows[e.path] = e.row(old[5] if same else None)
+        rows[e.path] = e.row(old[5] if same and old is not None else None)
     return rows
 
 

@@ -833,7 +833,11 @@ class _Limited:
         return data
 
 
-def _copy_in(src: Path | BinaryIO | _Limited, dest: Path, hasher=None, *,  # type: ignore[no-untyped-def]
+class _Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _copy_in(src: Path | BinaryIO | _Limited, dest: Path, hasher: _Hasher | None = None, *,
              fsync: bool = True) -> int:
     size = 0
     reader = src.open("rb") if isinstance(src, Path) else contextlib.nullcontext(src)

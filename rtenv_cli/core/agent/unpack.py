@@ -386,7 +386,7 @@ def _open_tar(path: Path, limits: Limits) -> Iterator[Any]:
     cap = limits.max_total_bytes + (limits.max_members + 2) * _TAR_HEADER_SLACK
     with _Capped(opener(path, "rb"), cap, path.name) as stream:
         try:  # the TarFile is closed by the `with tf` below
-            tf = tarfile.open(fileobj=stream, mode="r:")  # type: ignore[arg-type] # noqa: SIM115
+            tf = tarfile.open(fileobj=stream, mode="r:")  # noqa: SIM115
         except read_errors() as exc:
             raise ArchiveError(f"{path.name}: not a readable tar archive ({exc})") from exc
         with tf:

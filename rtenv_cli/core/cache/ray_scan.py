@@ -16,6 +16,7 @@ filesystem) and resumable: see clean_session. Each session dir carries its folde
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -69,7 +70,8 @@ def agent_states(node):
     port = node.get("RuntimeEnvAgentPort")
     if not port:
         return None
-    req = runtime_env_agent_pb2.GetRuntimeEnvsInfoRequest()
+    # ray's generated protobuf modules ship no stubs: their classes are made at import
+    req = runtime_env_agent_pb2.GetRuntimeEnvsInfoRequest()  # type: ignore[attr-defined]
     headers = {"Content-Type": "application/octet-stream"}
     try:
         from ray._private.authentication.http_token_authentication import (
@@ -83,7 +85,8 @@ def agent_states(node):
     try:
         http_req = urllib.request.Request(url, data=req.SerializeToString(), headers=headers)
         with urllib.request.urlopen(http_req, timeout=10) as resp:  # noqa: S310 - http only
-            reply = runtime_env_agent_pb2.GetRuntimeEnvsInfoReply.FromString(resp.read())
+            reply = runtime_env_agent_pb2.GetRuntimeEnvsInfoReply.FromString(  # type: ignore[attr-defined] # generated, no stubs
+                resp.read())
     except Exception as exc:
         return {"error": str(exc)}
     out = []
@@ -254,7 +257,10 @@ def scan_node(mode, older_than_s, node):
     try:
         from ray._private import worker
 
-        session = worker.global_worker.node.get_session_dir_path()
+        ray_node = worker.global_worker.node
+        if ray_node is None:  # ray.init ran in this worker's process, so this cannot happen
+            raise RuntimeError("this Ray worker is not connected to its node")
+        session = ray_node.get_session_dir_path()
         temp = os.path.dirname(session)
         in_use = sessions_in_use() | {os.path.basename(session)}
         tag = f"{node['NodeID'][:8]}-{os.getpid()}"
@@ -289,7 +295,7 @@ def main():
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ray.init(logging_level="ERROR", log_to_driver=False)
+        ray.init(logging_level=logging.ERROR, log_to_driver=False)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
     except Exception as exc:
         print(ERROR_MARKER + one_line(f"cannot connect to the cluster: {exc}"), flush=True)

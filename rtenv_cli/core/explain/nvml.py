@@ -85,16 +85,17 @@ def _mig(nv: Any, handle: Any) -> tuple[bool | None, tuple[MigInstance, ...]]:
 
 def read_gpus(pynvml: Any = None) -> NvmlReport:
     """Every physical GPU in NVML (nvidia-smi) order; never raises."""
-    nv = pynvml
+    nv: Any = pynvml
     if nv is None:
         if not any(os.path.exists(p) for p in _DRIVER_MARKERS):
             # importing pynvml costs ~25 ms; without the NVIDIA driver it can only fail
             return NvmlReport(False, "no NVIDIA driver on this machine (no /dev/nvidiactl, "
                               "/proc/driver/nvidia)")
         try:
-            import pynvml as nv  # heavy and optional: only when the map is asked for
+            import pynvml as imported  # heavy and optional: only when the map is asked for
         except ImportError:
             return NvmlReport(False, "nvidia-ml-py (pynvml) is not installed")
+        nv = imported
     try:
         nv.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound and friends: report, don't crash

@@ -10,6 +10,7 @@ Sent as source text, so it must stay self-contained.
 """
 
 import json
+import logging
 import os
 import sys
 import time
@@ -96,7 +97,7 @@ def main():
 
     spec = json.loads(sys.argv[1])
     ray.init(address=spec["address"], runtime_env=spec["job"] or None, log_to_driver=False,
-             logging_level="ERROR")
+             logging_level=logging.ERROR)
     task = ray.remote(read)
 
     @ray.remote
@@ -106,7 +107,8 @@ def main():
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     out = []
-    held, before = [], {}
+    held: list[str] = []  # resource names the last probe asked for
+    before: dict[str, float] = {}  # ray.available_resources() before that probe
     for probe in spec["probes"]:
         why = infeasible(needs(probe), nodes)
         if why:

@@ -23,8 +23,9 @@ def runtime_env_hash(preview: EnvPreview) -> str:
 
 
 def reuse_key(preview: EnvPreview) -> dict[str, object]:
-    instances = {str(d["resource"]): list(d.get("slots", [])) for d in preview.devices
-                 if d.get("slots")}
+    # slots are always a list here (worker_env and allocation build them)
+    instances = {str(d["resource"]): list(slots) for d in preview.devices
+                 if isinstance(slots := d.get("slots"), list) and slots}
     return {"runtime_env_hash": runtime_env_hash(preview), "allocated_instances": instances}
 
 

@@ -129,7 +129,7 @@ def explain(req: ExplainRequest, *, compare: str | None = None, gpu_map: bool = 
     from rtenv_cli.core.explain.reuse import reuse_key
 
     preview = predict(req)
-    gmap = None
+    gmap: dict[str, object] | None = None
     if gpu_map and req.gpu_vendor == "nvidia" and pynvml is None and not _nvidia_driver():
         # cheap pre-check: without the driver NVML can only fail; skip importing it (startup)
         gmap = {"nvml": {"available": False, "reason": "no NVIDIA driver on this machine",

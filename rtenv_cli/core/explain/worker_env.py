@@ -64,9 +64,10 @@ class EnvPreview:
         env = {k: (REDACTED if v is not None and SECRET_RE.search(k) else v)
                for k, v in self.env.items()}
         rte = dict(self.runtime_env)
-        if isinstance(rte.get("env_vars"), dict):
+        env_vars = rte.get("env_vars")
+        if isinstance(env_vars, dict):
             rte["env_vars"] = {k: (REDACTED if SECRET_RE.search(str(k)) else v)
-                               for k, v in rte["env_vars"].items()}
+                               for k, v in env_vars.items()}
         return replace(self, env=env, runtime_env=rte)
 
     def to_dict(self) -> dict[str, object]:
@@ -192,7 +193,7 @@ def _validate(req: ExplainRequest, errors: list[str]) -> None:
                 errors.append(f"{r.resource}={r.amount:g}: {msg}")
 
 
-def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one pass in Ray's order reads best
+def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 - one pass in Ray's order reads best
     """The environment a worker gets for `req`, as Ray 2.60.0 builds it."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -276,7 +277,7 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: PLR0912, PLR0915 - one 
                       warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind)
 
 
-def _accelerators(  # noqa: PLR0912, PLR0915, PLR0917 - mirrors Ray's per-family loop in one place
+def _accelerators(  # noqa: C901, PLR0912, PLR0915, PLR0917 - mirrors Ray's per-family loop in one place
         req: ExplainRequest, start: dict[str, str], env: dict[str, str | None],
                   sources: dict[str, str], notes: dict[str, list[str]], warnings: list[str],
                   errors: list[str]) -> list[dict[str, object]]:

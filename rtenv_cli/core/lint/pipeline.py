@@ -174,15 +174,15 @@ def _ray_init_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
         except n.RuntimeEnvValueError as exc:
             result.errors.append(exc)
             return
-        for exc in n.config_proto_errors(checked, (*prefix, "config")):
-            exc.hint = "use an integer between 1 and 2147483647, or -1"
-            result.errors.append(exc)
+        for err in n.config_proto_errors(checked, (*prefix, "config")):
+            err.hint = "use an integer between 1 and 2147483647, or -1"
+            result.errors.append(err)
         if result.errors:
             return
     # ... then `serialize()`
     serialized = construct(built.normalized, base_dir, env=env, prefix=prefix, to_dict=False)
-    for exc in serialized.errors:
-        exc.stage = "runtime_env"
+    for err in serialized.errors:
+        err.stage = "runtime_env"
     result.errors.extend(serialized.errors)
     _encode(serialized.normalized, "ray-init", result, prefix)
     if not result.errors:
@@ -241,9 +241,9 @@ def _encode(normalized: dict[str, Any], api: Api, result: PipelineResult,
                                 hint="quote the value: YAML 1.1 turned it into a non-JSON type"))
         return
     if api == "job-submit":
-        path = _non_finite(normalized)
-        if path is not None:
+        where = _non_finite(normalized)
+        if where is not None:
             result.errors.append(_e("Out of range float values are not JSON compliant",
-                                    (*prefix, *path), "InvalidJSONError", "json",
+                                    (*prefix, *where), "InvalidJSONError", "json",
                                     hint="NaN and infinity cannot be sent to the job server; "
                                     "quote the value"))

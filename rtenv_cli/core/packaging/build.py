@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import zlib
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -52,6 +53,17 @@ from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
 from rtenv_cli.core.packaging.zipreuse import PreviousZip, ZipAppender
 
 _SAMPLE = 8 * 1024  # enough to tell random/packed data from text
+
+
+if sys.version_info >= (3, 11):
+    def _raw_deflate(data: bytes) -> bytes:
+        """Level-1 raw deflate (no zlib header), as zip members hold it."""
+        return zlib.compress(data, 1, -15)
+else:  # zlib.compress takes wbits only from Python 3.11: the same stream, made in two calls
+    def _raw_deflate(data: bytes) -> bytes:
+        """Level-1 raw deflate (no zlib header), as zip members hold it."""
+        comp = zlib.compressobj(1, zlib.DEFLATED, -15)
+        return comp.compress(data) + comp.flush()
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
 _RETRIES = 3
 
@@ -180,8 +192,8 @@ def _prepare(e: Entry) -> _Prepared:
     sha256 = hashlib.sha256(data).hexdigest()
     crc = zlib.crc32(data)
     # a file no bigger than the sample is its own probe: compress it once and compare
-    if len(data) <= _SAMPLE or len(zlib.compress(data[:_SAMPLE], 1, -15)) < 0.9 * _SAMPLE:
-        comp = zlib.compress(data, 1, -15)  # raw deflate, as zip members hold it
+    if len(data) <= _SAMPLE or len(_raw_deflate(data[:_SAMPLE])) < 0.9 * _SAMPLE:
+        comp = _raw_deflate(data)
         if len(comp) < len(data):
             return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, sha1.digest(), sha256)
     return _Prepared(crc, zipfile.ZIP_STORED, data, changed, sha1.digest(), sha256)
@@ -325,7 +337,7 @@ def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
     return sorted((e for e in entries if e.in_zip), key=lambda e: e.relpath)
 
 
-def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0915, PLR0917 - one pass
+def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915, PLR0917 - one pass
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
                times: Mapping[str, DateTime] | None = None, *,

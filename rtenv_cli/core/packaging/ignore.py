@@ -88,7 +88,7 @@ class _Translations:
 
     def __init__(self) -> None:
         self._data: dict[str, tuple[bool | None, str]] | None = None
-        self._key: tuple[object, ...] = ()
+        self._key: tuple[int | str | None, ...] = ()  # marshalled: plain values only
         self._path: Path | None = None  # fixed at the first use: saved there at exit
         self._added = False
 
@@ -105,8 +105,8 @@ class _Translations:
                 spec = find_spec("pathspec")
                 origin = spec.origin if spec is not None else None
                 st = os.stat(origin) if origin else None
-                self._key = (_TRANSLATION_VERSION, origin, st and st.st_size,
-                             st and st.st_mtime_ns)
+                self._key = (_TRANSLATION_VERSION, origin, st.st_size if st else None,
+                             st.st_mtime_ns if st else None)
                 # rtenv's own file in the user's cache dir: see digest_cache._MARSHAL
                 key, data = marshal.loads(self._path.read_bytes())  # noqa: S302
                 if key == self._key and isinstance(data, dict):

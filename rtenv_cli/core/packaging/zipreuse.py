@@ -222,7 +222,8 @@ class ZipIndex:
     @property
     def known(self) -> Known:
         """What `read(path, known)` takes to skip parsing this zip again."""
-        return self.cd_digest, {name: tuple(m) for name, m in self.members.items()}
+        return self.cd_digest, {name: (m.start, m.end, m.record)
+                                 for name, m in self.members.items()}
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -354,7 +355,8 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = F
     size = pos + len(cd) + len(end)
     if not (background and BACKGROUND_SPLICE):
         with open(out, "wb") as fh:
-            _write_runs([(src.fd, *run) for src, *run in runs], fh.fileno(), cd + end, pos, None)
+            _write_runs([(src.fd, start, length, at) for src, start, length, at in runs],
+                        fh.fileno(), cd + end, pos, None)
         return Spliced(size, (digest, members))
     import threading
 
@@ -370,7 +372,8 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = F
 
     def write() -> None:
         try:
-            _write_runs([(dup[id(src)], *run) for src, *run in runs], dst, cd + end, pos,
+            _write_runs([(dup[id(src)], start, length, at)
+                         for src, start, length, at in runs], dst, cd + end, pos,
                         gate)
         except BaseException as exc:  # handed to the reader through the gate
             gate.fail(exc)
@@ -499,7 +502,7 @@ def open_previous(root: Path, key: str) -> PreviousZip | None:
     if (st.st_ino, st.st_size) != zip_id:  # the sidecar describes another build's zip
         index.close()
         return None
-    return PreviousZip(index, stats)  # type: ignore[arg-type]
+    return PreviousZip(index, stats)
 
 
 def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],

@@ -59,7 +59,7 @@ def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
     return rt
 
 
-def construct(  # noqa: PLR0912 - one branch per Ray stage, kept in Ray's order
+def construct(  # noqa: C901, PLR0912 - one branch per Ray stage, kept in Ray's order
     d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
     env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (), to_dict: bool = True,
 ) -> Constructed:

@@ -20,7 +20,7 @@ import contextlib
 import socket
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 from urllib.parse import unquote
 
 _CHUNK = 1 << 20
@@ -29,6 +29,15 @@ _WINDOW = 1 << 24  # our receive window: replies are small, never stall the serv
 # The sendfile path (see the module doc). False sends the tail through h2's own send_data: the
 # push benchmark flips it for its ablation row, which shows what sendfile buys on its own.
 SENDFILE = True
+
+
+class _Stream(TypedDict, total=False):
+    """One call's HTTP/2 stream as the events fill it in."""
+
+    headers: dict[str, str]  # response headers, then trailers (header_encoding is utf-8)
+    data: bytes
+    done: bool
+    reset: int  # the HTTP/2 error code, when the stream or connection was reset
 
 
 class GrpcError(Exception):
@@ -107,7 +116,7 @@ class Channel:
         self.authority = f"{host}:{port}"
         self.metadata = list(metadata)
         self._cancel: Any = None  # the current call's cancel event (see unary)
-        self._streams: dict[int, dict[str, object]] = {}
+        self._streams: dict[int, _Stream] = {}
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as exc:
@@ -177,11 +186,12 @@ class Channel:
             state = self._streams.get(getattr(ev, "stream_id", 0) or 0)
             if isinstance(ev, h2.events.ResponseReceived | h2.events.TrailersReceived):
                 if state is not None:
-                    state["headers"].update(dict(ev.headers))  # type: ignore[union-attr]
+                    state["headers"].update(
+                        (_text(k), _text(v)) for k, v in ev.headers or ())
             elif isinstance(ev, h2.events.DataReceived):
                 self._conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                 if state is not None:
-                    state["data"] += ev.data  # type: ignore[operator]
+                    state["data"] += ev.data
             elif isinstance(ev, h2.events.StreamEnded | h2.events.StreamReset):
                 if state is not None:
                     state["done"] = True
@@ -190,7 +200,7 @@ class Channel:
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 for st in self._streams.values():
                     st["done"] = True
-                    st.setdefault("reset", ev.error_code)
+                    st.setdefault("reset", int(ev.error_code or 0))
         self._flush()
 
     def _send(self, sid: int, data: bytes, *, end: bool) -> None:
@@ -324,15 +334,20 @@ class Channel:
         self._conn.end_stream(sid)
 
 
-def _reply(state: dict[str, object], method: str) -> bytes:
-    headers: dict[str, str] = state["headers"]  # type: ignore[assignment]
+def _text(value: str | bytes) -> str:
+    """A header name or value as text (h2 gives str or bytes, by its header encoding setting)."""
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _reply(state: _Stream, method: str) -> bytes:
+    headers = state["headers"]
     if "reset" in state and "grpc-status" not in headers:
         raise GrpcError(14, f"{method}: the server reset the stream (HTTP/2 error "
                         f"{state['reset']})")
     code = int(headers.get("grpc-status", "2"))
     if code:
         raise GrpcError(code, unquote(headers.get("grpc-message", "")) or "(no message)")
-    data: bytes = state["data"]  # type: ignore[assignment]
+    data = state["data"]
     if len(data) < 5:  # noqa: PLR2004 - gRPC's length prefix
         return b""
     (size,) = struct.unpack(">I", data[1:5])

@@ -181,4 +181,4 @@ def _check_status(reply: bytes, number: int, label: str) -> None:
             if code:
                 msg = fields.get(2, b"")
                 text = msg.decode(errors="replace") if isinstance(msg, bytes) else str(msg)
-                raise TransportError(f"{label} answered status {code}: {text}")
+                raise TransportError(f"{label} answered status {code!r}: {text}")

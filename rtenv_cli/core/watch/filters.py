@@ -68,7 +68,7 @@ class IgnoreRules:
         from rtenv_cli.core.errors import PackagingError
         from rtenv_cli.core.packaging.ignore import ignore_file_matchers
 
-        stamps = []
+        stamps: list[tuple[int, int] | None] = []
         for name in IGNORE_FILES:
             try:
                 st = (directory / name).stat()

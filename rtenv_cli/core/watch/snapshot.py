@@ -200,12 +200,14 @@ class Snapshot:
                named: set[str]) -> Change:
         prefix = "" if scope == "." else scope + "/"
         old_keys = [k for k in self.entries if scope in (k, ".") or k.startswith(prefix)]
-        added, modified, removed = [], [], []
+        added: list[str] = []
+        modified: list[str] = []
+        removed: list[str] = []
         for key in old_keys:
             if key not in found:
-                old = self.entries.pop(key)
-                self.acc = fold(self.acc, old.digest)
-                if not old.is_dir:
+                gone = self.entries.pop(key)
+                self.acc = fold(self.acc, gone.digest)
+                if not gone.is_dir:
                     removed.append(key)
         for rel, (path, st, is_dir) in found.items():
             old = self.entries.get(rel)
