@@ -22,6 +22,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import Row
 
@@ -112,6 +113,21 @@ def _hit_client(args: tuple[int, int, str, int]) -> list[float]:
     return out
 
 
+async def _post_env(reader: Any, writer: Any, pid: int, holder: str) -> bytes:
+    """One cache-hit create on a kept-alive connection (raw HTTP/1.1, as wrk sends it); returns
+    the reply's status line and headers."""
+    body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
+                       "holder": holder}).encode()
+    writer.write(b"POST /api/envs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: " + str(len(body)).encode()
+                 + b"\r\n\r\n" + body)
+    head: bytes = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    await reader.readexactly(length)
+    return head
+
+
 def _hit_connections(port: int, pid: int, connections: int, per_conn: int) -> list[float]:
     """`connections` kept-alive connections with one request in flight each, from this one
     process (asyncio streams, like `wrk -c N`): the load generator stays on about one core, so
@@ -123,17 +139,9 @@ def _hit_connections(port: int, pid: int, connections: int, per_conn: int) -> li
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         out = []
         for i in range(per_conn + 10):  # the first 10 warm up and are not counted
-            body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
-                               "holder": f"a{connections}-{n}-{i}"}).encode()
             start = time.perf_counter()
-            writer.write(b"POST /api/envs HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                         b"application/json\r\nContent-Length: " + str(len(body)).encode()
-                         + b"\r\n\r\n" + body)
-            head = await reader.readuntil(b"\r\n\r\n")
+            head = await _post_env(reader, writer, pid, f"a{connections}-{n}-{i}")
             assert head.startswith(b"HTTP/1.1 200"), head
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
             if i >= 10:
                 out.append(time.perf_counter() - start)
         writer.close()
@@ -179,16 +187,8 @@ def _steady_load(port: int, pid: int, seconds: float, connections: int = 16
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             # one holder per connection, as a worker asking again: each hit renews its reference
-            body = json.dumps({"runtime_env": {"pip": ["six==1.16.0"]}, "pid": pid,
-                               "holder": f"load-{n}"}).encode()
             start = time.perf_counter()
-            writer.write(b"POST /api/envs HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                         b"application/json\r\nContent-Length: " + str(len(body)).encode()
-                         + b"\r\n\r\n" + body)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
+            head = await _post_env(reader, writer, pid, f"load-{n}")
             lat.append(time.perf_counter() - start)
             done += 1
             errors += not head.startswith(b"HTTP/1.1 200")
