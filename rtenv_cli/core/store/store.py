@@ -49,11 +49,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from rtenv_cli.core.agent.index import WAL_LIMIT, Entry, Index, pid_alive
-from rtenv_cli.core.agent.rayhash import ContentMismatchError, check_name, verify_package
-from rtenv_cli.core.agent.unpack import dir_size
 from rtenv_cli.core.errors import CacheBusyError, DiskFullError, PackagingError, RtenvError
 from rtenv_cli.core.fsutil import fsync_dir
+from rtenv_cli.core.store.index import WAL_LIMIT, Entry, Index, pid_alive
+from rtenv_cli.core.store.rayhash import ContentMismatchError, check_name, verify_package
+from rtenv_cli.core.store.unpack import dir_size
 
 try:
     import fcntl

@@ -20,11 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.agent import builders
-from rtenv_cli.core.agent.index import pid_start_time, valid_pid
-from rtenv_cli.core.agent.protocol import EnvHandle
-from rtenv_cli.core.agent.store import Store, safe_key
-from rtenv_cli.core.agent.unpack import extract
 from rtenv_cli.core.errors import (
     AgentError,
     PackagingError,
@@ -33,6 +28,11 @@ from rtenv_cli.core.errors import (
     UsageError,
     ValidationError,
 )
+from rtenv_cli.core.store import builders
+from rtenv_cli.core.store.handle import EnvHandle
+from rtenv_cli.core.store.index import pid_start_time, valid_pid
+from rtenv_cli.core.store.store import Store, safe_key
+from rtenv_cli.core.store.unpack import extract
 
 if TYPE_CHECKING:
     import sqlite3
@@ -103,7 +103,7 @@ class Environments:
             built.append(key)
             archive = self._fetch(uri, scheme, tree.parent)
             if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
-                from rtenv_cli.core.agent.wheels import install_wheel
+                from rtenv_cli.core.store.wheels import install_wheel
 
                 install_wheel(archive, tree / "d", cache_dir=self.uv_cache())
             else:  # Ray strips a single top-level directory of remote (file://, http(s)://)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.unpack import Limits, UnsafeArchiveError, extract
-from tests.core.agent.helpers import crafted_zip, make_tree, ray_package
+from rtenv_cli.core.store.unpack import Limits, UnsafeArchiveError, extract
+from tests.support.packages import crafted_zip, make_tree, ray_package
 
 
 def test_ray_zip_extracts_byte_for_byte(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.cgroups import Cgroups, CgroupUnavailable, Limits
+from rtenv_cli.core.store.cgroups import Cgroups, CgroupUnavailable, Limits
 
 V1 = Path("/sys/fs/cgroup")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent import delta
-from rtenv_cli.core.agent.rayhash import verify_package
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import PackagingError
-from tests.core.agent.helpers import make_tree, ray_package
+from rtenv_cli.core.store import delta
+from rtenv_cli.core.store.rayhash import verify_package
+from rtenv_cli.core.store.store import Store
+from tests.support.packages import make_tree, ray_package
 
 
 def _manifest(src: Path, uri: str, kind: str = "working_dir") -> dict:

@@ -9,9 +9,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.run import RunRequest, run_command
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 
 
 def make_wheel(out_dir: Path, name: str = "tinywheel", version: str = "0.1") -> Path:

@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rtenv_cli.core.agent.store import SHA256_RE, Store
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.store.store import SHA256_RE, Store
 
 BASE_UNKNOWN = "base package unknown"  # the client then sends the whole manifest
 

@@ -1,6 +1,6 @@
 """The agent's wire protocol, shared by the server (`agent.server`) and its HTTP client
 (`transport.agent_http`): request schemas and their validation, the environment handle a create
-returns, download capabilities, body-size limits and the error envelope.
+returns (`store.handle.EnvHandle`), download capabilities, body-size limits and the error envelope.
 
 No Starlette or uvicorn here: the client imports this module.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rtenv_cli.core.errors import (
@@ -236,34 +236,6 @@ def env_request(data: Mapping[str, Any], *, trusted_pid: bool) -> dict[str, Any]
         lease = 24 * 3600.0
     return {"runtime_env": data["runtime_env"], "holder": data["holder"], "pid": pid,
             "lease_s": lease}
-
-
-@dataclass(frozen=True)
-class EnvHandle:
-    """Where an environment lives on this node and what a process in it needs."""
-
-    key: str
-    holder: str
-    working_dir: str | None
-    py_modules: tuple[str, ...]
-    venv: str | None
-    env_vars: dict[str, str] = field(default_factory=dict)
-    entries: tuple[str, ...] = ()
-    built: tuple[str, ...] = ()  # entries this call built (empty on a cache hit)
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand, not dataclasses.asdict (a recursive deep copy): this runs on every cache hit
-        return {"key": self.key, "holder": self.holder, "working_dir": self.working_dir,
-                "py_modules": list(self.py_modules), "venv": self.venv,
-                "env_vars": dict(self.env_vars), "entries": list(self.entries),
-                "built": list(self.built)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EnvHandle:
-        return cls(key=data["key"], holder=data["holder"], working_dir=data["working_dir"],
-                   py_modules=tuple(data["py_modules"]), venv=data["venv"],
-                   env_vars=dict(data["env_vars"]), entries=tuple(data["entries"]),
-                   built=tuple(data.get("built", ())))
 
 
 def download_capability(token: str | None, name: str) -> str:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.cache.gc import plan_gc, run_gc
 from rtenv_cli.core.cache.ls import list_store
 from rtenv_cli.core.errors import AgentError, UnsupportedError
-from tests.core.agent.helpers import make_tree, ray_package
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
+from tests.support.packages import make_tree, ray_package
 
 SIX = {"pip": ["six==1.16.0"]}
 
@@ -90,7 +90,7 @@ def test_file_uri_zip_loses_its_single_top_level_dir_like_ray(tmp_path: Path) ->
 
 def test_hits_record_references_always_and_last_use_to_the_second(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rtenv_cli.core.agent import envs as envs_mod
+    from rtenv_cli.core.store import envs as envs_mod
 
     store = Store(tmp_path / "store")
     _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
@@ -149,8 +149,8 @@ def test_failed_build_reports_uv_error_and_leaves_nothing(tmp_path: Path) -> Non
 _CREATE = """
 import json, sys
 from pathlib import Path
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 h = Environments(Store(Path(sys.argv[1]))).get_or_create({"uv": ["six==1.16.0"]},
                                                           holder=sys.argv[2])
 print(json.dumps(h.to_dict()))
@@ -232,7 +232,7 @@ def test_https_working_dir_strips_top_level_dir(tmp_path: Path) -> None:
     import http.server
     import threading as th
 
-    from tests.core.agent.helpers import crafted_zip
+    from tests.support.packages import crafted_zip
 
     site = tmp_path / "site"
     site.mkdir()
@@ -255,8 +255,8 @@ def test_https_working_dir_strips_top_level_dir(tmp_path: Path) -> None:
 def test_crafted_package_with_a_valid_name_is_refused_at_upload_and_unpack(
         tmp_path: Path) -> None:
     from rtenv_cli.core.errors import PackagingError
-    from tests.core.agent.helpers import crafted_zip
     from tests.security.crafted import ray_hash_name
+    from tests.support.packages import crafted_zip
 
     files = {"ok.txt": b"x", "../escaped.txt": b"pwned"}
     evil = crafted_zip(tmp_path / "evil.zip", list(files.items()))

@@ -22,7 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rtenv_cli.core.agent.unpack import (
+from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.packaging.hashing import acc_of
+from rtenv_cli.core.store.unpack import (
     ArchiveError,
     Limits,
     Member,
@@ -35,8 +37,6 @@ from rtenv_cli.core.agent.unpack import (
     read_chunks,
     zip_member,
 )
-from rtenv_cli.core.errors import PackagingError
-from rtenv_cli.core.packaging.hashing import acc_of
 
 DIR_HASH_RE = re.compile(r"^_ray_pkg_([0-9a-f]{16})\.zip$")
 FILE_SHA1_RE = re.compile(r"^_ray_pkg_([0-9a-f]{40})\.(zip|tar\.gz|tar\.xz)$")

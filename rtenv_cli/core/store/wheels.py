@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rtenv_cli.core.agent import builders
+from rtenv_cli.core.store import builders
 
 
 def install_wheel(wheel: Path, target: Path, *, cache_dir: Path) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import PackagingError
-from tests.core.agent.helpers import make_tree, ray_package
+from rtenv_cli.core.store.store import Store
+from tests.support.packages import make_tree, ray_package
 
 
 def test_put_package_verifies_ray_hash(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
 _BUILDER = """
 import sys, time
 from pathlib import Path
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.store import Store
 store = Store(Path(sys.argv[1]))
 def build(tree):
     (tree / "part").write_text("x")
@@ -179,7 +179,7 @@ def test_recover_indexes_package_renamed_before_its_row(tmp_path: Path) -> None:
 _CHURN = """
 import hashlib, io, sys
 from pathlib import Path
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.store import Store
 store = Store(Path(sys.argv[1]))
 i = int(sys.argv[2]) * 100000
 while True:
@@ -234,7 +234,7 @@ def test_writers_in_several_processes_take_turns(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from rtenv_cli.core.agent.store import Store\n"
+        "from rtenv_cli.core.store.store import Store\n"
         "index = Store(Path(sys.argv[1])).index\n"
         "for i in range(300):\n"
         "    with index.tx() as db:\n"
