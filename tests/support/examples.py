@@ -62,10 +62,11 @@ def comparable(lines: list[str]) -> list[str]:
     tasks, such as one per Slurm node, print in any order)."""
     out = []
     for line in lines:
+        masked = line
         for pattern, repl in _VOLATILE:
-            line = pattern.sub(repl, line)
-        if line.strip():
-            out.append(line.rstrip())
+            masked = pattern.sub(repl, masked)
+        if masked.strip():
+            out.append(masked.rstrip())
     return sorted(out)
 
 
