@@ -4,4 +4,5 @@ import os
 
 import six
 
-print(f"{os.environ.get('SLURMD_NODENAME', '?')}: six {six.__version__}, MODEL={os.environ['MODEL']}")
+node = os.environ.get("SLURMD_NODENAME", "?")
+print(f"{node}: six {six.__version__}, MODEL={os.environ['MODEL']}")
