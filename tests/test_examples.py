@@ -53,7 +53,7 @@ def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
     box = Sandbox.create(tmp_path, sorted({folder, "invalid"}), env)
     if head is not None:
         box.env.update(head.client_env())
-        box.env["HOME"] = env.get("HOME", "")
+        box.env["HOME"] = env.get("HOME", "")  # the user's: uv's cache, so builds stay quick
         box.env["RAY_ADDRESS"] = head.address  # the GCS: rtenv, `ray job` and ray.init take it
         box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
                      (head.address, "127.0.0.1:6379")]
