@@ -8,7 +8,7 @@ last=${TMPDIR:-/tmp}/rtenv-push-watch.last-job
 if [ -f "$last" ]; then
     ray job stop --no-wait "$(cat "$last")" >/dev/null 2>&1 || true
 fi
-id="push-watch-$(date +%s%N)"
+id="push-watch-$(date +%s)-$$"
 ray job submit --no-wait --submission-id "$id" --runtime-env-json "$RTENV_RUNTIME_ENV" \
     -- python train.py >/dev/null 2>&1
 echo "$id" > "$last"

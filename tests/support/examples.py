@@ -20,9 +20,11 @@ EXAMPLES = ROOT / "examples"
 
 _BLOCK = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 _EXIT = re.compile(r"^\(exit (\d+)\)$")
-# what differs between two runs of the same command: timings, Ray's job ids and log timestamps
+# what differs between two runs of the same command: timings, Ray's job ids and log timestamps,
+# and store keys that hash the interpreter (its exact version and path differ between machines)
 _VOLATILE = [
     (re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s)\b"), "<time>"),
+    (re.compile(r"/entries/[a-z]+_[0-9a-f]+/"), "/entries/<key>/"),
     (re.compile(r"raysubmit_\w+"), "raysubmit_<id>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+"), "<timestamp>"),
 ]
