@@ -67,7 +67,9 @@ def head(request: pytest.FixtureRequest) -> RayHead | None:
 
 
 def _marks(folder: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.ray, pytest.mark.slow] if _needs_head(folder) else [pytest.mark.slow]
+    if _needs_head(folder):
+        return [pytest.mark.ray, pytest.mark.slow]
+    return [pytest.mark.slow] if folder in {"quickstart", "slurm"} else []  # they build envs
 
 
 @pytest.mark.parametrize("folder", [pytest.param(f, marks=_marks(f)) for f in FOLDERS])
@@ -78,9 +80,11 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None,
     steps = readme_steps(text)
     assert steps, f"{readme}: no ```console block with `$ ` commands"
     box = _sandbox(tmp_path, folder, head)
-    agent_ports = _two_free_ports()  # the Slurm example's per-node agents (local/srun)
-    box.env.update(FAKE_SRUN_PORT=str(agent_ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"))
-    box.subs += [(f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}") for i, p in enumerate(agent_ports)]
+    agent_ports = _two_free_ports() if folder == "slurm" else []  # local/srun's per-node agents
+    if agent_ports:
+        box.env.update(FAKE_SRUN_PORT=str(agent_ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"))
+        box.subs += [(f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}")
+                     for i, p in enumerate(agent_ports)]
     results = [box.run(step.command) for step in steps]
     if UPDATE:
         readme.write_text(write_block_outputs(text, results), encoding="utf-8")
