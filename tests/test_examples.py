@@ -293,3 +293,29 @@ def test_pre_commit_hook_matches_the_sample_and_passes_on_the_ci_configs(tmp_pat
     box = Sandbox.create(tmp_path, ["ci"], dict(os.environ))
     result = box.run(" ".join([hook["entry"], *map(shlex.quote, matched)]), timeout=60)
     assert result.exit_code == 0, "\n".join(result.output)
+
+
+# -- Slurm: the readiness gate --------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_slurm_job_step_waits_for_every_agent(tmp_path: Path) -> None:
+    """A node whose agent never comes up (its port is taken) keeps the job step from starting:
+    the batch script gives up at its deadline, and stops the agents that did start."""
+    import socket
+
+    box = Sandbox.create(tmp_path, ["slurm"], dict(os.environ))
+    ports = _two_free_ports()
+    box.env.update(FAKE_SRUN_PORT=str(ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"),
+                   SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="2", READY_TIMEOUT="6",
+                   PATH=f"{box.root / 'examples/slurm/local'}:{box.env['PATH']}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[1]))
+        taken.listen()
+        result = box.run("bash examples/slurm/rtenv.sbatch", timeout=120)
+    output = "\n".join(result.output)
+    assert result.exit_code == 1, output
+    assert "error: agents not ready after 6 s" in output
+    assert "six 1.17.0" not in output  # no job step ran
+    ready = {p.name for p in (box.root / ".rtenv-slurm/7.0/ready").iterdir()}
+    assert "node1" not in ready
+    assert _port_free(ports[0])  # node0's agent was stopped with the script
