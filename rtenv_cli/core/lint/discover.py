@@ -34,7 +34,9 @@ def find_files(root: Path, globs: Sequence[str], *, by_content: bool) -> list[st
     matchers: dict[str, Any] = {}  # directory (relative to root) -> its .gitignore matcher
 
     def ignored(rel: str) -> bool:
-        """git's rule: a path is ignored by the .gitignore of any directory above it."""
+        """git's rule: a path is ignored by the .gitignore of any directory above it. A folder
+        is tested by a child no pattern names ("/\0"), so that `outputs/` prunes the whole
+        folder: git never looks inside an excluded folder, and neither does the walk."""
         parts = rel.split("/")
         for depth in range(len(parts)):
             base = "/".join(parts[:depth]) or "."
@@ -53,7 +55,8 @@ def find_files(root: Path, globs: Sequence[str], *, by_content: bool) -> list[st
             except (OSError, ValueError):
                 pass  # an unreadable or odd .gitignore ignores nothing
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not ignored(prefix + d))
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not ignored(prefix + d)
+                         and not ignored(f"{prefix}{d}/\0"))
         for name in sorted(files):
             if ignored(prefix + name):
                 continue

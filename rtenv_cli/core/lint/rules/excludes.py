@@ -82,8 +82,11 @@ def _dropped_python(ctx: Context, path: tuple[object, ...], source: Path, kind: 
                            hint=f"if the job imports it, narrow `{pattern}` (anchor it with a "
                            f"leading `/`, or match files: `*.ext`), or add {keep} after it")
         elif origin == "ray-default":
-            yield ctx.diag("RTE121", f"Ray's default excludes (.git, .venv, venv, __pycache__) "
-                           f"leave Python code out of the package: {shown}", path,
+            from rtenv_cli.core.packaging.ignore import default_excludes
+
+            defaults = ", ".join(default_excludes(ctx.env))
+            yield ctx.diag("RTE121", f"Ray's default excludes ({defaults}) leave Python code "
+                           f"out of the package: {shown}", path,
                            prefer="value", hint="rename the folder, or submit with "
                            "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES set to the defaults you "
                            "want (e.g. \".git,.venv,__pycache__\")")
