@@ -240,3 +240,24 @@ def test_follow_the_rte122_hint_and_ray_excludes_the_files(tmp_path: Path) -> No
                         include_gitignore=True)
             kept[pattern] = seen
         assert len(kept[after]) < len(kept[before])  # the fix drops what the typo did not
+
+
+def test_follow_the_rte121_excludes_hint_and_ray_packages_the_code(tmp_path: Path) -> None:
+    import json
+
+    from ray._private.ray_constants import get_runtime_env_default_excludes
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    text = next(t for n, _e, t in CASES if n == "excludes_glob_drops_code")
+    report = _validate(tmp_path, {"logging_tools/__init__.py": ""}, text)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE121"]
+    added = re.findall(r"`(![^`]+)`", diag.hint or "")
+    assert added == ["!/logging_tools", "!/logging_tools/**"]
+    seen: list[str] = []
+    excludes = [*get_runtime_env_default_excludes(), "*log*", *added]
+    _dir_travel(tmp_path, [_get_excludes(tmp_path, excludes)],
+                lambda p: seen.append(p.relative_to(tmp_path).as_posix()),
+                include_gitignore=True)
+    assert "logging_tools/__init__.py" in seen
+    fixed = _validate(tmp_path, {}, "working_dir: .\nexcludes: " + json.dumps(["*log*", *added]))
+    assert "RTE121" not in {d.code for d in fixed.diagnostics}

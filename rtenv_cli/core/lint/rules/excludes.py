@@ -53,7 +53,7 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
 def _drop_sources(source: Path, user: Sequence[str]) -> str:
     """What can drop files from `source`, for RTE120's hint: only the sources that exist."""
     names = ["`excludes`"] if user else []
-    names += [f"{name}" for name in (".gitignore", ".rayignore") if (source / name).is_file()]
+    names += [name for name in (".gitignore", ".rayignore") if (source / name).is_file()]
     return " and ".join(names) or "the ignore rules (`rtenv check-ignore -v` shows them)"
 
 
@@ -79,8 +79,8 @@ def _dropped_python(ctx: Context, path: tuple[object, ...], source: Path, kind: 
                     else f"`!/{first}`")
             yield ctx.diag("RTE121", f"excludes pattern `{pattern}` leaves Python code out of "
                            f"the package: {shown}", ("excludes", index), prefer="value",
-                           hint=f"if the job imports it, narrow `{pattern}` (anchor it with a "
-                           f"leading `/`, or match files: `*.ext`), or add {keep} after it")
+                           hint=f"if the job imports it, narrow `{pattern}` so that it does "
+                           f"not match `{first}`, or add {keep} after it")
         elif origin == "ray-default":
             from rtenv_cli.core.packaging.ignore import default_excludes
 
@@ -126,7 +126,7 @@ def _intended(label: str, rel: str) -> bool:
     purpose; a glob that happens to match (`**/*log*` on `utils/logger/`) does not."""
     if not label.startswith("excludes["):
         return False
-    pattern = label.split(":", 1)[1].strip().strip("/")
+    pattern = label.split(":", 1)[1].strip().strip("/").removeprefix("**/")
     return "*" not in pattern and "?" not in pattern and "[" not in pattern and \
         (pattern == rel or pattern.rpartition("/")[2] == rel.rpartition("/")[2])
 
