@@ -80,50 +80,6 @@ def _interleaved(a: list[str], b: list[str], *, repeat: int, env: dict[str, str]
     return stats(first), stats(second)
 
 
-SHARED_FILES = 100  # runtime_envs of one project, sharing its working_dir
-TARGET_SHARED = 3.0  # "one call over 100 files costs no more than a few single-file calls"
-
-
-def _shared_project(root: Path, *, modules: int, files: int) -> Path:
-    """A project of `modules` x 50 small .py files and `files` runtime_envs that all package it
-    (with a .gitignore and excludes, as real ones have), under root/configs/."""
-    for m in range(modules):
-        folder = root / "proj" / "pkg" / f"m{m}"
-        folder.mkdir(parents=True)
-        for f in range(50):
-            (folder / f"f{f}.py").write_text(f"X = {f}\n")
-    (root / "proj" / ".gitignore").write_text("outputs/\n*.log\n")
-    configs = root / "configs"
-    configs.mkdir()
-    for i in range(files):
-        (configs / f"runtime_env_{i:03d}.yaml").write_text(
-            f"working_dir: proj\nexcludes: [outputs/, checkpoints/]\n"
-            f"env_vars: {{RUN: '{i}'}}\npip: ['torch==2.3.1']\n")
-    return configs
-
-
-def _shared_working_dir_row(repeat: int, env: dict[str, str], quick: bool) -> Row:
-    """`rtenv validate configs/` (100 files, one working_dir) against one of its files."""
-    with tempfile.TemporaryDirectory(prefix="rtenv-bench-shared-") as tmp:
-        configs = _shared_project(Path(tmp), modules=8 if quick else 40, files=SHARED_FILES)
-        one = [*_rtenv(), "validate", str(configs / "runtime_env_000.yaml")]
-        many = [*_rtenv(), "validate", str(configs)]
-        for argv in (one, many):
-            time_process(argv, repeat=1, env=env, cwd=tmp, warmup=1)
-        single, hundred = _interleaved(one, many, repeat=max(3, repeat // 3), env=env, cwd=tmp)
-        files = 400 if quick else 2000
-        ratio = hundred["median"] / single["median"]
-        return Row(
-            "validate", f"wall time: validate {SHARED_FILES} files sharing one working_dir "
-            f"({files} files)", "s", hundred["median"], None,
-            f"<= {TARGET_SHARED:g}x one file's call ({single['median']:.3f} s)",
-            ratio <= TARGET_SHARED,
-            f"interleaved runs, median of {max(3, repeat // 3)}; {ratio:.2f}x the single-file "
-            f"call; 100 files min {hundred['min']:.3f} max {hundred['max']:.3f}; one file min "
-            f"{single['min']:.3f} max {single['max']:.3f}; the run walks and hashes the "
-            "working_dir once (RunCache)")
-
-
 def run(quick: bool) -> list[Row]:
     repeat = 3 if quick else 15
     rows: list[Row] = []
@@ -148,7 +104,6 @@ def run(quick: bool) -> list[Row]:
                 f"rtenv min {ours['min']:.3f} max {ours['max']:.3f}; "
                 f"ray min {ray['min']:.3f} max {ray['max']:.3f}; ray side = import "
                 "ray.runtime_env + RuntimeEnv(**yaml.safe_load(file))"))
-        rows.append(_shared_working_dir_row(repeat, env, quick))
         ablation = _shim_ablation(Path(FILES[0]).name, repeat=repeat, env=env, cwd=cwd)
         if ablation is not None:
             rows.append(ablation)
