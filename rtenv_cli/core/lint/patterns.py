@@ -106,6 +106,8 @@ def _impossible_segments(text: str) -> Dead | None:
     if backslash is not None:
         return Dead("`\\` escapes the next character in a gitignore pattern; it is no separator",
                     text.replace("\\", "/"))
+    if not text.strip("/"):
+        return Dead("a pattern of slashes only matches no path (Ray's pathspec skips `/`)")
     anchored = text.startswith("/")
     trailing = text.endswith("/") and len(text) > 1
     parts = text.strip("/").split("/")
