@@ -76,8 +76,9 @@ def never_matches(pattern: str, tree: Sequence[str], roots: Sequence[Path]) -> D
     text = pattern.strip()
     if not text or text.startswith(("!", "#")):
         return None  # a negation keeps paths in; a comment is no pattern
-    return (_absolute(text, roots) or _impossible_segments(text)
-            or _extension_as_name(text, tree) or _dotted_folder(text, tree))
+    return (_absolute(text, roots) or _impossible_characters(text)
+            or _impossible_segments(text) or _extension_as_name(text, tree)
+            or _dotted_folder(text, tree))
 
 
 def _absolute(text: str, roots: Sequence[Path]) -> Dead | None:
@@ -99,15 +100,18 @@ def _absolute(text: str, roots: Sequence[Path]) -> Dead | None:
     return None
 
 
-def _impossible_segments(text: str) -> Dead | None:
+def _impossible_characters(text: str) -> Dead | None:
     if text.startswith("~"):
         return Dead("Ray does not expand `~` (it would match a folder literally named `~`)")
-    backslash = re.search(r"\\(?=[^*?\[\]!# \\])", text)
-    if backslash is not None:
+    if re.search(r"\\(?=[^*?\[\]!# \\])", text):
         return Dead("`\\` escapes the next character in a gitignore pattern; it is no separator",
                     text.replace("\\", "/"))
     if not text.strip("/"):
         return Dead("a pattern of slashes only matches no path (Ray's pathspec skips `/`)")
+    return None
+
+
+def _impossible_segments(text: str) -> Dead | None:
     anchored = text.startswith("/")
     trailing = text.endswith("/") and len(text) > 1
     parts = text.strip("/").split("/")
