@@ -129,13 +129,16 @@ def _impossible_segments(text: str) -> Dead | None:
     return None
 
 
-def _last_name(text: str) -> tuple[str, str] | None:
-    """(the pattern without its last name, that name), for a last name without globs."""
+def _dot_name(text: str, shape: str) -> tuple[str, str, str] | None:
+    """(the pattern before its last name, that name, the trailing `/` or "") when the last name
+    is a dot-name of `shape` without globs that is not a real dot-file (`.env`, `.cache`)."""
     body = text.rstrip("/")
     head, _, last = body.rpartition("/")
-    if not last or _GLOB.search(last):
+    if not last or _GLOB.search(last) or not re.fullmatch(shape, last) or \
+            last in KNOWN_DOTNAMES:
         return None
-    return (head + "/" if head or body.startswith("/") else ""), last
+    return ((head + "/" if head or body.startswith("/") else ""), last,
+            "/" if text.endswith("/") else "")
 
 
 def _names(tree: Sequence[str]) -> set[str]:
@@ -143,36 +146,27 @@ def _names(tree: Sequence[str]) -> set[str]:
 
 
 def _extension_as_name(text: str, tree: Sequence[str]) -> Dead | None:
-    split = _last_name(text)
-    if split is None:
+    found = _dot_name(text, r"\.[A-Za-z0-9]{1,12}")
+    if found is None:
         return None
-    head, last = split
-    if not re.fullmatch(r"\.[A-Za-z0-9]{1,12}", last) or last in KNOWN_DOTNAMES:
-        return None
+    head, last, trailing = found
     names = _names(tree)
-    if last in names:
+    if last in names or not (last[1:].lower() in KNOWN_EXTENSIONS
+                             or any(n.endswith(last) for n in names)):
         return None
-    known = last[1:].lower() in KNOWN_EXTENSIONS
-    if not known and not any(n.endswith(last) for n in names):
-        return None
-    trailing = "/" if text.endswith("/") else ""
     return Dead(f"it matches only a file or folder named exactly `{last}`, not files ending in "
-                f"`{last}`",
-                f"{head}*{last}{trailing}")
+                f"`{last}`", f"{head}*{last}{trailing}")
 
 
 def _dotted_folder(text: str, tree: Sequence[str]) -> Dead | None:
-    split = _last_name(text)
-    if split is None:
+    found = _dot_name(text, r"\.[A-Za-z0-9_-]+")
+    if found is None:
         return None
-    head, last = split
-    if not re.fullmatch(r"\.[A-Za-z0-9_-]+", last) or last in KNOWN_DOTNAMES:
-        return None
+    head, last, trailing = found
     names = _names(tree)
     plain = last[1:]
     if last in names or not (plain in WELL_KNOWN_DIRS or plain in names):
         return None
-    trailing = "/" if text.endswith("/") else ""
     return Dead(f"no folder is named `{last}` (the folder is `{plain}`)",
                 f"{head}{plain}{trailing}")
 
