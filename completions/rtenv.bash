@@ -51,7 +51,7 @@ _rtenv() {
         " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --cgroup-root --help -h' -- "$cur")) ;;
-        " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --help -h' -- "$cur")) ;;
+        " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
     esac
     if [[ ${#COMPREPLY[@]} -eq 0 ]]; then COMPREPLY=($(compgen -f -- "$cur")); fi
 }

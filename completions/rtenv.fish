@@ -117,4 +117,5 @@ complete -c rtenv -n '__fish_seen_subcommand_from validate' -l resolve -d 'Check
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l glob -d 'File name pattern for directories (repeatable). Default: *runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l ray-version -d 'The cluster'\''s Ray version, for RTE140 (default: the installed Ray, else 2.60.0).'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l format -s f -x -a 'text json github sarif' -d 'Output format.'
+complete -c rtenv -n '__fish_seen_subcommand_from validate' -l show-info -l verbose -s v -d 'Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l help -s h -d 'Show help and exit'

@@ -12,6 +12,9 @@ _rtenv_validate() {
         '--ray-version[The cluster'\''s Ray version, for RTE140 (default\: the installed Ray, else 2.60.0).]' \
         '--format[Output format.]:value:(text json github sarif)' \
         '-f[Output format.]:value:(text json github sarif)' \
+        '--show-info[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
+        '--verbose[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
+        '-v[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
         '*:file:_files'
