@@ -248,16 +248,12 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             target.upload(uri, plan.source, on_progress=adv)
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
-    # a target that can read a zip still being written gets it streamed: the copy of the
-    # unchanged members (a re-push) then overlaps the upload
-    stream = target.streams_while_written
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
         built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv,
-                           digests=digests, stream=stream)
+                           digests=digests)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
-            built.wait()
             if stage is None:
                 from rtenv_cli.core.transport.ray_dashboard import too_large_error
 
@@ -272,11 +268,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
             return _staged_uri(stage, uri), built.zip_bytes, False, True, stage.label
         with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
-            if built.ready is not None:
-                target.upload(uri, built.path, on_progress=adv,  # type: ignore[call-arg]
-                              ready=built.ready, size=built.zip_bytes)
-            else:
-                target.upload(uri, built.path, on_progress=adv, **_hashed(target, built))
+            target.upload(uri, built.path, on_progress=adv, **_hashed(target, built))
         return target.published_uri(uri), built.zip_bytes, True, False, target.label
     finally:
         built.path.unlink(missing_ok=True)

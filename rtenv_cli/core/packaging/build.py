@@ -79,9 +79,6 @@ class BuiltPackage:
     sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
     layout: str = "ray"
     reused: int = 0  # members copied raw from the previous build of this source
-    # build_scan(stream=True): a thread is still writing `path`; ready(n) returns once its first
-    # n bytes are there (None: all of it), raising if the write failed
-    ready: Callable[[int | None], None] | None = None
 
     @property
     def hashed_dirs(self) -> tuple[str, ...]:
@@ -90,11 +87,6 @@ class BuiltPackage:
         if self.scan is None or self.scan.single_file:
             return ()
         return hashed_not_zipped(self.scan.entries)
-
-    def wait(self) -> None:
-        """Return once `path` is complete (at once unless built with stream=True)."""
-        if self.ready is not None:
-            self.ready(None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"uri": self.uri, "path": str(self.path), "file_count": self.file_count,
@@ -250,7 +242,7 @@ class ZipPass:
     reused: int = 0  # members copied raw from the previous build
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
     stats: dict[str, Any] | None = None  # member -> its reuse key (the file stat), if known
-    spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
+    spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index)
 
 
 _Batch = tuple[str, int, list[tuple[Any, int, bool, bytes, str]]]  # see _prepare_batch
@@ -429,12 +421,12 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
-             background: bool, times: Mapping[str, DateTime] | None = None,
+             times: Mapping[str, DateTime] | None = None,
              key: Callable[[Entry], Hashable] | None = None, processes: bool = True
              ) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     `key` (default: their stat) changed are read and compressed, into a zip of their own;
-    `zipreuse.splice` then assembles both in member order (in a thread with `background`).
+    `zipreuse.splice` then assembles both in member order.
     Unspliceable (zip64) propagates: the caller builds afresh."""
     key = key or _stat_key
     parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
@@ -455,8 +447,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
     result, spliced = zipreuse.splice_changed(
         out, previous.index, parts,
         lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
-                                processes=processes),
-        background=background)
+                                processes=processes))
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
@@ -470,15 +461,15 @@ def write_package_zip(scan: PackageScan, out: Path, *,
                       times: Mapping[str, DateTime] | None = None,
                       previous: PreviousZip | None = None,
                       key: Callable[[Entry], Hashable] | None = None,
-                      background: bool = False, processes: bool = True,
+                      processes: bool = True,
                       on_progress: Callable[[int], None] | None = None) -> ZipPass:
     """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
 
     `times`: relpath -> date_time for entries whose file is not the one they stand for (the
     store writes blobs; the client's local mtime travels with the manifest); others are dated
     by their mtime. `previous`: an earlier zip of the same source to take unchanged members
-    from (by `key`, default the file stat), spliced (`background`: in a thread, see
-    `zipreuse.splice`); one that cannot splice is ignored. Files whose stat changed while
+    from (by `key`, default the file stat), spliced (see `zipreuse.splice`); one that cannot
+    splice is ignored. Files whose stat changed while
     read are in the result's `changed` (the caller must not publish); `digests` holds Ray's
     digest and the sha256 of every file read; `stats` each file member's `key`.
     `processes=False`: worker threads only, never forked processes (a server's threads may
@@ -487,26 +478,22 @@ def write_package_zip(scan: PackageScan, out: Path, *,
     prefix = "pkg" if layout == "remote" else ""
     if previous is not None:
         with contextlib.suppress(zipreuse.Unspliceable):
-            return _rebuild(scan, out, prefix, on_progress, previous, background, times, key,
-                            processes)
+            return _rebuild(scan, out, prefix, on_progress, previous, times, key, processes)
     result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes)
     result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
                     for e in scan.entries if e.in_zip and not e.is_dir}
     return result
 
 
-def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
-              on_progress: Callable[[int], None] | None, slot: str | None,
-              background: bool = False) -> ZipPass:
+def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,
+              on_progress: Callable[[int], None] | None, slot: str | None) -> ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
-    splices (`background`: see build_scan's `stream`), else from scratch. Nothing is left
-    behind on failure."""
+    splices, else from scratch. Nothing is left behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
         return write_package_zip(scan, tmp, layout="remote" if prefix else "ray",
-                                 previous=previous, background=background,
-                                 on_progress=on_progress)
+                                 previous=previous, on_progress=on_progress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -534,21 +521,17 @@ def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
-               digests: Mapping[str, tuple[bytes, str | None]] | None = None,
-               stream: bool = False) -> BuiltPackage:
+               digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
     """Zip one scanned package, hashing each file on the same read (see the module doc);
     digests the cache or the caller (`digests`, from `digest_entries` of the same scan) already
-    know are taken as they are. `stream`: a spliced zip may still be being written when this
-    returns (its `ready` gates a reader that streams it meanwhile: the copy of the unchanged
-    members then overlaps the upload)."""
+    know are taken as they are."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, stream)
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None)
     spliced = zip_pass.spliced
-    gate = spliced.gate if spliced is not None else None
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])
@@ -575,18 +558,14 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
         uri = scan_uri(scan, digests)
     name = uri.removeprefix("gcs://")
     final = dest_dir / (name if layout == "ray" else f"remote{name}")
-    if gate is None:
-        os.replace(tmp, final)
-    else:  # still being written: it keeps this process's own name (another push of the same
-        final = tmp  # tree would replace the shared one under an upload that reopens it)
+    os.replace(tmp, final)
     if use_cache:
         zipreuse.remember(scan.root, slot, final, zip_pass.stats or {},
-                          spliced.known if spliced is not None else None,
-                          size=spliced.size if spliced is not None else None, gate=gate)
+                          spliced.known if spliced is not None else None)
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     size = spliced.size if spliced is not None else final.stat().st_size
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, size, scan, sha, layout,
-                        zip_pass.reused, gate.wait if gate is not None else None)
+                        zip_pass.reused)
 
 
 class _Changed(Exception):

@@ -68,7 +68,6 @@ class AgentTarget:
 
     max_upload_bytes: int | None = None
     pins = False
-    streams_while_written = False
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, url: str, token: str | None = None, *,

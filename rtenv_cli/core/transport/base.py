@@ -22,9 +22,6 @@ class Target(Protocol):
     # `exists` pins the package for PIN_SECONDS and Ray deletes it once unreferenced and
     # unpinned: a long-lived pusher (watch) re-checks what it pushed before the pin runs out
     pins: bool
-    # `upload(uri, path, ready=Event, size=N)` sends a zip that another thread is still
-    # writing (up to `size` bytes, `ready` set when it is complete)
-    streams_while_written: bool
 
     def exists(self, uri: str) -> bool:
         """Whether the target holds `uri` (for Ray: GET, which also pins it for 10 minutes)."""

@@ -22,7 +22,6 @@ class FileTarget:
     max_upload_bytes: int | None = None
     layout = "remote"  # what build_package must produce for this target
     pins = False
-    streams_while_written = False
 
     def __init__(self, url: str) -> None:
         parsed = urlparse(url)

@@ -20,7 +20,6 @@ class LocalStoreTarget:
 
     max_upload_bytes: int | None = None  # no server in between: no request-size limit
     pins = False
-    streams_while_written = False
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, root: Path | str | None = None) -> None:

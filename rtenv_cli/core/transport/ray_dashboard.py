@@ -54,7 +54,6 @@ class RayDashboardTarget:
 
     max_upload_bytes: int | None = RAY_HTTP_LIMIT
     pins = True
-    streams_while_written = False
 
     def __init__(self, base_url: str, token: str | None = None, *,
                  env: Mapping[str, str] | None = None, timeouts: Timeouts | None = None) -> None:

@@ -203,16 +203,9 @@ class WatchSession:
             elif src.last_zip is None:  # the next edit splices from it (else: a whole zip)
                 src.last_zip = build_zip(snap, self.work_dir, layout=self._layout())
             return sent_early
-        # a target that reads a zip while it is written gets the splice streamed (see push)
-        stream = self.target.streams_while_written
-        built = prepared or build_zip(snap, self.work_dir, src.last_zip, background=stream,
-                                      layout=self._layout())
+        built = prepared or build_zip(snap, self.work_dir, src.last_zip, layout=self._layout())
         try:
-            if built.ready is not None:  # only for a target that streams_while_written
-                self.target.upload(uri, built.path, ready=built.ready,  # type: ignore[call-arg]
-                                   size=built.zip_bytes)
-            else:
-                self.target.upload(uri, built.path)
+            self.target.upload(uri, built.path)
         except BaseException:
             discard(built, src.last_zip)
             raise
@@ -375,7 +368,6 @@ class WatchSession:
                 self._early = self._early.then(src.snap.update(paths))
             if isinstance(self.target, DeltaTarget):
                 return
-            stream = self.target.streams_while_written
             for src in self.sources:
                 if src.snap.uri == src.pushed or (src.prepared is not None
                                                   and src.prepared.uri == src.snap.uri):
@@ -383,7 +375,7 @@ class WatchSession:
                 discard(src.prepared, src.last_zip)
                 src.prepared = None
                 src.prepared = build_zip(src.snap, self.work_dir, src.last_zip,
-                                         background=stream, layout=self._layout())
+                                         layout=self._layout())
                 self._upload_early(src)
         except (RtenvError, OSError):
             return  # e.g. a file still being written: the batch confirms it again
@@ -415,8 +407,7 @@ class WatchSession:
             # uploads the version itself
             with contextlib.suppress(Exception):
                 if not target.exists(built.uri, pin_s=EARLY_PIN_S):
-                    target.upload(built.uri, built.path, ready=built.ready,
-                                  size=built.zip_bytes, cancel=job.cancel)
+                    target.upload(built.uri, built.path, cancel=job.cancel)
                     job.sent = built.zip_bytes
                 job.done = True
 

@@ -21,12 +21,12 @@ def test_capabilities(tmp_path: Path) -> None:
         "store": LocalStoreTarget(tmp_path / "store"),
         "file": FileTarget((tmp_path / "shared").as_uri()),
     }
-    caps = {name: (t.pins, t.streams_while_written, isinstance(t, DeltaTarget),
-                   isinstance(t, ForkingTarget)) for name, t in targets.items()}
+    caps = {name: (t.pins, isinstance(t, DeltaTarget), isinstance(t, ForkingTarget))
+            for name, t in targets.items()}
     assert caps == {
-        "gcs": (True, True, False, True),
-        "dashboard": (True, False, False, False),
-        "agent": (False, False, True, False),
-        "store": (False, False, True, False),
-        "file": (False, False, False, False),
+        "gcs": (True, False, True),
+        "dashboard": (True, False, False),
+        "agent": (False, True, False),
+        "store": (False, True, False),
+        "file": (False, False, False),
     }
