@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import TransportError
-from rtenv_cli.core.transport.base import PIN_SECONDS
+from rtenv_cli.core.transport.base import PIN_SECONDS, ZipLayout
 from rtenv_cli.core.transport.grpc_unary import (
     Channel,
     GrpcError,
@@ -57,6 +57,8 @@ class RayGcsTarget:
     """A Ray cluster reached at its GCS address (see module doc)."""
 
     pins = True
+    layout: ZipLayout = "ray"
+    verifies_packages = False
 
     def __init__(self, address: str, *, env: Mapping[str, str] | None = None,
                  token: str | None = None, channel: Channel | None = None) -> None:
