@@ -329,7 +329,7 @@ def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
     return sorted((e for e in entries if e.in_zip), key=lambda e: e.relpath)
 
 
-def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915, PLR0917 - one pass
+def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
                times: Mapping[str, DateTime] | None = None, *,
@@ -339,84 +339,109 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915
     deflated) in worker batches; the writer appends them in order.
     """
     import zipfile
-    from collections import deque
 
-    result = ZipPass()
-    # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when inline)
-    # | None for in-order work)
-    pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
-    in_flight = 0
-    batch: list[tuple[Entry, Any]] = []
-    batch_bytes = 0
+    plan = [(e, _info(e, scan, prefix, times))
+            for e in _in_zip(entries if entries is not None else scan.entries)]
+    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
+    writer = None
+    try:
+        with open(out, "w+b", buffering=1 << 20) as fh, \
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
+            writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress)
+            for e, info in plan:
+                writer.add(e, info)
+            writer.finish()
+    finally:
+        if writer is not None:
+            writer.remove_scratches()
+    return writer.result
 
-    scratches: list[str] = []
 
-    def write_batch(zf: Any, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
-        """Append a worker's batch: its members' bytes in one copy, their infos for the
-        central directory."""
-        scratch, size, prepared = batch_done
-        fd = os.open(scratch, os.O_RDONLY)
-        try:
-            ZipAppender(zf).append_members(fd, size, [(info, at) for info, at, *_r in prepared])
-        finally:
-            os.close(fd)
-            os.unlink(scratch)
-        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
-            result.digests[e.relpath] = (digest, sha)
-            if changed:
-                result.changed.append(e)
+class _MemberWriter:
+    """Appends members to `zf` in the order they are added: small files go to worker batches
+    (a batch is flushed when full, or before anything written in order), directories and
+    large files are written here; finished work is drained in order, and the bytes of small
+    files in flight are bounded by _WINDOW."""
 
-    def drain(zf: Any, limit: int) -> None:
-        nonlocal in_flight
-        while pending and (in_flight > limit or pending[0][1] is None
+    def __init__(self, zf: Any, pool: Any, scratch_prefix: str,
+                 on_progress: Callable[[int], None] | None) -> None:
+        from collections import deque
+
+        self.zf, self.pool, self.on_progress = zf, pool, on_progress
+        self.scratch_prefix = scratch_prefix
+        self.result = ZipPass()
+        # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when
+        # inline) | None for in-order work)
+        self.pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
+        self.in_flight = 0
+        self.batch: list[tuple[Entry, Any]] = []
+        self.batch_bytes = 0
+        self.scratches: list[str] = []
+
+    def add(self, e: Entry, info: Any) -> None:
+        if not e.is_dir and e.size <= _SMALL:
+            self.batch.append((e, info))
+            self.batch_bytes += e.size
+            self.in_flight += e.size
+            if self.batch_bytes >= _BATCH_BYTES or len(self.batch) >= _BATCH_FILES:
+                self._flush_batch()
+        else:
+            self._flush_batch()  # keep the zip in scan order
+            self.pending.append(([(e, info)], None))
+        self._drain(_WINDOW)
+
+    def finish(self) -> None:
+        self._flush_batch()
+        self._drain(-1)
+
+    def remove_scratches(self) -> None:
+        """What a failure left (each scratch file is removed once copied)."""
+        for scratch in self.scratches:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
+
+    def _flush_batch(self) -> None:
+        if self.batch:
+            self.scratches.append(f"{self.scratch_prefix}{len(self.scratches)}")
+            self.pending.append((self.batch, self.pool.submit(_prepare_batch, self.batch,
+                                                              self.scratches[-1])))
+            self.batch, self.batch_bytes = [], 0
+
+    def _drain(self, limit: int) -> None:
+        pending = self.pending
+        while pending and (self.in_flight > limit or pending[0][1] is None
                            or pending[0][1].done()):
             items, fut = pending.popleft()
             if fut is None:  # a directory or a large file: written in order, here
                 e, info = items[0]
                 if e.is_dir:
-                    zf.writestr(info, b"")
+                    self.zf.writestr(info, b"")
                     continue
-                changed, digest, sha = _stream(zf, info, e)
-                result.digests[e.relpath] = (digest, sha)
-                if changed:
-                    result.changed.append(e)
+                self._record(e, *_stream(self.zf, info, e))
             else:
-                in_flight -= sum(e.size for e, _i in items)
-                write_batch(zf, items, fut.result())
-            if on_progress:
-                on_progress(sum(e.size for e, _info in items if not e.is_dir))
+                self.in_flight -= sum(e.size for e, _i in items)
+                self._write_batch(items, fut.result())
+            if self.on_progress:
+                self.on_progress(sum(e.size for e, _info in items if not e.is_dir))
 
-    def flush_batch(pool: Any) -> None:
-        nonlocal batch, batch_bytes
-        if batch:
-            scratches.append(f"{out}.batch{len(scratches)}")
-            pending.append((batch, pool.submit(_prepare_batch, batch, scratches[-1])))
-            batch, batch_bytes = [], 0
+    def _write_batch(self, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
+        """Append a worker's batch: its members' bytes in one copy, their infos for the
+        central directory."""
+        scratch, size, prepared = batch_done
+        fd = os.open(scratch, os.O_RDONLY)
+        try:
+            ZipAppender(self.zf).append_members(fd, size,
+                                                [(info, at) for info, at, *_r in prepared])
+        finally:
+            os.close(fd)
+            os.unlink(scratch)
+        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
+            self._record(e, changed, digest, sha)
 
-    plan = [(e, _info(e, scan, prefix, times))
-            for e in _in_zip(entries if entries is not None else scan.entries)]
-    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
-    try:
-        with open(out, "w+b", buffering=1 << 20) as fh, \
-                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
-            for e, info in plan:
-                if not e.is_dir and e.size <= _SMALL:
-                    batch.append((e, info))
-                    batch_bytes += e.size
-                    in_flight += e.size
-                    if batch_bytes >= _BATCH_BYTES or len(batch) >= _BATCH_FILES:
-                        flush_batch(pool)
-                else:
-                    flush_batch(pool)  # keep the zip in scan order
-                    pending.append(([(e, info)], None))
-                drain(zf, _WINDOW)
-            flush_batch(pool)
-            drain(zf, -1)
-    finally:
-        for scratch in scratches:  # left by a failure (each is removed once copied)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(scratch)
-    return result
+    def _record(self, e: Entry, changed: bool, digest: bytes, sha: str) -> None:
+        self.result.digests[e.relpath] = (digest, sha)
+        if changed:
+            self.result.changed.append(e)
 
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
