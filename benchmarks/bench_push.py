@@ -1,6 +1,6 @@
 """`rtenv push` vs Ray 2.60's own packaging and job-submit upload, side by side in one run.
 
-Tree (deterministic, seed 0, like research/packaging.md §11): 9,500 text files of 0.3-8 KB,
+Tree (deterministic, seed 0): 9,500 text files of 0.3-8 KB,
 440 random files of 40-160 KB, 60 random files of ~1.9 MB (in data/): 10,000 files, ~200 MB.
 Each measured phase runs in a fresh child process (time measured inside, peak RSS from wait4).
 The HTTP comparison uses the tree minus data/ (~83 MB, under Ray's 100 MiB limit) against a real
