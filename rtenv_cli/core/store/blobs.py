@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import BinaryIO
 from rtenv_cli.core.errors import PackagingError
 from rtenv_cli.core.store.files import (
     CHUNK,
-    NO_SPACE,
     Limited,
     Stream,
     copy_in,
@@ -48,8 +46,7 @@ class Blobs:
         key = f"blob:{sha}"
         if final.exists() and (entry := layout.index.get(key)) is not None:
             return entry
-        work = layout.tmp_dir(key)
-        try:
+        with layout.scratch(key) as work:
             tmp = work / "blob"
             h = hashlib.sha256()
             copy_in(src, tmp, h, fsync=fsync)
@@ -59,12 +56,6 @@ class Blobs:
             final.parent.mkdir(exist_ok=True)
             os.rename(tmp, final)  # same content under the same name: last rename wins, harmless
             size = disk_bytes(final.stat())
-        except OSError as exc:
-            if exc.errno in NO_SPACE:
-                raise layout.disk_full(exc) from exc
-            raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
         now = time.time()
         entry = Entry(key=key, kind="blob", uri=f"sha256:{sha}", label=sha[:12],
                       path=f"blobs/{sha[:2]}/{sha}", size_bytes=size, created_at=now,

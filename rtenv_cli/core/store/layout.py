@@ -11,9 +11,11 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rtenv_cli.core.errors import DiskFullError, PackagingError
+from rtenv_cli.core.store.files import NO_SPACE
 from rtenv_cli.core.store.index import Index
 from rtenv_cli.core.store.locks import KeyLocks, safe_key
 from rtenv_cli.core.store.rayhash import check_name
@@ -55,6 +57,20 @@ class Layout:
         path = self.root / "tmp" / f"{safe_key(key)}.{os.getpid()}.{secrets.token_hex(4)}"
         path.mkdir(parents=True)
         return path
+
+    @contextlib.contextmanager
+    def scratch(self, key: str) -> Iterator[Path]:
+        """`tmp_dir(key)` for the block's work, removed afterwards (what the work publishes
+        it renames out first); a full disk in the block is a DiskFullError."""
+        work = self.tmp_dir(key)
+        try:
+            yield work
+        except OSError as exc:
+            if exc.errno in NO_SPACE:
+                raise self.disk_full(exc) from exc
+            raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def tombstone(self, path: Path) -> None:
         """Rename `path` into trash/, then delete it (a crash in between: recovery finishes)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -82,18 +81,11 @@ class Packages:
         with layout.locks.lock(key):
             if final.exists():
                 return final
-            work = layout.tmp_dir(f"{key}:{final.name}")
-            try:
+            with layout.scratch(f"{key}:{final.name}") as work:
                 tmp = work / final.name
                 write(tmp)
                 os.rename(tmp, final)
                 fsync_dir(final.parent)
-            except OSError as exc:
-                if exc.errno in NO_SPACE:
-                    raise layout.disk_full(exc) from exc
-                raise
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
             layout.index.set_size(key, self._disk_bytes(name))
         return final
 
@@ -129,8 +121,7 @@ class Packages:
         with layout.locks.lock(key):
             if final.exists() and (entry := layout.index.get(key)) is not None:
                 return entry
-            work = layout.tmp_dir(key)
-            try:
+            with layout.scratch(key) as work:
                 tmp = work / name
                 size = copy_in(src, tmp)
                 if expected_size is not None and size != expected_size:
@@ -139,12 +130,6 @@ class Packages:
                 _verify(name, tmp, extra_dirs)
                 os.rename(tmp, final)
                 fsync_dir(final.parent)
-            except OSError as exc:
-                if exc.errno in NO_SPACE:
-                    raise layout.disk_full(exc) from exc
-                raise
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
             return self._index(name, f"packages/{name}")
 
     def put_manifest(self, name: str, doc: dict[str, Any]) -> Entry:
