@@ -22,7 +22,7 @@ from typing import Any
 
 from rtenv_cli.core.rayplugin.schema import FIELD, PLUGIN_CLASS, PRIORITY
 
-__all__ = ["FIELD", "PLUGIN_CLASS", "PRIORITY", "RtenvPlugin"]
+__all__ = ["FIELD", "PLUGIN_CLASS", "PRIORITY", "RtenvPlugin"]  # noqa: F822 - made by __getattr__
 
 _made: dict[str, type] = {}
 
@@ -43,7 +43,7 @@ def _make_class() -> type:
     from rtenv_cli.core.rayplugin.engine import Engine, SetupError
     from rtenv_cli.core.rayplugin.schema import parse
 
-    class RtenvPlugin(RuntimeEnvPlugin):  # type: ignore[misc]  # Ray's class: no stubs
+    class RtenvPlugin(RuntimeEnvPlugin):
         """Builds the `rtenv` field's venv with uv on the node's rtenv store."""
 
         name = FIELD

@@ -20,6 +20,7 @@ so a later job or a new Ray session on the same store is a cache hit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -105,7 +106,7 @@ class Engine:
                 return []
             spec = self.spec(runtime_env)
             return [URI_SCHEME + _digest(spec, runtime_env)]
-        except Exception:  # noqa: BLE001 - Ray calls this outside any error handling
+        except Exception:  # Ray calls this outside any error handling
             return []
 
     # -- create -----------------------------------------------------------------------------------
@@ -127,8 +128,9 @@ class Engine:
 
             scope = BuildScope()
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, self._build, uri, kind, value, base, env_vars,
-                                          scope, logger)
+            build = functools.partial(self._build, uri, kind=kind, value=value, base=base,
+                                      env_vars=env_vars, scope=scope, logger=logger)
+            future = loop.run_in_executor(None, build)
             try:
                 held = await asyncio.shield(future)
             except asyncio.CancelledError:
@@ -141,7 +143,7 @@ class Engine:
                 raise SetupError.of(exc) from None
             return held.size_bytes
 
-    def _build(self, uri: str, kind: str, value: Any, base: Path | None,
+    def _build(self, uri: str, *, kind: str, value: Any, base: Path | None,
                env_vars: dict[str, str], scope: Any, logger: logging.Logger) -> Held:
         from rtenv_cli.core.store import builders
 
@@ -189,7 +191,7 @@ class Engine:
             return 0
         try:
             self._envs.release(held.env_key, held.holder)
-        except Exception as exc:  # noqa: BLE001 - never let a release take the agent down
+        except Exception as exc:  # never let a release take the agent down
             (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
             return 0
         (logger or log).info("rtenv: released %s (kept in the store %s)", uri,
@@ -276,7 +278,7 @@ def _enforce_budget(envs: Environments, logger: logging.Logger) -> None:
     try:
         result = Budget(max_bytes=parse_size(size) if size else None,
                         max_age_s=parse_duration(age) if age else None).enforce(envs.store)
-    except Exception as exc:  # noqa: BLE001 - a budget problem must not fail the setup
+    except Exception as exc:  # a budget problem must not fail the setup
         logger.warning("rtenv: store budget not enforced: %s", exc)
         return
     if result is not None:

@@ -5,6 +5,7 @@ py_modules. Each fills an empty directory the store later publishes by rename.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import functools
 import hashlib
 import json
@@ -237,10 +238,8 @@ class BuildScope:
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     import signal
 
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_uv(argv: list[str], env: Mapping[str, str], what: str) -> None:
