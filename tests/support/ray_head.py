@@ -273,10 +273,8 @@ class RayWorkerNode:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):

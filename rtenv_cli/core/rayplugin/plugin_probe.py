@@ -5,9 +5,10 @@ with rtenv's plugin.
     python plugin_probe.py CLASS_PATH
 
 A worker inherits its raylet's environment, and the raylet's runtime-env agent (the process
-Ray loads plugins into) is found by the raylet pid in its environment (`RAY_RAYLET_PID`): its
-own `RAY_RUNTIME_ENV_PLUGINS` is what Ray read; the worker's is the fallback when the agent's
-environment cannot be read. The node's Python must also import the class path.
+Ray loads plugins into, titled `ray::RuntimeEnvAgent`) is found by the raylet pid in its
+environment (`RAY_RAYLET_PID`): its own `RAY_RUNTIME_ENV_PLUGINS` is what Ray read; the worker's
+is the fallback when the agent's environment cannot be read. The node's Python must also import
+the class path.
 
 Prints one line `RTENV_PLUGIN <json>`, or `RTENV_PLUGIN_ERROR <message>`. Sent as source text:
 it must stay self-contained.
@@ -48,7 +49,8 @@ def agent_environ(raylet_pid):
                 cmd = fh.read()
         except OSError:
             continue
-        if b"runtime_env/agent/main.py" not in cmd:
+        if not cmd.startswith(b"ray::RuntimeEnvAgent") and \
+                b"runtime_env/agent/main.py" not in cmd:  # its title, or before it is set
             continue
         env = environ_of(name)
         if env is not None and env.get("RAY_RAYLET_PID") == str(raylet_pid):
@@ -68,7 +70,7 @@ def listed(value, class_path):
 
 
 def check_node(class_path, node):
-    raylet = os.getppid()
+    raylet = os.environ.get("RAY_RAYLET_PID") or os.getppid()
     agent = agent_environ(raylet)
     source = "runtime-env agent" if agent is not None else "worker (inherited from the raylet)"
     env = agent if agent is not None else dict(os.environ)

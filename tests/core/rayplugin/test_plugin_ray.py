@@ -63,7 +63,8 @@ def test_tasks_on_both_nodes_import_the_requested_six_and_the_nodes_ray(
     assert {r["ray"] for r in out} == {ray.__version__}
     assert out[0]["python"].startswith(str(c.head_home / "store" / "entries"))
     assert out[1]["python"].startswith(str(c.worker_home / "store" / "entries"))
-    assert out[0]["venv"] and out[0]["python"].startswith(out[0]["venv"])  # activate ran
+    assert out[0]["venv"]
+    assert out[0]["python"].startswith(out[0]["venv"])  # activate ran
 
 
 def test_ten_concurrent_tasks_give_one_build_per_node(plugin_cluster: PluginCluster) -> None:
@@ -77,7 +78,7 @@ def test_ten_concurrent_tasks_give_one_build_per_node(plugin_cluster: PluginClus
         print(json.dumps(ray.get(refs)))
     ''')
     assert {r["six"] for r in out} == {"1.15.0"}
-    assert len({r["node"] for r in out}) == 2  # noqa: PLR2004 - both nodes ran tasks
+    assert len({r["node"] for r in out}) == 2  # both nodes ran tasks
     for which in ("head", "worker"):
         assert builds(c, which, "six==1.15.0") == 1
         logs = c.node_logs(which)
@@ -120,7 +121,8 @@ def test_failing_spec_is_a_runtime_env_setup_error_with_uvs_message(
             print(str(exc))
     '''), timeout=240)
     assert proc.stdout.startswith("RuntimeEnvSetupError"), proc.stdout + proc.stderr[-2000:]
-    assert "rtenv-no-such-pkg" in proc.stdout and "No solution found" in proc.stdout
+    assert "rtenv-no-such-pkg" in proc.stdout
+    assert "No solution found" in proc.stdout
     assert "hint:" in proc.stdout
 
 
@@ -192,10 +194,8 @@ def test_delete_uri_releases_the_reference_and_gc_then_removes_the_env(
         if entry.refs == 0:
             break
         time.sleep(0.5)
-    assert entry is not None and entry.refs == 0, "delete_uri did not release rtenv's reference"
-    assert "rtenv: released rtenv://" in (c.head.session_dir() / "logs" /
-                                          "runtime_env_agent.log").read_text(errors="replace") \
-        or entry.refs == 0
+    assert entry is not None
+    assert entry.refs == 0, "delete_uri did not release rtenv's reference"
     env = dict(os.environ, RTENV_HOME=str(c.head_home))
     proc = subprocess.run([sys.executable, "-m", "rtenv_cli", "cache", "gc", "--keep-storage",
                            "0", "--yes", "--kind", "pip", "--format", "json"], env=env,
@@ -224,7 +224,8 @@ def test_a_new_ray_session_on_the_same_store_is_a_hit(plugin_cluster: PluginClus
         assert json.loads(proc.stdout.strip().splitlines()[-1])["six"] == "1.16.0"
         logs = "".join(p.read_text(errors="replace") for p in
                        (second.session_dir() / "logs").glob("runtime_env_setup-*.log"))
-        assert "rtenv: cache hit pip" in logs and "rtenv: built" not in logs
+        assert "rtenv: cache hit pip" in logs
+        assert "rtenv: built" not in logs
     finally:
         second.stop()
     assert {e.key for e in Store(c.head_home / "store").index.all()} == before
@@ -239,10 +240,12 @@ def test_plugin_status_reports_a_node_started_without_the_plugin(
     try:
         status = plugin_status(c.head.address)
         by_id = {n["node_id"]: n for n in status.nodes}
-        assert by_id[c.head_node_id]["loaded"] and by_id[c.worker.node_id]["loaded"]
+        assert by_id[c.head_node_id]["loaded"]
+        assert by_id[c.worker.node_id]["loaded"]
         assert not by_id[bare.node_id]["loaded"]
         assert "RAY_RUNTIME_ENV_PLUGINS is not set" in by_id[bare.node_id]["reason"]
-        assert not status.ok and [n["node_id"] for n in status.missing] == [bare.node_id]
+        assert not status.ok
+        assert [n["node_id"] for n in status.missing] == [bare.node_id]
         assert by_id[c.head_node_id]["source"] == "runtime-env agent"
     finally:
         bare.stop()
