@@ -4,11 +4,11 @@ with rtenv's plugin.
 
     python plugin_probe.py CLASS_PATH
 
-A worker inherits its raylet's environment, and the raylet's runtime-env agent (the process
-Ray loads plugins into, titled `ray::RuntimeEnvAgent`) is found by the raylet pid in its
-environment (`RAY_RAYLET_PID`): its own `RAY_RUNTIME_ENV_PLUGINS` is what Ray read; the worker's
-is the fallback when the agent's environment cannot be read. The node's Python must also import
-the class path.
+The raylet starts its runtime-env agent (the process Ray loads plugins into) with its own
+environment, so the raylet's `RAY_RUNTIME_ENV_PLUGINS` (read from /proc/<RAY_RAYLET_PID>/environ)
+is what the agent read; the agent's own /proc environ is unusable (setproctitle writes its
+`ray::RuntimeEnvAgent` title over it). A worker's environment, inherited from the raylet, is
+the fallback. The node's Python must also import the class path.
 
 Prints one line `RTENV_PLUGIN <json>`, or `RTENV_PLUGIN_ERROR <message>`. Sent as source text:
 it must stay self-contained.
@@ -39,25 +39,6 @@ def environ_of(pid):
     return out
 
 
-def agent_environ(raylet_pid):
-    """The environment of the runtime-env agent whose raylet is `raylet_pid`."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                cmd = fh.read()
-        except OSError:
-            continue
-        if not cmd.startswith(b"ray::RuntimeEnvAgent") and \
-                b"runtime_env/agent/main.py" not in cmd:  # its title, or before it is set
-            continue
-        env = environ_of(name)
-        if env is not None and env.get("RAY_RAYLET_PID") == str(raylet_pid):
-            return env
-    return None
-
-
 def listed(value, class_path):
     try:
         configs = json.loads(value) if value else []
@@ -71,9 +52,9 @@ def listed(value, class_path):
 
 def check_node(class_path, node):
     raylet = os.environ.get("RAY_RAYLET_PID") or os.getppid()
-    agent = agent_environ(raylet)
-    source = "runtime-env agent" if agent is not None else "worker (inherited from the raylet)"
-    env = agent if agent is not None else dict(os.environ)
+    started = environ_of(raylet)
+    source = "raylet" if started is not None else "worker (inherited from the raylet)"
+    env = started if started is not None else dict(os.environ)
     value = env.get(PLUGINS_ENV)
     loaded, reason = listed(value, class_path)
     if value is None:
@@ -89,7 +70,8 @@ def check_node(class_path, node):
     return {"node_id": node["NodeID"], "node_ip": node.get("NodeManagerAddress", ""),
             "loaded": loaded, "importable": importable, "reason": reason, "source": source,
             "plugins": value, "cache_size_gb": env.get("RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB"),
-            "rtenv_home": env.get("RTENV_HOME"), "python": sys.executable}
+            "rtenv_home": env.get("RTENV_HOME"), "python": sys.executable,
+            "raylet_pid": str(raylet)}
 
 
 def main():

@@ -236,16 +236,17 @@ def test_plugin_status_reports_a_node_started_without_the_plugin(
     c = plugin_cluster
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("HOME", str(c.head.home))
+    head_id = c.head_node_id
     bare = RayWorkerNode(c.head, num_cpus=1).start()  # no RAY_RUNTIME_ENV_PLUGINS
     try:
         status = plugin_status(c.head.address)
         by_id = {n["node_id"]: n for n in status.nodes}
-        assert by_id[c.head_node_id]["loaded"]
+        assert by_id[head_id]["loaded"]
         assert by_id[c.worker.node_id]["loaded"]
         assert not by_id[bare.node_id]["loaded"]
         assert "RAY_RUNTIME_ENV_PLUGINS is not set" in by_id[bare.node_id]["reason"]
         assert not status.ok
         assert [n["node_id"] for n in status.missing] == [bare.node_id]
-        assert by_id[c.head_node_id]["source"] == "runtime-env agent"
+        assert by_id[head_id]["source"] == "raylet"
     finally:
         bare.stop()
