@@ -136,6 +136,8 @@ class Engine:
             except asyncio.CancelledError:
                 scope.cancel()  # kill uv; the store removes the half-built directory
                 await asyncio.wait({future}, timeout=CANCEL_WAIT_S)
+                if future.done() and not future.cancelled():
+                    future.exception()  # the build's "cancelled" error: seen, not logged again
                 logger.info("rtenv: setup of %s cancelled; its build was stopped", uri)
                 raise
             except RtenvError as exc:
