@@ -47,6 +47,19 @@ _rtenv_rules() {
         '*:file:_files'
 }
 
+_rtenv_ray_env() {
+    _arguments \
+        '--format[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]' \
+        '-f[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]' \
+        '--root[rtenv'\''s home on the nodes (RTENV_HOME; the store is ROOT/store). Default\: RTENV_HOME if set, else each node'\''s user cache dir.]' \
+        '--max-size[Keep the store at most this big\: least recently used unreferenced environments go after each build (e.g. 20GB).]' \
+        '--max-age[Drop unreferenced environments unused for this long after each build (e.g. 7d).]' \
+        '--check[Instead\: report per node of the Ray cluster at this address (dashboard URL or GCS address) whether its agent loads the plugin; exit 1 if one does not.]' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
 _rtenv_push() {
     _arguments \
         '--to[Target\: http(s)\://dashboard-or-agent, file\:///shared/dir, or local (overrides --address).]' \
@@ -230,6 +243,7 @@ _rtenv() {
         'explain:Show the exact environment a Ray 2.60 worker gets, and where each variable comes from.'
         'ls-files:List the files (and empty directories) Ray would package, after every ignore rule.'
         'push:Package a runtime_env'\''s working_dir/py_modules exactly like Ray and upload what is missing.'
+        'ray-env:Print the environment variables that load rtenv'\''s Ray plugin, to export before'
         'rules:List every validation rule, or explain one.'
         'run:Run CMD in the environment of a runtime_env, as a Ray worker would get it.'
         'validate:Check runtime_env files exactly as Ray 2.60.0 would, and beyond.'
@@ -250,6 +264,7 @@ _rtenv() {
                 explain) _rtenv_explain ;;
                 ls-files) _rtenv_ls_files ;;
                 push) _rtenv_push ;;
+                ray-env) _rtenv_ray_env ;;
                 rules) _rtenv_rules ;;
                 run) _rtenv_run ;;
                 validate) _rtenv_validate ;;
