@@ -209,7 +209,8 @@ def _fresh_checkout(root: Path) -> None:
     (root / "__pycache__").mkdir()
     (root / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    shutil.copy(REPO / "examples" / "ci" / "configs" / "training_runtime_env.yaml", root / "runtime_env.yaml")
+    stock = REPO / "examples" / "ci" / "configs" / "training_runtime_env.yaml"
+    shutil.copy(stock, root / "runtime_env.yaml")
 
 
 def test_stock_training_config_passes_fail_on_warning(tmp_path: Path) -> None:
