@@ -120,6 +120,9 @@ ALLOWED = {
     "watch": BASE | {"spec", "packaging", "transport", "push"},
     "run": BASE | {"spec", "packaging", "transport", "push", "lint", "explain", "agent",
                    "cache"},
+    # the top: checks what every other package needs (uv, cgroups, NVML, the store, clusters)
+    "doctor": BASE | {"spec", "packaging", "transport", "push", "explain", "agent", "cache",
+                      "watch", "run"},
 }
 # Known upward edges, to be taken out by splitting the store (agent/) from the agent's HTTP
 # server: the server serves cache listings and gc (agent -> cache) while cache reads the store

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "variable comes from."),
     "cache": ("cache", "Inspect and clean environment caches: the embedded store, an rtenv "
                        "agent, Ray nodes."),
+    "doctor": ("doctor", "Check this machine and a cluster for what rtenv's commands need, "
+                         "with the fix for each problem."),
 }
 
 
