@@ -7,14 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from rtenv_cli.cli.options import FormatOpt, TextJson
+from rtenv_cli.cli.options import FormatOpt, TextJson, address_option
 
-AddressOpt = Annotated[str | None, typer.Option(
-    "--address", envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"], show_envvar=True,
-    help="Also check what this names: a Ray cluster (its GCS host:6379, its dashboard "
+AddressOpt = Annotated[str | None, address_option(
+    "Also check what this names: a Ray cluster (its GCS host:6379, its dashboard "
     "http://host:8265, or auto), checked for reachability, auth and every node's Ray version, "
-    "plugin, caches and disk; an rtenv agent URL; or a file:///shared/dir.",
-    show_default=False)]
+    "plugin, caches and disk; an rtenv agent URL; or a file:///shared/dir.")]
 
 
 def doctor(

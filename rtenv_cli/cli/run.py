@@ -17,7 +17,7 @@ AGENT_ENV = "RTENV_AGENT_URL"
 def run(
     *,
     command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).",
-                                                  show_default=False)],
+                                                  metavar="CMD...", show_default=False)],
     runtime_env: Annotated[Path | None, typer.Option(
         "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec).",
         show_default=False)] = None,

@@ -31,7 +31,7 @@ class FailOn(str, Enum):
 
 def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     paths: Annotated[list[str] | None, typer.Argument(
-        help="runtime_env files (.yaml/.yml/.json), Serve configs or job specs; directories "
+        metavar="PATH...", help="runtime_env files (.yaml/.yml/.json), Serve configs or job specs; directories "
         "are searched recursively; - reads standard input.", show_default=False)] = None,
     api: Annotated[ApiChoice, typer.Option(
         "--api", help="Which Ray entry point to match: `ray job submit --runtime-env` or "
@@ -47,7 +47,7 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
         "--resolve", help="Check that pip/uv requirements resolve (runs `uv pip compile`).")]
         = False,
     glob: Annotated[list[str] | None, typer.Option(
-        "--glob", help="File name pattern for directories (repeatable). Default: "
+        "--glob", metavar="PATTERN", help="File name pattern for directories (repeatable). Default: "
         "*runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.",
         show_default=False)] = None,
     ray_version: Annotated[str | None, typer.Option(
