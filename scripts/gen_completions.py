@@ -121,6 +121,35 @@ def _key(node: Node) -> str:
     return " ".join(("",) + node.path)
 
 
+def _bash_value_action(opt: Opt) -> str:
+    """What TAB offers for OPT's value."""
+    if opt.choices:
+        return f"COMPREPLY=($(compgen -W '{_q(' '.join(opt.choices))}' -- \"$cur\"))"
+    if opt.files:
+        return 'COMPREPLY=($(compgen -f -- "$cur"))'
+    return "COMPREPLY=()"  # a free value: nothing to offer
+
+
+def _bash_word_action(node: Node) -> str:
+    """What TAB offers for a word of NODE that is not an option."""
+    if node.children:
+        return f"COMPREPLY=($(compgen -W '{_q(' '.join(node.children))}' -- \"$cur\"))"
+    if node.args == "files":
+        return 'COMPREPLY=($(compgen -f -- "$cur"))'
+    if node.args == "command":
+        return 'COMPREPLY=($(compgen -c -- "$cur"))'
+    return _bash_options_action(node)
+
+
+def _bash_options_action(node: Node) -> str:
+    words = " ".join(n for o in node.options for n in o.names)
+    return f"COMPREPLY=($(compgen -W '{_q(words)}' -- \"$cur\"))"
+
+
+def _bash_pattern(node: Node, names: list[str]) -> str:
+    return "|".join(f'"{_key(node)} {n}"' for n in names)
+
+
 def bash(tree: Node) -> str:
     nodes = all_nodes(tree)
     lines = [f"# bash completion for rtenv ({HEADER})",
@@ -131,8 +160,7 @@ def bash(tree: Node) -> str:
     for node in nodes:
         names = [n for o in node.options if o.takes_value for n in o.names]
         if names:
-            pats = "|".join(f'"{_key(node)} {n}"' for n in names)
-            lines.append(f"        {pats}) return 0 ;;")
+            lines.append(f"        {_bash_pattern(node, names)}) return 0 ;;")
     lines += ["    esac", "    return 1", "}", "",
               "_rtenv() {",
               "    local cur prev path i word",
@@ -147,42 +175,14 @@ def bash(tree: Node) -> str:
               "        fi",
               '        if _rtenv_takes_value "$path" "$word"; then ((i++)); continue; fi',
               '        case "$path $word" in']
-    for node in nodes[1:]:
-        lines.append(f'            "{_key(node)}") path="{_key(node)}" ;;')
-    lines += ["        esac", "    done",
-              '    case "$path $prev" in']
-    for node in nodes:
-        for opt in node.options:
-            if not opt.takes_value:
-                continue
-            pats = "|".join(f'"{_key(node)} {n}"' for n in opt.names)
-            if opt.choices:
-                action = f"COMPREPLY=($(compgen -W '{_q(' '.join(opt.choices))}' -- \"$cur\"))"
-            elif opt.files:
-                action = 'COMPREPLY=($(compgen -f -- "$cur"))'
-            else:
-                action = "COMPREPLY=()"  # a free value: nothing to offer
-            lines.append(f"        {pats}) {action}; return ;;")
-    lines += ["    esac",
-              '    if [[ "$cur" == -* ]]; then',
-              '        case "$path" in']
-    for node in nodes:
-        words = " ".join(n for o in node.options for n in o.names)
-        lines.append(f"            \"{_key(node)}\") COMPREPLY=($(compgen -W '{_q(words)}' -- "
-                     '"$cur")) ;;')
-    lines += ["        esac", "        return", "    fi",
-              '    case "$path" in']
-    for node in nodes:
-        if node.children:
-            action = f"COMPREPLY=($(compgen -W '{_q(' '.join(node.children))}' -- \"$cur\"))"
-        elif node.args == "files":
-            action = 'COMPREPLY=($(compgen -f -- "$cur"))'
-        elif node.args == "command":
-            action = 'COMPREPLY=($(compgen -c -- "$cur"))'
-        else:
-            words = " ".join(n for o in node.options for n in o.names)
-            action = f"COMPREPLY=($(compgen -W '{_q(words)}' -- \"$cur\"))"
-        lines.append(f'        "{_key(node)}") {action} ;;')
+    lines += [f'            "{_key(node)}") path="{_key(node)}" ;;' for node in nodes[1:]]
+    lines += ["        esac", "    done", '    case "$path $prev" in']
+    lines += [f"        {_bash_pattern(node, opt.names)}) {_bash_value_action(opt)}; return ;;"
+              for node in nodes for opt in node.options if opt.takes_value]
+    lines += ["    esac", '    if [[ "$cur" == -* ]]; then', '        case "$path" in']
+    lines += [f'            "{_key(node)}") {_bash_options_action(node)} ;;' for node in nodes]
+    lines += ["        esac", "        return", "    fi", '    case "$path" in']
+    lines += [f'        "{_key(node)}") {_bash_word_action(node)} ;;' for node in nodes]
     lines += ["    esac", "}", "", "complete -o filenames -F _rtenv rtenv", ""]
     return "\n".join(lines)
 

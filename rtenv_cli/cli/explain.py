@@ -47,8 +47,9 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     num_gpus: Annotated[float | None, typer.Option(
         "--num-gpus", help="GPUs requested (fractions allowed; first-fit ids assumed).")] = None,
     resource: Annotated[list[str] | None, typer.Option(
-        "--resource", metavar="NAME=AMOUNT|IDS", help="NAME=AMOUNT or NAME=IDS (neuron_cores, TPU, HPU, NPU, RBLN, TTNPU, "
-        "FURIOSA, MBLT); a comma or [..] makes it ids. Repeatable.")] = None,
+        "--resource", metavar="NAME=AMOUNT|IDS", help="NAME=AMOUNT or NAME=IDS (neuron_cores, "
+        "TPU, HPU, NPU, RBLN, TTNPU, FURIOSA, MBLT); a comma or [..] makes it ids. "
+        "Repeatable.")] = None,
     gpu_vendor: Annotated[Vendor, typer.Option(
         "--gpu-vendor", help="Vendor behind the GPU resource.")] = Vendor.nvidia,
     accelerator_type: Annotated[str | None, typer.Option(

@@ -11,7 +11,6 @@ import typer
 from rtenv_cli.cli.options import FormatOpt, TextJson
 
 
-
 class PackageKind(str, Enum):
     working_dir = "working_dir"
     py_module = "py_module"

@@ -31,8 +31,9 @@ class FailOn(str, Enum):
 
 def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     paths: Annotated[list[str] | None, typer.Argument(
-        metavar="PATH...", help="runtime_env files (.yaml/.yml/.json), Serve configs or job specs; directories "
-        "are searched recursively; - reads standard input.", show_default=False)] = None,
+        metavar="PATH...", help="runtime_env files (.yaml/.yml/.json), Serve configs or job "
+        "specs; directories are searched recursively; - reads standard input.",
+        show_default=False)] = None,
     api: Annotated[ApiChoice, typer.Option(
         "--api", help="Which Ray entry point to match: `ray job submit --runtime-env` or "
         "`ray.init(runtime_env=...)`.", case_sensitive=False)] = ApiChoice.job_submit,
@@ -47,8 +48,8 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
         "--resolve", help="Check that pip/uv requirements resolve (runs `uv pip compile`).")]
         = False,
     glob: Annotated[list[str] | None, typer.Option(
-        "--glob", metavar="PATTERN", help="File name pattern for directories (repeatable). Default: "
-        "*runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.",
+        "--glob", metavar="PATTERN", help="File name pattern for directories (repeatable). "
+        "Default: *runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.",
         show_default=False)] = None,
     ray_version: Annotated[str | None, typer.Option(
         "--ray-version", help="The cluster's Ray version, for RTE140 (default: the installed "
