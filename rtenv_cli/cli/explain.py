@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -100,23 +100,28 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
     node = service.node_env_from(node_env or [], node_env_file,
                                  dict(os.environ) if node_env_from_current else None)
-    req = service.build_request(
-        runtime_env=runtime_env, job_runtime_env=job_runtime_env, kind=kind.value,
-        num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=resource or [],
-        gpu_vendor=gpu_vendor.value, accelerator_type=accelerator_type, node_env=node, app=app)
+    request: dict[str, Any] = {
+        "job_runtime_env": job_runtime_env, "kind": kind.value, "num_cpus": num_cpus,
+        "gpus": gpus, "num_gpus": num_gpus, "resources": resource or [],
+        "gpu_vendor": gpu_vendor.value, "accelerator_type": accelerator_type,
+        "node_env": node, "app": app}
     out = Output("json" if fmt is ExplainFormat.json else "text")
     if verify:
         if not address:
             raise UsageError("--verify needs --address", hint="pass the head's GCS address "
                              "(--address 127.0.0.1:6379), its dashboard URL, or set RAY_ADDRESS")
         from rtenv_cli.core.explain.verify import verify_on_cluster
-        report = verify_on_cluster(req, address)
+        report = verify_on_cluster(service.build_request(runtime_env=runtime_env, **request),
+                                   address)
         if fmt is ExplainFormat.json:
             out.json(report.to_dict())
         else:
             render.render_verify(out, report)
         raise typer.Exit(0 if report.ok else 1)
-    result = service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
+    from rtenv_cli import api
+
+    result = api.explain(runtime_env, **request, compare=compare, gpu_map=gpu_map,
+                         show_secrets=show_secrets)
     if result.preview.errors and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
         # values Ray would never produce must not reach a shell that sources them
         raise OperationError("Ray rejects this request: " + "; ".join(result.preview.errors),

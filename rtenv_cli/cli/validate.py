@@ -74,7 +74,7 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ cat runtime_env.json | rtenv validate -
     """
-    from rtenv_cli.core.lint.engine import DEFAULT_GLOBS, ValidateOptions, validate_paths
+    from rtenv_cli import api as rtenv_api
     from rtenv_cli.render.output import Output
 
     out = Output(fmt.value)
@@ -83,12 +83,10 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
                          "standard input: `rtenv validate runtime_env.yaml`")
     if base_dir is not None and not base_dir.is_dir():
         raise UsageError(f"--base-dir {base_dir}: not a directory")
-    options = ValidateOptions(
-        api=api.value, base_dir=base_dir.resolve() if base_dir else None, strict=strict,
-        fail_on=fail_on.value, resolve=resolve, globs=tuple(glob) if glob else DEFAULT_GLOBS,
-        ray_version=ray_version)
     stdin = _read_stdin() if "-" in paths else None
-    report = validate_paths(paths, options, stdin=stdin)
+    report = rtenv_api.validate(paths, api=api.value, base_dir=base_dir, strict=strict,
+                                fail_on=fail_on.value, resolve=resolve, globs=glob,
+                                ray_version=ray_version, stdin=stdin)
     if not report.files:
         raise UsageError("no runtime_env files found",
                          hint="name the files, or pass --glob '*.yaml' for a directory")
