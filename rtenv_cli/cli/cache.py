@@ -77,7 +77,8 @@ def ls(
         from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
         from rtenv_cli.render.cache import render_ray_nodes
 
-        listing = list_ray_nodes(where.value)
+        with out.status(f"measuring the runtime_env caches of every node of {where.value}"):
+            listing = list_ray_nodes(where.value)
         out.result(listing, render_ray_nodes)
         _node_errors(out, listing.errors)
         return
@@ -125,7 +126,8 @@ def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
     from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
     from rtenv_cli.render.cache import render_ray_clean
 
-    plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
+    with out.status(f"measuring the runtime_env caches of every node of {address}"):
+        plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
     if dry_run or not plan.removable:
         out.result(plan, render_ray_clean)
         _node_errors(out, plan.errors)
@@ -135,7 +137,8 @@ def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
     if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
         out.message("Nothing removed")
         raise typer.Exit(1)
-    done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
+    with out.status(f"deleting old sessions' caches on every node of {address}"):
+        done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
     out.result(done, render_ray_clean)
     _node_errors(out, done.errors)
 

@@ -80,7 +80,8 @@ def run(
 
         render_run_ready(out, handle, seconds)
 
-    code = run_command(req, notify=out.warning, on_ready=ready if verbose else None)
+    code = run_command(req, notify=out.warning, on_ready=ready if verbose else None,
+                       status=out.status)
     raise typer.Exit(code)
 
 
