@@ -68,11 +68,12 @@ def choices_of(param: object) -> list[str]:
         return [str(m.value) for m in annotation]
     if typing.get_origin(annotation) is typing.Literal:
         return [str(a) for a in typing.get_args(annotation)]
-    return []
+    choices = getattr(getattr(param, "type", None), "choices", None)  # typer < 0.29: click's
+    return [str(c) for c in choices] if choices else []
 
 
 def _is_path(param: object) -> bool:
-    return _annotation(param) is Path
+    return _annotation(param) is Path or type(getattr(param, "type", None)).__name__ == "Path"
 
 
 def build_tree() -> Node:
