@@ -141,7 +141,7 @@ def test_verify_against_live_head(ray_cluster) -> None:
     bad = run_cli(["explain", "--num-gpus", "1", "--node-env", "CUDA_VISIBLE_DEVICES=3,5",
                    "--verify", "--address", ray_cluster.address], env=env)
     assert bad.exit_code == 1
-    assert "CUDA_VISIBLE_DEVICES: '3' -> '0'" in bad.stdout
+    assert 'CUDA_VISIBLE_DEVICES: "3" -> "0"' in bad.stdout
 
 
 @pytest.mark.ray
