@@ -57,7 +57,8 @@ def _check_directory(where: Address) -> Check:
 
 
 def _check_agent(where: Address, env: Mapping[str, str]) -> list[Check]:
-    from rtenv_cli.core.transport.agent_http import TOKEN_ENV, AgentClient
+    from rtenv_cli.core.transport.agent_http import AgentClient
+    from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV
     client = HttpClient(where.value, "rtenv agent", timeouts=_QUICK)
     try:
         reply = client.request("GET", "/api/agent", idempotent=True, ok=lambda _s: True)

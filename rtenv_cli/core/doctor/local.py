@@ -69,7 +69,7 @@ def check_ray(address_given: bool) -> Check:
 def check_uv() -> Check:
     fix = "pip install uv (in rtenv's environment)"
     try:
-        from rtenv_cli.core.agent.builders import uv_bin
+        from rtenv_cli.core.store.builders import uv_bin
 
         binary = uv_bin()
     except Exception as exc:  # AgentError, or find_uv_bin's FileNotFoundError
@@ -137,8 +137,8 @@ def cgroup_roots(mountinfo: str | None = None) -> dict[int, Path | None]:
 def _probe_cgroup(root: Path) -> str | None:
     """None when a child cgroup with a cpu and a memory limit can be made (and removed) under
     ROOT, as `rtenv run --num-cpus --memory` makes one; else why not."""
-    from rtenv_cli.core.agent.cgroups import Cgroups, Limits
     from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.store.cgroups import Cgroups, Limits
 
     try:
         group = Cgroups(root).create(Limits(cpus=1.0, memory_bytes=2**40))
@@ -153,7 +153,7 @@ def _probe_cgroup(root: Path) -> str | None:
 def check_cgroups(default_root: Path = Path("/sys/fs/cgroup"),
                   roots: Mapping[int, Path | None] | None = None) -> list[Check]:
     """cgroup v1 and v2: mounted, and writable (a child with cpu and memory limits)."""
-    from rtenv_cli.core.agent.cgroups import Cgroups
+    from rtenv_cli.core.store.cgroups import Cgroups
 
     roots = cgroup_roots() if roots is None else roots
     used = Cgroups(default_root).version()  # the hierarchy `rtenv run` uses

@@ -14,7 +14,7 @@ from rtenv_cli.core.doctor.cluster import check_address, node_checks
 from rtenv_cli.core.doctor.model import Status
 from rtenv_cli.core.doctor.plugin import RAY_ENV_FIX, plugin_status
 from rtenv_cli.core.spec.model import RAY_VERSION
-from tests.core.agent.conftest import agent_process
+from tests.support.agent import agent_process
 from tests.support.cli import run_process
 from tests.support.ray_head import RayHead, ray_head
 
