@@ -125,6 +125,9 @@ ALLOWED = {
     "watch": BASE | {"spec", "packaging", "transport", "push"},
     "run": BASE | {"spec", "packaging", "transport", "push", "lint", "explain", "store",
                    "cache"},
+    # the top: checks what every other package needs (uv, cgroups, NVML, the store, clusters)
+    "doctor": BASE | {"spec", "packaging", "transport", "push", "explain", "store", "cache",
+                      "watch", "run"},
 }
 
 

@@ -1,54 +1,121 @@
-"""completions/ holds the scripts generated from the current app, and they are valid shell."""
+"""completions/ holds the scripts generated from the current app, and bash really completes with
+them: every option's choices as the app itself completes them, sub-commands, files."""
 
 from __future__ import annotations
 
-import importlib.util
+import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from scripts import gen_completions
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gen_completions",
-                                                  ROOT / "scripts" / "gen_completions.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = ROOT / "completions" / "rtenv.bash"
 
 
 def test_completions_are_current() -> None:
-    rendered = _generator().render_all()
-    for name, text in rendered.items():
+    for name, text in gen_completions.render_all().items():
         committed = (ROOT / "completions" / name).read_text()
-        hint = "run python scripts/gen_completions.py"
-        assert committed == text, f"completions/{name} is stale: {hint}"
+        assert committed == text, f"completions/{name} is stale: run python -m " \
+            "scripts.gen_completions"
 
 
-def test_every_command_is_completed() -> None:
-    gen = _generator()
-    tree = gen.build_tree()
-    bash = gen.bash(tree)
-    for name in tree.children:
-        assert name in bash
-
-
-def test_bash_script_parses_and_completes() -> None:
+def _bash() -> str:
     bash = shutil.which("bash")
     if bash is None:  # pragma: no cover - bash is on every supported machine
         pytest.fail("bash is required for this test")
-    script = ROOT / "completions" / "rtenv.bash"
-    probe = (f"source {script}; COMP_WORDS=(rtenv ''); COMP_CWORD=1; _rtenv; "
-             "printf '%s\\n' \"${COMPREPLY[@]}\"")
-    out = subprocess.run([bash, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert "--version" in out.split()
+    return bash
+
+
+def complete(words: list[str], cwd: Path | None = None) -> list[str]:
+    """What TAB offers after `words` (the last one being completed), in a real bash that
+    sourced completions/rtenv.bash and runs the function `complete -p rtenv` names."""
+    harness = (f"source {shlex.quote(str(SCRIPT))}\n"
+               "fn=$(complete -p rtenv | sed -n 's/.*-F \\([^ ]*\\) rtenv$/\\1/p')\n"
+               f"COMP_WORDS=({' '.join(shlex.quote(w) for w in ['rtenv', *words])})\n"
+               "COMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+               "COMP_LINE=\"${COMP_WORDS[*]}\"; COMP_POINT=${#COMP_LINE}\n"
+               '"$fn" rtenv "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"\n'
+               "printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    out = subprocess.run([_bash(), "--norc", "--noprofile", "-c", harness], capture_output=True,
+                         text=True, check=True, cwd=cwd).stdout
+    return [line for line in out.splitlines() if line]
+
+
+def test_complete_p_registers_the_function() -> None:
+    out = subprocess.run([_bash(), "--norc", "-c", f"source {shlex.quote(str(SCRIPT))}; "
+                          "complete -p rtenv"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "complete -o filenames -F _rtenv rtenv"
+
+
+def _app_choices() -> list[tuple[tuple[str, ...], str, list[str]]]:
+    """(command path, option name, the values the app itself completes) for every option with
+    a fixed set of values, from click's own shell_complete."""
+    import typer
+
+    from rtenv_cli.cli import app
+
+    found = []
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        ctx = cmd.make_context(path[-1] if path else "rtenv", [], resilient_parsing=True)
+        for param in cmd.params:
+            if param.param_type_name != "option" or param.hidden:
+                continue
+            values = [item.value for item in param.shell_complete(ctx, "")]
+            if values:
+                found.extend((path, name, values) for name in param.opts)
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+CHOICES = _app_choices()
+
+
+def test_the_app_has_the_choices_this_test_relies_on() -> None:
+    index = {(" ".join(p), o): v for p, o, v in CHOICES}
+    assert index[("validate", "--format")] == ["text", "json", "github", "sarif"]
+    assert index[("explain", "--format")] == ["text", "json", "dotenv", "shell"]
+    assert index[("cache ls", "--kind")] == ["working_dir", "py_modules", "pip", "uv",
+                                             "package", "blob", "build-cache"]
+    assert index[("ls-files", "--kind")] == ["working_dir", "py_module"]
+
+
+@pytest.mark.parametrize(("path", "option", "values"), CHOICES,
+                         ids=[f"{' '.join(p)} {o}" for p, o, _v in CHOICES])
+def test_bash_offers_each_options_own_choices(path: tuple[str, ...], option: str,
+                                              values: list[str]) -> None:
+    assert complete([*path, option, ""]) == values
+    first = values[0]
+    assert complete([*path, option, first[:2]]) == [v for v in values if v.startswith(first[:2])]
+
+
+def test_option_values_before_the_word_do_not_confuse_the_command() -> None:
+    assert complete(["cache", "ls", "--kind", "uv", "--format", ""]) == ["text", "json"]
+    assert complete(["explain", "--kind", "actor", "-f", "d"]) == ["dotenv"]
+
+
+def test_sub_commands_and_options() -> None:
+    top = complete([""])
+    assert {"validate", "explain", "cache", "doctor"} <= set(top)
+    assert complete(["cache", ""]) == ["ls", "gc", "purge"]
+    assert "--dry-run" in complete(["cache", "gc", "--"])
+    assert complete(["--ver"]) == ["--version"]
+
+
+def test_files_for_path_arguments_and_options(tmp_path: Path) -> None:
+    (tmp_path / "runtime_env.yaml").write_text("{}\n")
+    (tmp_path / "src").mkdir()
+    assert complete(["validate", "run"], cwd=tmp_path) == ["runtime_env.yaml"]
+    assert complete(["push", "-o", "s"], cwd=tmp_path) == ["src"]
+    assert complete(["explain", "--address", ""], cwd=tmp_path) == []  # a free value
 
 
 def test_fish_and_zsh_name_the_program() -> None:

@@ -11,10 +11,11 @@ from typing import Annotated
 import typer
 
 from rtenv_cli import __version__
-from rtenv_cli.cli import _fastcoerce
+from rtenv_cli.cli import _fastcoerce, _helptypes
 from rtenv_cli.cli.group import RtenvGroup
 
 _fastcoerce.install()  # before any command is built: typer's own coercion imports pydantic
+_helptypes.install()  # types in --help as words (`<a|b>`, not `<list[a|b]>`)
 
 app = typer.Typer(
     name="rtenv",

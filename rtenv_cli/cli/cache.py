@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 import typer
 
-from rtenv_cli.cli.options import DryRunOpt, FormatOpt, TextJson, YesOpt
+from rtenv_cli.cli.options import DryRunOpt, FormatOpt, TextJson, YesOpt, address_option
 from rtenv_cli.render.output import Output
 
 cache_app = typer.Typer(
@@ -15,29 +16,43 @@ cache_app = typer.Typer(
     "\n\nExample:\n\n    $ rtenv cache ls\n\n    $ rtenv cache gc --older-than 7d --yes",
 )
 
+class Kind(str, Enum):
+    """What the store and push's build cache hold (`cache ls` prints it per entry)."""
+
+    working_dir = "working_dir"
+    py_modules = "py_modules"
+    pip = "pip"
+    uv = "uv"
+    package = "package"
+    blob = "blob"
+    build_cache = "build-cache"
+
+
 AgentOpt = Annotated[str | None, typer.Option(
     "--agent", envvar="RTENV_AGENT_URL", show_envvar=True,
     help="URL of an rtenv agent. Default: the embedded store.")]
 TokenOpt = Annotated[str | None, typer.Option(
     "--token", envvar="RTENV_AGENT_TOKEN", show_envvar=True, help="Bearer token for the agent.")]
-AddressOpt = Annotated[str | None, typer.Option(
-    "--address", envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"], show_envvar=True,
-    help="What to inspect: a Ray cluster (its GCS host:6379, its dashboard http://host:8265, "
-    "or auto for the one `ray start` started here) for every node's caches, or an rtenv agent "
+_WHERE = ("a Ray cluster (its GCS host:6379, its dashboard http://host:8265, or auto for the "
+          "one `ray start` started here)")
+LsAddressOpt = Annotated[str | None, address_option(
+    f"What to list: {_WHERE}, every node's runtime_env caches; or an rtenv agent URL. "
+    "Default: the embedded store.")]
+CleanAddressOpt = Annotated[str | None, address_option(
+    f"What to clean: {_WHERE}, whose nodes lose their old sessions' caches; or an rtenv agent "
     "URL. Default: the embedded store.")]
-KindOpt = Annotated[list[str] | None, typer.Option(
-    "--kind", help="Only entries of this kind: working_dir, py_modules, pip, uv, package, blob, "
-    "build-cache (repeatable).")]
+KindOpt = Annotated[list[Kind] | None, typer.Option(
+    "--kind", case_sensitive=False, help="Only entries of this kind (repeatable).")]
 
 
-def _kinds(kind: list[str] | None) -> tuple[str, ...]:
-    return tuple(kind or ())
+def _kinds(kind: list[Kind] | None) -> tuple[str, ...]:
+    return tuple(k.value for k in kind or ())
 
 
 @cache_app.command("ls")
 def ls(
     *,
-    agent: AgentOpt = None, token: TokenOpt = None, address: AddressOpt = None,
+    agent: AgentOpt = None, token: TokenOpt = None, address: LsAddressOpt = None,
     kind: KindOpt = None, fmt: FormatOpt = TextJson.text,
 ) -> None:
     """List cached entries: kind, label, URI or key, size, references, created, last used.
@@ -62,7 +77,8 @@ def ls(
         from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
         from rtenv_cli.render.cache import render_ray_nodes
 
-        listing = list_ray_nodes(where.value)
+        with out.status(f"measuring the runtime_env caches of every node of {where.value}"):
+            listing = list_ray_nodes(where.value)
         out.result(listing, render_ray_nodes)
         _node_errors(out, listing.errors)
         return
@@ -110,7 +126,8 @@ def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
     from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
     from rtenv_cli.render.cache import render_ray_clean
 
-    plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
+    with out.status(f"measuring the runtime_env caches of every node of {address}"):
+        plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
     if dry_run or not plan.removable:
         out.result(plan, render_ray_clean)
         _node_errors(out, plan.errors)
@@ -120,7 +137,8 @@ def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
     if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
         out.message("Nothing removed")
         raise typer.Exit(1)
-    done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
+    with out.status(f"deleting old sessions' caches on every node of {address}"):
+        done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
     out.result(done, render_ray_clean)
     _node_errors(out, done.errors)
 
@@ -143,7 +161,7 @@ def gc(
         "--keep-storage", help="Then remove least recently used unreferenced entries until the "
         "cache is at most this big (e.g. 20GB).")] = None,
     kind: KindOpt = None, agent: AgentOpt = None, token: TokenOpt = None,
-    address: AddressOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+    address: CleanAddressOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
     fmt: FormatOpt = TextJson.text,
 ) -> None:
     """Remove unreferenced entries, oldest last use first, until the budget holds.
@@ -166,7 +184,7 @@ def gc(
 @cache_app.command("purge")
 def purge(
     *,
-    agent: AgentOpt = None, token: TokenOpt = None, address: AddressOpt = None,
+    agent: AgentOpt = None, token: TokenOpt = None, address: CleanAddressOpt = None,
     kind: KindOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
     fmt: FormatOpt = TextJson.text,
 ) -> None:

@@ -7,18 +7,18 @@ from typing import Annotated
 
 import typer
 
-from rtenv_cli.cli.ls_files import ExcludeOpt, KindOpt
+from rtenv_cli.cli.ls_files import ExcludeOpt, KindOpt, PackageKind
 from rtenv_cli.cli.options import FormatOpt, TextJson
 
 
 def check_ignore(  # noqa: PLR0917 - typer maps each parameter to an option
-    paths: Annotated[list[Path], typer.Argument(help="Paths to check.")],
+    paths: Annotated[list[Path], typer.Argument(help="Paths to check.", metavar="PATH...")],
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the deciding rule: "
                                           "SOURCE:LINE:PATTERN<TAB>PATH.")] = False,
     non_matching: Annotated[bool, typer.Option("--non-matching", "-n", help="Also list paths "
                                                "that are packaged.")] = False,
     root: Annotated[Path, typer.Option("--root", help="The package directory.")] = Path("."),
-    kind: KindOpt = "working_dir",
+    kind: KindOpt = PackageKind.working_dir,
     exclude: ExcludeOpt = None,
     fmt: FormatOpt = TextJson.text,
 ) -> None:
@@ -36,7 +36,7 @@ def check_ignore(  # noqa: PLR0917 - typer maps each parameter to an option
     from rtenv_cli.render.output import Output
 
     out = Output(fmt.value)
-    decisions = core_check(root.absolute(), [p.absolute() for p in paths], kind,  # type: ignore[arg-type]
+    decisions = core_check(root.absolute(), [p.absolute() for p in paths], kind.value,
                            excludes=tuple(exclude or ()))
     shown = [(given, d) for given, d in zip(paths, decisions, strict=True)
              if d.ignored or non_matching]

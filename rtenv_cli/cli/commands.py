@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "agent, Ray nodes."),
     "ray-env": ("ray_env", "Print the environment variables that load rtenv's Ray plugin, to "
                            "export before `ray start` on every node."),
+    "doctor": ("doctor", "Check this machine and a cluster for what rtenv's commands need, "
+                         "with the fix for each problem."),
 }
 
 

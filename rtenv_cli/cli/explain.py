@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-AddressOpt = Annotated[str | None, typer.Option(
-    "--address", envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"], show_envvar=True,
-    help="With --verify: the Ray cluster to run the probe on, as its GCS address (host:6379), "
+from rtenv_cli.cli.options import address_option
+
+AddressOpt = Annotated[str | None, address_option(
+    "With --verify: the Ray cluster to run the probe on, as its GCS address (host:6379), "
     "its dashboard URL (http://host:8265) or auto (the cluster `ray start` started here).")]
 
 
@@ -46,18 +47,22 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     num_gpus: Annotated[float | None, typer.Option(
         "--num-gpus", help="GPUs requested (fractions allowed; first-fit ids assumed).")] = None,
     resource: Annotated[list[str] | None, typer.Option(
-        "--resource", help="NAME=AMOUNT or NAME=IDS (neuron_cores, TPU, HPU, NPU, RBLN, TTNPU, "
-        "FURIOSA, MBLT); a comma or [..] makes it ids. Repeatable.")] = None,
+        "--resource", metavar="NAME=AMOUNT|IDS", help="NAME=AMOUNT or NAME=IDS (neuron_cores, "
+        "TPU, HPU, NPU, RBLN, TTNPU, FURIOSA, MBLT); a comma or [..] makes it ids. "
+        "Repeatable.")] = None,
     gpu_vendor: Annotated[Vendor, typer.Option(
         "--gpu-vendor", help="Vendor behind the GPU resource.")] = Vendor.nvidia,
-    accelerator_type: Annotated[str | None, typer.Option("--accelerator-type")] = None,
+    accelerator_type: Annotated[str | None, typer.Option(
+        "--accelerator-type", help="The accelerator_type requested (e.g. A100): Ray only adds "
+        "the resource accelerator_type:<type>; no variable changes.")] = None,
     job_runtime_env: Annotated[Path | None, typer.Option(
         "--job-runtime-env", help="Job-level runtime_env merged under RUNTIME_ENV.")] = None,
     app: Annotated[str | None, typer.Option(
         "--app", help="With a Serve config as RUNTIME_ENV: the application whose runtime_env "
         "to explain (needed when there are several).")] = None,
     node_env: Annotated[list[str] | None, typer.Option(
-        "--node-env", help="K=V in the raylet's environment. Repeatable.")] = None,
+        "--node-env", metavar="K=V", help="A variable of the raylet's environment. "
+        "Repeatable.")] = None,
     node_env_file: Annotated[Path | None, typer.Option(
         "--node-env-file", help="dotenv file with the raylet's environment.")] = None,
     node_env_from_current: Annotated[bool, typer.Option(
@@ -65,7 +70,9 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     compare: Annotated[str | None, typer.Option(
         "--compare", help="A second allocation, e.g. 'num_cpus=1 gpus=1 TPU=4': could one "
         "worker serve both?")] = None,
-    show_secrets: Annotated[bool, typer.Option("--show-secrets")] = False,
+    show_secrets: Annotated[bool, typer.Option(
+        "--show-secrets", help="Show the values of variables whose names look secret (TOKEN, "
+        "PASSWORD, KEY, ...) instead of redacting them.")] = False,
     gpu_map: Annotated[bool, typer.Option("--gpu-map/--no-gpu-map",
                                           help="Query NVML for the GPU map.")] = True,
     verify: Annotated[bool, typer.Option(
@@ -93,23 +100,28 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
     node = service.node_env_from(node_env or [], node_env_file,
                                  dict(os.environ) if node_env_from_current else None)
-    req = service.build_request(
-        runtime_env=runtime_env, job_runtime_env=job_runtime_env, kind=kind.value,
-        num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=resource or [],
-        gpu_vendor=gpu_vendor.value, accelerator_type=accelerator_type, node_env=node, app=app)
+    request: dict[str, Any] = {
+        "job_runtime_env": job_runtime_env, "kind": kind.value, "num_cpus": num_cpus,
+        "gpus": gpus, "num_gpus": num_gpus, "resources": resource or [],
+        "gpu_vendor": gpu_vendor.value, "accelerator_type": accelerator_type,
+        "node_env": node, "app": app}
     out = Output("json" if fmt is ExplainFormat.json else "text")
     if verify:
         if not address:
             raise UsageError("--verify needs --address", hint="pass the head's GCS address "
                              "(--address 127.0.0.1:6379), its dashboard URL, or set RAY_ADDRESS")
         from rtenv_cli.core.explain.verify import verify_on_cluster
-        report = verify_on_cluster(req, address)
+        report = verify_on_cluster(service.build_request(runtime_env=runtime_env, **request),
+                                   address)
         if fmt is ExplainFormat.json:
             out.json(report.to_dict())
         else:
             render.render_verify(out, report)
         raise typer.Exit(0 if report.ok else 1)
-    result = service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
+    from rtenv_cli import api
+
+    result = api.explain(runtime_env, **request, compare=compare, gpu_map=gpu_map,
+                         show_secrets=show_secrets)
     if result.preview.errors and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
         # values Ray would never produce must not reach a shell that sources them
         raise OperationError("Ray rejects this request: " + "; ".join(result.preview.errors),

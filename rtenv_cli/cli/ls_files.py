@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -9,16 +10,24 @@ import typer
 
 from rtenv_cli.cli.options import FormatOpt, TextJson
 
-KindOpt = Annotated[str, typer.Option("--kind", help="working_dir (Ray's default excludes "
-                                      "apply) or py_module.")]
+
+class PackageKind(str, Enum):
+    working_dir = "working_dir"
+    py_module = "py_module"
+
+
+KindOpt = Annotated[PackageKind, typer.Option(
+    "--kind", case_sensitive=False, help="working_dir (Ray's default excludes apply) or "
+    "py_module.")]
 ExcludeOpt = Annotated[list[str] | None, typer.Option(
-    "--exclude", "-e", help="An `excludes` pattern (repeatable), as in the runtime_env.")]
+    "--exclude", "-e", metavar="PATTERN", help="An `excludes` pattern (repeatable), as in the "
+    "runtime_env.")]
 
 
 def ls_files(
     path: Annotated[Path, typer.Argument(help="The working_dir or py_module directory.")]
     = Path("."),
-    kind: KindOpt = "working_dir",
+    kind: KindOpt = PackageKind.working_dir,
     exclude: ExcludeOpt = None,
     sizes: Annotated[bool, typer.Option("--sizes", "-s", help="Show sizes.")] = False,
     fmt: FormatOpt = TextJson.text,
@@ -31,15 +40,12 @@ def ls_files(
 
         $ rtenv ls-files . -e '*.ckpt' --sizes
     """
-    from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.packaging.walk import scan_package
     from rtenv_cli.render.output import Output
     from rtenv_cli.render.units import human_bytes
 
-    if kind not in ("working_dir", "py_module"):
-        raise UsageError(f"--kind {kind}: expected working_dir or py_module")
     out = Output(fmt.value)
-    scan = scan_package(path, kind=kind, excludes=tuple(exclude or ()))  # type: ignore[arg-type]
+    scan = scan_package(path, kind=kind.value, excludes=tuple(exclude or ()))
     rows = sorted((e for e in scan.entries if e.in_zip and e.relpath != "."),
                   key=lambda e: e.relpath)
     if out.is_machine:

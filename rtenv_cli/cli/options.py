@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,16 +18,20 @@ FormatOpt = Annotated[
     typer.Option("--format", "-f", help="Output format.", case_sensitive=False),
 ]
 
-AddressOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--address",
-        envvar=["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"],
-        show_envvar=True,
-        help="Ray cluster: its GCS address (host:6379, the fastest push) or dashboard URL "
-        "(http://host:8265); or an rtenv agent URL. Default: the embedded local store.",
-    ),
-]
+RAY_ADDRESS_VARS = ["RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"]
+
+
+def address_option(help: str) -> Any:
+    """`--address` (from RAY_ADDRESS too, as Ray reads it), with HELP saying what this command
+    does with it: the name and the variables are shared, the words are each command's own."""
+    return typer.Option("--address", envvar=RAY_ADDRESS_VARS, show_envvar=True, help=help,
+                        show_default=False)
+
+
+AddressOpt = Annotated[str | None, address_option(
+    "Where to push: a Ray cluster's GCS address (host:6379, the fastest push) or dashboard URL "
+    "(http://host:8265), auto (the cluster `ray start` started here), or an rtenv agent URL. "
+    "Default: the embedded local store.")]
 
 TargetTokenOpt = Annotated[
     str | None,

@@ -101,18 +101,15 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         if code:
             raise typer.Exit(code)
         return
+    from rtenv_cli import api
     from rtenv_cli.core.push import dump_runtime_env, write_runtime_env
-    from rtenv_cli.core.push import push as core_push
-    from rtenv_cli.core.transport.resolve import resolve_target, target_for
     from rtenv_cli.render.output import Output
     from rtenv_cli.render.push import summary
 
     out = Output(fmt.value)
-    target = None if dry_run else resolve_target(to, address, token=token)
-    stage = target_for(stage_to, os.environ) if stage_to and not dry_run else None
-    result = core_push(path, target=target, dry_run=dry_run, stage_to=stage,
-                       progress=out.progress, sizes=dry_run or out.is_machine,
-                       base_dir=base_dir, outputs=(output,) if output is not None else ())
+    result = api.push(path, to=to, address=address, token=token, stage_to=stage_to,
+                      dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
+                      base_dir=base_dir, outputs=(output,) if output is not None else ())
     text = dump_runtime_env(result.runtime_env, output)
     if output is not None and not dry_run:
         write_runtime_env(output, result.runtime_env)

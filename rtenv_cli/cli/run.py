@@ -17,7 +17,7 @@ AGENT_ENV = "RTENV_AGENT_URL"
 def run(
     *,
     command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).",
-                                                  show_default=False)],
+                                                  metavar="CMD...", show_default=False)],
     runtime_env: Annotated[Path | None, typer.Option(
         "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec).",
         show_default=False)] = None,
@@ -80,7 +80,8 @@ def run(
 
         render_run_ready(out, handle, seconds)
 
-    code = run_command(req, notify=out.warning, on_ready=ready if verbose else None)
+    code = run_command(req, notify=out.warning, on_ready=ready if verbose else None,
+                       status=out.status)
     raise typer.Exit(code)
 
 

@@ -31,9 +31,9 @@ class FailOn(str, Enum):
 
 def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     paths: Annotated[list[str] | None, typer.Argument(
-        help="runtime_env files (.yaml/.yml/.json), Serve configs or job specs; directories "
-        "are searched recursively (.gitignore respected); - reads standard input. None: the "
-        "current directory.", show_default=False)] = None,
+        metavar="PATH...", help="runtime_env files (.yaml/.yml/.json), Serve configs or job "
+        "specs; directories are searched recursively (.gitignore respected); - reads standard "
+        "input. None: the current directory.", show_default=False)] = None,
     api: Annotated[ApiChoice, typer.Option(
         "--api", help="Which Ray entry point to match: `ray job submit --runtime-env` or "
         "`ray.init(runtime_env=...)`.", case_sensitive=False)] = ApiChoice.job_submit,
@@ -48,8 +48,8 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
         "--resolve", help="Check that pip/uv requirements resolve (runs `uv pip compile`).")]
         = False,
     glob: Annotated[list[str] | None, typer.Option(
-        "--glob", help="File name pattern for directories (repeatable). Default: "
-        "*runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.",
+        "--glob", metavar="PATTERN", help="File name pattern for directories (repeatable). "
+        "Default: *runtime_env*.{yaml,yml,json} and *runtime-env*.{yaml,yml,json}.",
         show_default=False)] = None,
     ray_version: Annotated[str | None, typer.Option(
         "--ray-version", help="The cluster's Ray version, for RTE140 (default: the installed "
@@ -84,19 +84,17 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ cat runtime_env.json | rtenv validate -
     """
-    from rtenv_cli.core.lint.engine import DEFAULT_GLOBS, ValidateOptions, validate_paths
+    from rtenv_cli import api as rtenv_api
     from rtenv_cli.render.output import Output
 
     out = Output(fmt.value)
     searched = not paths
     if base_dir is not None and not base_dir.is_dir():
         raise UsageError(f"--base-dir {base_dir}: not a directory")
-    options = ValidateOptions(
-        api=api.value, base_dir=base_dir.resolve() if base_dir else None, strict=strict,
-        fail_on=fail_on.value, resolve=resolve, globs=tuple(glob) if glob else DEFAULT_GLOBS,
-        ray_version=ray_version)
     stdin = _read_stdin() if paths and "-" in paths else None
-    report = validate_paths(paths or ["."], options, stdin=stdin)
+    report = rtenv_api.validate(paths or ["."], api=api.value, base_dir=base_dir, strict=strict,
+                                fail_on=fail_on.value, resolve=resolve, globs=glob,
+                                ray_version=ray_version, stdin=stdin)
     if not report.files:
         where = " in the current directory" if searched else ""
         raise UsageError(f"no runtime_env files found{where}",

@@ -19,6 +19,16 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+EXIT_MEANINGS = {  # what each exit code tells a script (docs/exit-codes.md is made from it)
+    ExitCode.OK: "success: nothing found, or the operation was done",
+    ExitCode.FAILURE: "findings (an invalid file, a failed check), or an operation that was "
+                      "attempted and failed",
+    ExitCode.USAGE: "a usage error: bad flags or config, unreadable input; also an internal "
+                    "error (a bug: rerun with RTENV_DEBUG=1)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
 class RtenvError(Exception):
     """An error meant for the user: a message, where it happened, and the next step."""
 

@@ -196,7 +196,8 @@ def _check_collisions(found: list[tuple[PackagePlan, str]]) -> None:
         seen[uri] = plan
 
 
-def _scan(plan: PackagePlan, env: Mapping[str, str]) -> tuple[Any, str, Any]:
+def _scan(plan: PackagePlan, env: Mapping[str, str],
+          progress: Progress | None = None) -> tuple[Any, str, Any]:
     from rtenv_cli.core.packaging.hashing import (
         digest_entries,
         file_source_kind,
@@ -214,7 +215,9 @@ def _scan(plan: PackagePlan, env: Mapping[str, str]) -> tuple[Any, str, Any]:
 
         build_package(plan.source, kind=plan.kind, excludes=plan.excludes,  # type: ignore[arg-type]
                       env=env)  # raises the explanation
-    digests = digest_entries(scan.entries)
+    # a cold tree is read whole to hash it (the digest cache makes a warm one cost stats)
+    with _progress(progress, f"hashing {plan.field}", scan.total_bytes) as advance:
+        digests = digest_entries(scan.entries, on_progress=advance)
     if scan.single_file:
         from rtenv_cli.core.packaging.hashing import package_uri as _pu
 
@@ -333,7 +336,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
         require_source(plan)
     if not plans:
         notes.append("no local working_dir or py_modules: nothing to package")
-    scanned = [(p, *_scan(p, env)) for p in plans]
+    scanned = [(p, *_scan(p, env, progress)) for p in plans]
     _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
     out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []

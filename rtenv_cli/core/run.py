@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,10 +189,16 @@ def _empty_handle() -> Any:
     return EnvHandle(key="", holder="", working_dir=None, py_modules=(), venv=None)
 
 
+def _no_status(_label: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
-                on_ready: Callable[[Any, float], None] | None = None) -> int:
+                on_ready: Callable[[Any, float], None] | None = None,
+                status: Callable[[str], AbstractContextManager[None]] | None = None) -> int:
     """Run the command; return its exit status. `notify(message, hint)` reports warnings;
-    `on_ready(handle, seconds)` is told when the environment is ready."""
+    `on_ready(handle, seconds)` is told when the environment is ready; `status(label)` is a
+    context the environment is prepared in (the CLI's spinner; the command runs after it)."""
     if not req.command:
         raise UsageError("no command given", hint="rtenv run -r runtime_env.yaml -- python x.py")
     session: _Session | None = None
@@ -205,8 +212,9 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
         import time
 
         start = time.perf_counter()
-        runtime_env = publish_local(runtime_env, base_dir, session.target)
-        handle = session.create(runtime_env, base_dir)
+        with (status or _no_status)("preparing the environment (packages, venv)"):
+            runtime_env = publish_local(runtime_env, base_dir, session.target)
+            handle = session.create(runtime_env, base_dir)
         if on_ready is not None:
             on_ready(handle, time.perf_counter() - start)
     try:

@@ -55,3 +55,20 @@ def parse_duration(text: str) -> float:
     if not match:
         raise UsageError(f"cannot read duration {text!r}", hint="write e.g. 90m, 24h or 7d")
     return float(match.group(1)) * _DUR[(match.group(2) or "s").lower()]
+
+
+_KIB = 1024
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def human_bytes(n: float | None) -> str:
+    """`512 B`, `1.5 KiB`, `20.0 GiB` (IEC units, as `du -h` and uv print them); "-" for an
+    unknown size."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in _BYTE_UNITS:
+        if abs(size) < _KIB or unit == _BYTE_UNITS[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= _KIB
+    raise AssertionError("unreachable: the last unit takes any size")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from rtenv_cli.core.explain import reuse
 from rtenv_cli.render.output import Output
 
 
@@ -45,15 +46,20 @@ def render_text(out: Output, result: Any) -> None:
     con.print("PYTHONPATH order: " + (" -> ".join(p.pythonpath) or "<unset>"), highlight=False)
     _render_devices(con, p.devices)
     _render_gpu_map(con, result.gpu_map)
-    con.print(f"reuse key: {result.reuse_key}", highlight=False)
+    con.print(f"reuse key: {reuse.key_text(result.reuse_key)}", highlight=False)
     if result.compare:
         c = result.compare
-        con.print(f"--compare: Ray 2.60 reuses the worker: {c['ray_2_60_reusable']}; "
-                  f"with PR #63327's key: {c['pr_63327_reusable']}", highlight=False)
+        con.print(f"--compare: could one worker serve both allocations? Ray 2.60: "
+                  f"{_yes(c['ray_2_60_reusable'])}; {reuse.PROPOSAL}: "
+                  f"{_yes(c['pr_63327_reusable'])}", highlight=False)
         for r in c["reasons"]:
             con.print(f"  - {r}", highlight=False)
     for w in p.warnings:
         out.warning(w)
+
+
+def _yes(value: object) -> str:
+    return "yes" if value else "no"
 
 
 def _render_devices(con: Any, devices: list[dict[str, Any]]) -> None:
@@ -107,4 +113,4 @@ def render_verify(out: Output, report: Any) -> None:
         return
     out.line("DIFFERENCES (variable: predicted -> actual):")
     for k, (want, got) in sorted(report.diff.items()):
-        out.line(f"  {k}: {want!r} -> {got!r}")
+        out.line(f"  {k}: {reuse.value_text(want)} -> {reuse.value_text(got)}")

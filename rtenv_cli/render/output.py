@@ -224,10 +224,29 @@ class Output:
         answer = stdin.readline().strip().lower()
         return answer in {"y", "yes"}
 
+    @property
+    def live(self) -> bool:
+        """Whether progress may be drawn: text output, and stderr is a terminal (a pipe, a file
+        or TERM=dumb gets none; NO_COLOR only takes the colour away)."""
+        if self.is_machine or self.quiet or os.environ.get("TERM") == "dumb":
+            return False
+        isatty = getattr(self.stderr, "isatty", None)
+        return bool(isatty and isatty())
+
+    @contextlib.contextmanager
+    def status(self, label: str) -> Iterator[None]:
+        """A spinner with LABEL on stderr while the block runs (work of unknown length: a scan
+        of Ray nodes, an environment build); nothing when progress is off (see `live`)."""
+        if not self.live:
+            yield
+            return
+        with self.err_console().status(label, spinner="dots"):
+            yield
+
     @contextlib.contextmanager
     def progress(self, label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
         """Yield `advance(n)`; draws a rich bar on a TTY for text output, nothing otherwise."""
-        if self.is_machine or self.quiet or not self.err_color:
+        if not self.live:
             yield lambda _n: None
             return
         from rich.progress import (

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.support.cli import run_cli, run_process
@@ -113,7 +115,8 @@ def test_amounts_ray_cannot_hold_are_usage_errors(args: list[str]) -> None:
     res = run_cli(["explain", *args])
     assert res.exit_code == 2, res.stderr
     assert "internal error" not in res.stderr
-    assert "between 0 and" in res.stderr and "hint:" in res.stderr
+    assert "between 0 and" in res.stderr
+    assert "hint:" in res.stderr
 
 
 def test_node_env_file(tmp_path) -> None:
@@ -150,7 +153,7 @@ def test_verify_against_live_head(ray_cluster) -> None:
     bad = run_cli(["explain", "--num-gpus", "1", "--node-env", "CUDA_VISIBLE_DEVICES=3,5",
                    "--verify", "--address", ray_cluster.address], env=env)
     assert bad.exit_code == 1
-    assert "CUDA_VISIBLE_DEVICES: '3' -> '0'" in bad.stdout
+    assert 'CUDA_VISIBLE_DEVICES: "3" -> "0"' in bad.stdout
 
 
 @pytest.mark.ray
@@ -195,3 +198,18 @@ def test_verify_on_an_unreachable_gcs_says_so() -> None:
     assert r.exit_code == 1
     assert "cannot reach the Ray GCS" in r.stderr
     assert r.stdout == ""
+
+
+def test_reuse_key_and_compare_read_as_text_not_python() -> None:
+    result = run_cli(["explain", "--gpus", "0,1", "--compare", "gpus=1"])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert re.search(r"^reuse key: runtime_env [0-9a-f]{16}, allocated GPU 0,1$", out, re.M)
+    assert "--compare: could one worker serve both allocations? Ray 2.60: yes; if Ray set " \
+        "accelerator variables when a worker starts (the proposal of draft Ray PR #63327, not " \
+        "merged): no" in out
+    assert "allocated instances differ: GPU 0,1 vs GPU 1 (with the variables set when the " \
+        "worker starts, it would keep the first allocation's)" in out
+    assert 'CUDA_VISIBLE_DEVICES "0,1" vs "1"' in out
+    assert "{'" not in out
+    assert "[0, 1]" not in out

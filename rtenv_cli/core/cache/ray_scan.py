@@ -253,6 +253,85 @@ def scan_temp(temp, in_use, *, mode, older_than_s, tag, now=None):
     return sessions, errors
 
 
+PLUGINS_VAR = "RAY_RUNTIME_ENV_PLUGINS"
+
+
+def _raylet_pid():
+    """This worker's raylet: the nearest ancestor process running the `raylet` binary."""
+    pid = os.getppid()
+    for _ in range(8):  # a worker is the raylet's child, or its grandchild through a wrapper
+        try:
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "raylet":
+                return pid
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+def raylet_environ():
+    """The environment `ray start` gave this node's raylet, which its runtime-env agent (the
+    process that loads plugins) inherits; read from /proc (the agent's own cannot be: its
+    process title overwrites it). None when it cannot be read."""
+    pid = _raylet_pid()
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            pairs = fh.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+def plugin_classes(text):
+    """Each plugin class RAY_RUNTIME_ENV_PLUGINS names, and whether this Python can import it."""
+    import importlib
+
+    try:
+        configs = json.loads(text) if text else []
+    except ValueError as exc:
+        return [{"class": None, "importable": False, "error": f"not JSON: {exc}"}]
+    out = []
+    for config in configs if isinstance(configs, list) else [configs]:
+        path = config.get("class") if isinstance(config, dict) else None
+        if not isinstance(path, str):
+            out.append({"class": None, "importable": False, "error": f"no class in {config!r}"})
+            continue
+        module, _, attr = path.rpartition(".")
+        try:
+            getattr(importlib.import_module(module), attr)
+            out.append({"class": path, "importable": True, "error": None})
+        except Exception as exc:
+            out.append({"class": path, "importable": False, "error": one_line(
+                f"{type(exc).__name__}: {exc}")})
+    return out
+
+
+def node_facts(temp):
+    """What `rtenv doctor` reports per node: versions, the plugin setting, rtenv, free disk."""
+    import platform
+
+    import ray
+
+    raylet_env = raylet_environ()
+    setting = (raylet_env if raylet_env is not None else os.environ).get(PLUGINS_VAR)
+    try:
+        import rtenv_cli
+
+        rtenv = getattr(rtenv_cli, "__version__", "unknown")
+    except ImportError:
+        rtenv = None
+    usage = shutil.disk_usage(temp)
+    return {"ray_version": ray.__version__, "python": platform.python_version(),
+            "plugins_env": setting, "plugins_env_from": "raylet" if raylet_env is not None
+            else "worker", "plugins": plugin_classes(setting), "rtenv_version": rtenv,
+            "disk": {"path": temp, "total_bytes": usage.total, "free_bytes": usage.free}}
+
+
 def scan_node(mode, older_than_s, node):
     try:
         from ray._private import worker
@@ -272,7 +351,8 @@ def scan_node(mode, older_than_s, node):
                 "temp_dir": temp, "session": os.path.basename(session), "sessions": sessions,
                 "removed": [os.path.join(s["path"], "runtime_resources") for s in sessions
                             if s["removed"]],
-                "errors": errors, "agent": agent_states(node), "settings": settings}
+                "errors": errors, "agent": agent_states(node), "settings": settings,
+                "facts": node_facts(temp)}
     except Exception as exc:
         return failed(node, f"{type(exc).__name__}: {exc}")
 

@@ -2,14 +2,16 @@
 
 Ray 2.60 pools workers per (job, runtime_env hash); accelerator variables and OMP_NUM_THREADS are
 written at task start and restored after a normal task, so a pooled worker serves any allocation.
-Ray PR #63327 (seed 000) moves those writes to worker start; its reuse key then also needs the
-allocated instances and the resource shape. We report both.
+A proposed change (draft Ray PR #63327, not merged; seed 000) sets those variables when the worker
+starts instead; a worker could then be reused only for the same allocated instances and the same
+variables. We report both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rtenv_cli.core.explain.worker_env import EnvPreview
@@ -27,6 +29,29 @@ def reuse_key(preview: EnvPreview) -> dict[str, object]:
     instances = {str(d["resource"]): list(slots) for d in preview.devices
                  if isinstance(slots := d.get("slots"), list) and slots}
     return {"runtime_env_hash": runtime_env_hash(preview), "allocated_instances": instances}
+
+
+PROPOSAL = ("if Ray set accelerator variables when a worker starts (the proposal of draft Ray "
+            "PR #63327, not merged)")
+
+
+def instances_text(instances: object) -> str:
+    """`GPU 0,1; TPU 0,1,2,3`, or `none`: the allocated instances of a reuse key."""
+    if not isinstance(instances, Mapping) or not instances:
+        return "none"
+    return "; ".join(f"{resource} {','.join(map(str, ids))}"
+                     for resource, ids in sorted(instances.items()))
+
+
+def key_text(key: Mapping[str, object]) -> str:
+    """A reuse key for people: `runtime_env a7c1b947418296ce, allocated GPU 0,1`."""
+    return (f"runtime_env {key.get('runtime_env_hash')}, allocated "
+            f"{instances_text(key.get('allocated_instances'))}")
+
+
+def value_text(value: str | None) -> str:
+    """A variable's value for people: `"0,1"`, or `unset`."""
+    return "unset" if value is None else json.dumps(value)
 
 
 def _task_env(preview: EnvPreview) -> dict[str, str | None]:
@@ -63,11 +88,12 @@ def compare(a: EnvPreview, b: EnvPreview) -> ReuseVerdict:
     diff = [k for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
     same_inst = ka["allocated_instances"] == kb["allocated_instances"]
     if not same_inst:
-        reasons.append(f"allocated instances differ: {ka['allocated_instances']} vs "
-                       f"{kb['allocated_instances']} (PR #63327 fixes the env at worker start)")
+        reasons.append(f"allocated instances differ: {instances_text(ka['allocated_instances'])} "
+                       f"vs {instances_text(kb['allocated_instances'])} (with the variables set "
+                       "when the worker starts, it would keep the first allocation's)")
     if diff:
         reasons.append("Ray-written variables differ: " + ", ".join(
-            f"{k} {ea.get(k)!r} vs {eb.get(k)!r}" for k in diff))
+            f"{k} {value_text(ea.get(k))} vs {value_text(eb.get(k))}" for k in diff))
     else:
         reasons.append("Ray-written variables are identical (e.g. 0.5 and 1 CPU both give "
                        "OMP_NUM_THREADS=1)")

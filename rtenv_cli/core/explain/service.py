@@ -49,7 +49,20 @@ def node_env_from(pairs: Sequence[str], env_file: Path | None,
     return env
 
 
-def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | None = None,
+RuntimeEnvSource = Path | Mapping[str, object]  # a file, or a runtime_env already in memory
+
+
+def _runtime_env(source: RuntimeEnvSource, app: str | None = None) -> dict[str, object]:
+    if isinstance(source, Mapping):
+        if app is not None:
+            raise UsageError("--app needs a Serve config file", hint="give the Serve config's "
+                             "path, or the application's runtime_env itself")
+        return dict(source)
+    return load_runtime_env(Path(source), app)
+
+
+def build_request(*, runtime_env: RuntimeEnvSource | None = None,
+                  job_runtime_env: RuntimeEnvSource | None = None,
                   kind: str = "task", num_cpus: float | None = None, gpus: str | None = None,
                   num_gpus: float | None = None, resources: Sequence[str] = (),
                   gpu_vendor: str = "nvidia", accelerator_type: str | None = None,
@@ -66,11 +79,11 @@ def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | No
     elif num_gpus is not None:
         reqs.append(request_from_amount("GPU", num_gpus))
     reqs += [parse_resource_arg(r) for r in resources]
-    task = load_runtime_env(runtime_env, app) if runtime_env else None
+    task = _runtime_env(runtime_env, app) if runtime_env is not None else None
     if app is not None and runtime_env is None:
         raise UsageError("--app needs a Serve config file", hint="rtenv explain serve.yaml "
                          "--app NAME")
-    job = load_runtime_env(job_runtime_env) if job_runtime_env else None
+    job = _runtime_env(job_runtime_env) if job_runtime_env is not None else None
     if job is None and task is not None:
         job, task = task, None  # a single file is the job-level runtime_env
     return ExplainRequest(kind=kind, num_cpus=num_cpus, resources=tuple(reqs),
@@ -112,6 +125,16 @@ class ExplainResult:
     gpu_map: dict[str, object] | None
     reuse_key: dict[str, object]
     compare: dict[str, object] | None
+
+    @property
+    def env(self) -> dict[str, str | None]:
+        """The worker's environment (None: the variable is unset)."""
+        return self.preview.env
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each variable of `env` comes from (node env, job/task runtime_env, ray: ...)."""
+        return self.preview.sources
 
     def to_dict(self) -> dict[str, object]:
         d = self.preview.to_dict()

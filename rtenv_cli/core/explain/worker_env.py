@@ -362,9 +362,9 @@ def _assigned_ids(fam: acc.Family, var: str, slots: Sequence[int],  # noqa: PLR0
     original = acc.parse_visible(fam, start.get(var))
     if original is not None and slots and not all(i < len(original) for i in slots):
         ids = list(dict.fromkeys(original))
-        warnings.append(f"{fam.resource}: slots {list(slots)} do not all fit the preset "
-                        f"{var}={start.get(var)!r}: Ray gives the WHOLE list ({len(ids)} "
-                        "device(s)) instead")
+        warnings.append(f"{fam.resource}: slots {','.join(map(str, slots))} do not all fit "
+                        f"the preset {var}={start.get(var)}: Ray gives the WHOLE list "
+                        f"({len(ids)} device(s)) instead")
         info["collapsed"] = True
     elif original is not None:
         ids = [original[i] for i in slots]

@@ -170,8 +170,9 @@ class Cgroups:
         wanted = {"cpu"} if limits.cpus is not None else set()
         wanted |= {"memory"} if limits.memory_bytes is not None else set()
         if not wanted <= available:
-            raise CgroupUnavailable(f"cgroup v2 controllers {sorted(wanted - available)} are not "
-                                    f"available at {self.root}")
+            missing = ", ".join(sorted(wanted - available))
+            raise CgroupUnavailable(f"cgroup v2 controllers {missing} are not available at "
+                                    f"{self.root}")
         control = parent / "cgroup.subtree_control"
         enabled = set(control.read_text().split()) if control.exists() else set()
         if not wanted <= enabled:

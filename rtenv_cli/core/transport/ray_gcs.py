@@ -180,3 +180,27 @@ def _check_status(reply: bytes, number: int, label: str) -> None:
                 msg = fields.get(2, b"")
                 text = msg.decode(errors="replace") if isinstance(msg, bytes) else str(msg)
                 raise TransportError(f"{label} answered status {code!r}: {text}")
+
+
+def probe_auth(address: str, token: str | None, timeout: float = 10.0) -> tuple[bool, bool | None]:
+    """(whether the GCS at `address` wants a token, whether `token` is accepted: None when no
+    token was given), from one harmless read (InternalKVExists) without and one with it."""
+    host, port = split_host_port(address)
+
+    def accepted(meta: list[tuple[str, str]]) -> bool:
+        channel = Channel(host, port, metadata=meta, timeout=timeout, connect_timeout=timeout)
+        try:
+            channel.unary(_KV + "InternalKVExists", field_bytes(1, b"rtenv-doctor-probe"))
+            return True
+        except GrpcError as exc:
+            if exc.code == _UNAUTHENTICATED:
+                return False
+            raise
+        finally:
+            channel.close()
+
+    if accepted([]):
+        return False, None
+    if not token:
+        return True, None
+    return True, accepted([("authorization", f"Bearer {token}")])
