@@ -422,3 +422,39 @@ def load_path(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
     if raw is None:
         return LoadedDoc(name, None, Positions(), error, None)
     return load_bytes(raw, name, limit=limit)
+
+
+def load_documents(text: str, name: str) -> LoadedDoc:
+    """Every document of a `---`-separated stream (a Kubernetes manifest): `data` is their list
+    and positions are keyed `(index, *path)`, in file lines. Ray reads one document per
+    runtime_env file; this is for files that carry runtime_envs inside, never for the verdict
+    of a runtime_env file itself."""
+    import yaml
+
+    positions = Positions()
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        loader = _bounded_loader(text)
+    except yaml.YAMLError as exc:
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
+                         text)
+    documents: list[object] = []
+    walker = _Walker(positions)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            walker.walk(node, (len(documents),))
+            documents.append(loader.construct_document(node))
+    except AliasLimitError as exc:
+        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
+    except yaml.MarkedYAMLError as exc:
+        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
+                                                            message or str(exc),
+                                                            _problem_span(exc)), text)
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
+                         text)
+    finally:
+        loader.dispose()
+    return LoadedDoc(name, documents, positions, None, text)

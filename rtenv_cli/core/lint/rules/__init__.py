@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from rtenv_cli.core.lint.rules import (
+    env_names,
     env_vars,
     excludes,
+    excludes_sources,
     fields,
     keys,
     paths,
     requirements,
     resolve,
     size,
+    uris,
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
-          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS)
+          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS,
+          *env_names.CHECKS, *uris.CHECKS, *excludes_sources.CHECKS)
