@@ -30,6 +30,9 @@ JsonPath = tuple[Any, ...]
 # how a runtime_env reaches Ray: the file itself, a job spec, Serve, KubeRay or Anyscale
 Origin = Literal["runtime_env", "wrapped", "job", "serve", "kuberay", "anyscale"]
 
+# Form.kind: every file form this module recognises (FileReport.kind; the README lists them)
+KINDS = ("runtime_env", "job", "wrapped", "serve", "kuberay", "anyscale-job",
+         "anyscale-service")
 KUBERAY_KINDS = ("RayJob", "RayService", "RayCluster")
 # top-level keys only Anyscale's job and service specs have
 ANYSCALE_KEYS = frozenset({

@@ -97,9 +97,11 @@ def test_wrapped_file_is_what_ray_sends(tree: Path) -> None:
     assert report.normalized is not None
     assert set(report.normalized) == {"runtime_env"}
     [wrapper] = [d for d in report.diagnostics if d.code == "RTE106"]
-    assert "NOTHING" in wrapper.message and "`env_vars`" in wrapper.message
+    assert "NOTHING" in wrapper.message
+    assert "`env_vars`" in wrapper.message
     inner = [d for d in report.diagnostics if d.code == "RTE006"]
-    assert inner and not any(d.ray_error for d in inner)  # applies once unwrapped only
+    assert inner
+    assert not any(d.ray_error for d in inner)  # applies once unwrapped only
     ray_init = validate(tree, "wrapped_runtime_env.yaml", api="ray-init")
     assert "ray.init" in next(d.message for d in ray_init.diagnostics if d.code == "RTE106")
 
@@ -107,9 +109,12 @@ def test_wrapped_file_is_what_ray_sends(tree: Path) -> None:
 def test_upload_limit_is_the_job_submit_verdict(tree: Path) -> None:
     report = validate(tree, "upload_limit_runtime_env.yaml")
     [limit] = [d for d in report.diagnostics if d.code == "RTE150"]
-    assert limit.ray_error and not report.valid
-    assert "413" in limit.message and "weights.bin" in limit.message
-    assert "--address" in (limit.hint or "") and "--stage-to" in (limit.hint or "")
+    assert limit.ray_error
+    assert not report.valid
+    assert "413" in limit.message
+    assert "weights.bin" in limit.message
+    assert "--address" in (limit.hint or "")
+    assert "--stage-to" in (limit.hint or "")
     [other] = [d for d in report.diagnostics if d.code == "RTE009"]
     assert "ray.init" in other.message  # ray.init uploads to the GCS: up to 512 MiB
     assert validate(tree, "upload_limit_runtime_env.yaml", api="ray-init").valid
@@ -161,7 +166,8 @@ def test_manifests_without_runtime_envs_say_so(tmp_path: Path) -> None:
         "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec: {}\n---\n"
         "apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: j}\nspec: {entrypoint: x}\n")
     report = validate(tmp_path, "cluster.yaml")
-    assert report.valid and report.kind == "kuberay"
+    assert report.valid
+    assert report.kind == "kuberay"
     assert any("RayCluster c" in n for n in report.notes)
     assert any("RayJob j: no spec.runtimeEnvYAML" in n for n in report.notes)
     (tmp_path / "two.yaml").write_text("env_vars: {A: '1'}\n---\npip: [x]\n")

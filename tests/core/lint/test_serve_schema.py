@@ -71,7 +71,8 @@ def test_without_ray_the_uri_rule_still_runs(tmp_path: Path, monkeypatch: pytest
     report = check("applications:\n  - name: a\n    import_path: m:app\n"
                    "    runtime_env: {working_dir: ./app}\n", tmp_path)
     by_code = {d.code: d for d in report.diagnostics}
-    assert by_code["RTE181"].line == 4 and by_code["RTE181"].ray_error
+    assert by_code["RTE181"].line == 4
+    assert by_code["RTE181"].ray_error
     assert by_code["RTE182"].severity.value == "info"
     assert "ray[serve]" in (by_code["RTE182"].hint or "")
 

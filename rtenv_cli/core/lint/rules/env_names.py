@@ -9,7 +9,16 @@ from collections.abc import Iterator, Mapping
 
 from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
-from rtenv_cli.core.lint.rules import env_known
+from rtenv_cli.core.lint.rules.env_known import (
+    CACHE_SIZE,
+    CUDA,
+    DRIVER_ONLY,
+    FAMILIES,
+    HUGGING_FACE,
+    NCCL,
+    PATH_VARS,
+    WANDB,
+)
 
 _CACHE_SIZE = r"RAY_RUNTIME_ENV_[A-Z_]+_CACHE_SIZE_GB"
 _LONG_NAME = 12  # longer names may be two edits away from the one meant
@@ -34,7 +43,7 @@ def keeps_node_value(name: str, value: str) -> bool:
 
 def path_overwritten(ctx: Context) -> Iterator[Diagnostic]:
     for name, value in _items(ctx).items():
-        effect = env_known.PATH_VARS.get(name)
+        effect = PATH_VARS.get(name)
         if effect is None or keeps_node_value(name, value):
             continue
         yield ctx.diag("RTE136", f"{name}={value!r} replaces the node's {name} on every "
@@ -46,9 +55,9 @@ def _known(family: str) -> frozenset[str]:
     if family == "RAY_":
         from rtenv_cli.core.lint.rules.ray_env_names import RAY_ENV_NAMES
 
-        return RAY_ENV_NAMES | frozenset(env_known.DRIVER_ONLY)
-    return {"NCCL_": env_known.NCCL, "CUDA_": env_known.CUDA, "WANDB_": env_known.WANDB}.get(
-        family, env_known.HUGGING_FACE)
+        return RAY_ENV_NAMES | frozenset(DRIVER_ONLY)
+    return {"NCCL_": NCCL, "CUDA_": CUDA, "WANDB_": WANDB}.get(
+        family, HUGGING_FACE)
 
 
 def _distance(a: str, b: str) -> int:
@@ -67,7 +76,7 @@ def _distance(a: str, b: str) -> int:
 
 def meant(name: str) -> str | None:
     """The well-known name `name` is a typo of, or None (known, unrelated, or ambiguous)."""
-    family = next((f for f in env_known.FAMILIES if name.upper().startswith(f)), None)
+    family = next((f for f in FAMILIES if name.upper().startswith(f)), None)
     if family is None or re.fullmatch(_CACHE_SIZE, name) or name.startswith("WANDB__"):
         return None
     known = _known(family)
@@ -101,9 +110,9 @@ def name_typo(ctx: Context) -> Iterator[Diagnostic]:
 
 def driver_only(ctx: Context) -> Iterator[Diagnostic]:
     for name in _items(ctx):
-        setting = env_known.DRIVER_ONLY.get(name)
+        setting = DRIVER_ONLY.get(name)
         if setting is None and re.fullmatch(_CACHE_SIZE, name):
-            setting = env_known.CACHE_SIZE
+            setting = CACHE_SIZE
         if setting is None:
             continue
         yield ctx.diag("RTE138", f"{name} does nothing in a runtime_env: only {setting.reader} "
