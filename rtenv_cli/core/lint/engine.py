@@ -182,7 +182,7 @@ def _api_name(api: str) -> str:
 
 
 def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
-    from rtenv_cli.core.lint import serve_schema, sites
+    from rtenv_cli.core.lint import sites
     from rtenv_cli.core.spec.forms import read as read_form
 
     cache = FileCache()  # one file's rules share walks; a re-validation walks afresh
@@ -199,7 +199,10 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     file_dir = None if path == "-" else Path(path).resolve().parent
     kind = form.kind
     diags: list[Diagnostic] = sites.form_findings(form)
-    diags += serve_schema.check(form.serve_configs, form.sites, doc.positions)
+    if form.serve_configs:  # Serve's schema (pydantic, Ray) only for Serve configs
+        from rtenv_cli.core.lint import serve_schema
+
+        diags += serve_schema.check(form.serve_configs, form.sites, doc.positions)
     notes: list[str] = list(form.notes)
     normalized: dict[str, Any] = {}
     valid = not any(d.ray_error for d in diags)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from rtenv_cli.core.lint.context import diag_at
 from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.spec import normalize as n
 from rtenv_cli.core.spec.forms import ServeConfig, Site
@@ -23,19 +24,6 @@ LOCAL_URI_TEXT = "support only remote URIs"  # in Serve's error for a local path
 _LOCAL_HINT = ("Serve deploys from the cluster: zip the directory to remote storage (s3://, "
                "gs://, https://... .zip), or `rtenv push` it and use the gcs:// URI it prints; "
                "`local:///path` names a directory already on every node")
-
-
-def diag_at(positions: Positions, code: str, message: str, path: tuple[Any, ...], *,
-            hint: str | None = None, ray_error: bool = False, prefer: str = "key"
-            ) -> Diagnostic:
-    """A finding at `path` of a document (no runtime_env Context needed)."""
-    from rtenv_cli.core.lint.registry import severity_of
-
-    first = positions.value if prefer == "value" else positions.key
-    span = first(path) or positions.best(path)
-    return Diagnostic(code, severity_of(code), message, span.line if span else None,
-                      span.column if span else None, span.end_line if span else None,
-                      span.end_column if span else None, hint, path, ray_error)
 
 
 def uri_problems(site: Site) -> Iterator[tuple[tuple[Any, ...], str]]:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from rtenv_cli.core.lint.context import diag_at
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.result import Api, PipelineResult
-from rtenv_cli.core.lint.serve_schema import diag_at
 from rtenv_cli.core.spec.forms import Form, Site
 from rtenv_cli.core.spec.loader import Positions
 

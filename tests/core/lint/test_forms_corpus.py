@@ -20,7 +20,7 @@ from rtenv_cli.core.lint.engine import FileReport, ValidateOptions, validate_pat
 CORPUS = Path(__file__).with_name("forms_corpus")
 CASES = sorted(p.name for p in CORPUS.glob("*.yaml"))
 # the codes the corpus is about: each one is reported on a marked line or not at all
-PRECISE = frozenset({"RTE001", "RTE006", "RTE101", "RTE106", "RTE124", "RTE136", "RTE137",
+PRECISE = frozenset({"RTE001", "RTE006", "RTE101", "RTE106", "RTE124", "RTE132", "RTE136", "RTE137",
                      "RTE138", "RTE139", "RTE140", "RTE141", "RTE143", "RTE147", "RTE150",
                      "RTE180", "RTE181", "RTE182"})
 MiB = 1024 * 1024
@@ -173,3 +173,26 @@ def test_manifests_without_runtime_envs_say_so(tmp_path: Path) -> None:
     (tmp_path / "two.yaml").write_text("env_vars: {A: '1'}\n---\npip: [x]\n")
     [parse] = validate(tmp_path, "two.yaml").diagnostics  # not manifests: Ray's parse error
     assert parse.code == "RTE001"
+
+
+def test_gcs_limit_is_the_ray_init_verdict(tmp_path: Path) -> None:
+    (tmp_path / "huge").mkdir()
+    with (tmp_path / "huge" / "weights.bin").open("wb") as f:
+        f.truncate(513 * MiB)  # sparse
+    (tmp_path / "runtime_env.yaml").write_text("working_dir: huge\n")
+    report = validate(tmp_path, "runtime_env.yaml", api="ray-init")
+    [limit] = [d for d in report.diagnostics if d.code == "RTE150"]
+    assert limit.ray_error
+    assert limit.message.startswith("Package size (513.00MiB) exceeds the maximum size")
+    assert "--stage-to" in (limit.hint or "")
+
+
+def test_anyscale_uploads_past_the_dashboard_limit(tree: Path) -> None:
+    """Anyscale uploads a local working_dir to its own storage: 100 MiB is not its limit."""
+    (tree / "anyscale_big.yaml").write_text(
+        "name: big\nentrypoint: python train.py\ncompute_config: c\n"
+        "runtime_env:\n  working_dir: big\n  upload_path: s3://bucket/up\n")
+    report = validate(tree, "anyscale_big.yaml")
+    assert report.kind == "anyscale-job"
+    assert report.valid
+    assert not [d for d in report.diagnostics if d.ray_error]
