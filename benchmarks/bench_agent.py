@@ -35,8 +35,8 @@ def _du(path: Path) -> int:
 
 
 def _rtenv_create(root: Path, packages: list[str], holder: str = "bench") -> tuple[float, Path]:
-    from rtenv_cli.core.agent.envs import Environments
-    from rtenv_cli.core.agent.store import Store
+    from rtenv_cli.core.store.envs import Environments
+    from rtenv_cli.core.store.store import Store
 
     envs = Environments(Store(root / "store"))
     start = time.perf_counter()
@@ -244,8 +244,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         ]
 
         # -- cache-hit latency -----------------------------------------------------------------
-        from rtenv_cli.core.agent.envs import Environments
-        from rtenv_cli.core.agent.store import Store
+        from rtenv_cli.core.store.envs import Environments
+        from rtenv_cli.core.store.store import Store
 
         envs = Environments(Store(work / "home" / "store"))
         lat = []

@@ -24,14 +24,14 @@ from ray._private.runtime_env.packaging import (
     unzip_package,
 )
 
-from rtenv_cli.core.agent.protocol import download_capability
 from rtenv_cli.core.push import push
 from rtenv_cli.core.run import publish_local
+from rtenv_cli.core.transport.agent_protocol import download_capability
 from rtenv_cli.core.transport.file_target import FileTarget
 from rtenv_cli.core.transport.local_store import LocalStoreTarget
 from rtenv_cli.core.transport.resolve import resolve_target
-from tests.core.agent.conftest import agent_process
 from tests.core.watch.helpers import Running
+from tests.support.agent import agent_process
 
 
 def _w(path: Path, text: str = "x\n") -> None:
@@ -136,7 +136,7 @@ def _ray_accepts(tmp: Path, source: Path, kind: str, excludes: list[str], *, uri
 
 def _remote_of(ray_layout: bytes, tmp: Path) -> bytes:
     """What the agent serves Ray's nodes for a package (its remote rendition)."""
-    from rtenv_cli.core.agent.store import _prefixed_copy
+    from rtenv_cli.core.store.store import _prefixed_copy
 
     src, out = tmp / "src.zip", tmp / "remote.zip"
     src.write_bytes(ray_layout)

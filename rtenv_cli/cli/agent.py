@@ -73,9 +73,9 @@ def agent(
 
         $ RTENV_AGENT_TOKEN="$TOKEN" rtenv agent --host 0.0.0.0 --max-size 20GB
     """
-    from rtenv_cli.core.agent.protocol import Limits
     from rtenv_cli.core.agent.server import AgentConfig
     from rtenv_cli.core.agent.serving import serve
+    from rtenv_cli.core.transport.agent_protocol import Limits
     from rtenv_cli.core.units import parse_duration, parse_size
 
     out = Output("text")

@@ -142,7 +142,7 @@ class _Session:
             self.client: Any = AgentClient(req.address, token=req.token)
             self.target: Any = AgentTarget(req.address, token=req.token)
         else:
-            from rtenv_cli.core.agent.envs import Environments
+            from rtenv_cli.core.store.envs import Environments
             from rtenv_cli.core.transport.local_store import LocalStoreTarget
 
             self.target = LocalStoreTarget()
@@ -181,7 +181,7 @@ def embedded_budget() -> Any:
 
 
 def _empty_handle() -> Any:
-    from rtenv_cli.core.agent.envs import EnvHandle
+    from rtenv_cli.core.store.handle import EnvHandle
 
     return EnvHandle(key="", holder="", working_dir=None, py_modules=(), venv=None)
 
@@ -221,7 +221,7 @@ def run_command(req: RunRequest, *, notify: Callable[[str, str | None], None],
 
 
 def _cgroup(req: RunRequest, notify: Callable[[str, str | None], None]) -> Any:
-    from rtenv_cli.core.agent.cgroups import Cgroups, CgroupUnavailable, Limits
+    from rtenv_cli.core.store.cgroups import Cgroups, CgroupUnavailable, Limits
 
     limits = Limits(cpus=req.num_cpus, memory_bytes=req.memory_bytes)
     if not limits:

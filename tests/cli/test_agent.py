@@ -12,7 +12,7 @@ from pathlib import Path
 
 import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
-from tests.core.agent.conftest import agent_process
+from tests.support.agent import agent_process
 from tests.support.cli import run_cli, run_process
 from tests.support.procs import stop_group
 

@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 from tests.support.cli import run_cli
 
 
@@ -96,7 +96,7 @@ def test_purge_prunes_uv_cache_of_removed_envs() -> None:
 
 
 def test_address_of_an_rtenv_agent_works_like_agent(tmp_path: Path) -> None:
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     with agent_process(tmp_path / "store") as agent:
         for args in (["--address", agent.url], ["--agent", agent.url]):

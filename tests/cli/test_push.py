@@ -159,7 +159,7 @@ def test_stage_to_an_agent_is_fetched_by_ray_nodes(ray_cluster, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import requests
 
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     _src, spec = project_with_module(tmp_path, "agent-staged", "stagedlib")
     out = tmp_path / "pushed.json"
@@ -252,7 +252,7 @@ def test_transport_errors_are_clear(tmp_path: Path) -> None:
 
 def test_push_token_reaches_an_agent_that_requires_one(tmp_path: Path) -> None:
     """The 401 hint says `pass --token`: push has that flag, and it reaches the target."""
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
     from tests.support.cli import run_process
 
     (tmp_path / "proj").mkdir()
@@ -333,7 +333,7 @@ def test_output_inside_the_working_dir_is_never_packaged(
 def test_push_of_a_folder_whose_files_are_all_excluded(tmp_path: Path,
                                                         excludes: list[str]) -> None:
     """To the embedded store and to a real agent, which both verify the zip against its URI."""
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     src = tmp_path / "m"
     (src / "tests").mkdir(parents=True)

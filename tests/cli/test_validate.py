@@ -19,9 +19,11 @@ from tests.support.cli import run_cli, run_process
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "validate"
-EXAMPLES = "examples/validate"
-GOLDEN_CASES = ["runtime_env.yaml", "clean_runtime_env.yaml", "invalid_runtime_env.json",
-                "serve_config.yaml"]
+# input -> golden file stem: the samples with mistakes, and a clean config from examples/ci
+GOLDEN_CASES = {"examples/invalid/runtime_env.yaml": "runtime_env_yaml",
+                "examples/ci/configs/train_runtime_env.yaml": "clean_runtime_env_yaml",
+                "examples/invalid/invalid_runtime_env.json": "invalid_runtime_env_json",
+                "examples/invalid/serve_config.yaml": "serve_config_yaml"}
 FORMATS = {"text": "txt", "json": "json", "github": "github", "sarif": "sarif.json"}
 
 
@@ -34,10 +36,10 @@ def _filter(text: str) -> str:
 @pytest.mark.parametrize("case", GOLDEN_CASES)
 def test_golden_output(case: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    result = run_cli(["validate", f"{EXAMPLES}/{case}", "--format", fmt])
-    actual = f"$ rtenv validate {EXAMPLES}/{case} --format {fmt}\nexit_code: {result.exit_code}\n" \
+    result = run_cli(["validate", case, "--format", fmt])
+    actual = f"$ rtenv validate {case} --format {fmt}\nexit_code: {result.exit_code}\n" \
              f"----- stdout -----\n{_filter(result.stdout)}"
-    golden = GOLDEN / f"{case.replace('.', '_')}.{FORMATS[fmt]}.golden"
+    golden = GOLDEN / f"{GOLDEN_CASES[case]}.{FORMATS[fmt]}.golden"
     if os.environ.get("RTENV_UPDATE_GOLDEN") == "1":
         golden.write_text(actual)
     assert golden.exists(), f"missing {golden}: run with RTENV_UPDATE_GOLDEN=1"
@@ -112,7 +114,7 @@ def test_api_difference_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_serve_config_positions_in_outer_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    result = run_cli(["validate", f"{EXAMPLES}/serve_config.yaml", "-f", "json"])
+    result = run_cli(["validate", "examples/invalid/serve_config.yaml", "-f", "json"])
     [entry] = result.json["files"]
     assert entry["kind"] == "serve"
     [diag] = entry["diagnostics"]

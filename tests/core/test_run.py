@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.envs import EnvHandle
 from rtenv_cli.core.errors import ConfigError, UsageError
 from rtenv_cli.core.run import RunRequest, child_environment, expand, load_runtime_env, run_command
+from rtenv_cli.core.store.handle import EnvHandle
 
 
 def _handle(**kw: object) -> EnvHandle:
@@ -81,8 +81,8 @@ def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
         runtime_env=env_file, base_dir=tmp_path), notify=lambda m, h: None)
     assert code == 0
     assert out.read_text() == "payloadtest"
-    from rtenv_cli.core.agent.store import Store
     from rtenv_cli.core.cache.ls import list_store
+    from rtenv_cli.core.store.store import Store
 
     entries = list_store(Store()).entries
     assert {e.kind for e in entries} == {"package", "working_dir"}
@@ -91,8 +91,8 @@ def test_local_working_dir_is_pushed_and_released(tmp_path: Path) -> None:
 
 def test_embedded_store_enforces_the_agent_budget_of_the_config(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rtenv_cli.core.agent.store import Store
     from rtenv_cli.core.cache.ls import list_store
+    from rtenv_cli.core.store.store import Store
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RTENV_UPLOAD_PIN_S", "0")  # no grace for fresh uploads: budget only

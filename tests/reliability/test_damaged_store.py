@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.cache.backends import LocalBackend
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 
 _RESTART = """
 import json, sys
 from pathlib import Path
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.cache.backends import LocalBackend
 store = Store(Path(sys.argv[1]))
 gc = LocalBackend(store.root).gc(dry_run=True, purge=True)
@@ -41,7 +41,7 @@ def _restart(root: Path) -> tuple[list[str], str]:
 _SEED = """
 import sys
 from pathlib import Path
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.store import Store
 store = Store(Path(sys.argv[1]))
 for key in ("uv:a", "uv:b"):
     store.get_or_build(key, kind="uv", uri=f"uv://{key}", label=key,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent import delta
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import DiskFullError
-from tests.core.agent.helpers import make_tree, ray_package
+from rtenv_cli.core.store import delta
+from rtenv_cli.core.store.store import Store
+from tests.support.packages import make_tree, ray_package
 
 
 def _du(paths: list[Path]) -> int:
@@ -115,7 +115,7 @@ def test_a_blob_batch_is_written_once_not_spooled_then_copied(small_disk: Path) 
     """A batch of 2.6 MiB to an agent on a 4 MiB disk: it fits once, not twice."""
     import requests
 
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     blobs = [_incompressible(650_000) for _ in range(4)]
     body = b"".join(f"{hashlib.sha256(b).hexdigest()} {len(b)}\n".encode() + b for b in blobs)
@@ -132,7 +132,7 @@ def test_a_blob_batch_is_written_once_not_spooled_then_copied(small_disk: Path) 
 
 def test_a_venv_build_on_a_full_disk_is_disk_full_not_bad_requirements(small_disk: Path
                                                                        ) -> None:
-    from rtenv_cli.core.agent.envs import Environments
+    from rtenv_cli.core.store.envs import Environments
 
     store = Store(small_disk / "store")
     st = os.statvfs(small_disk)
@@ -149,7 +149,7 @@ def test_an_upload_bigger_than_the_free_space_gets_a_disk_full_reply(small_disk:
     what happened (the status is the HTTP layer's business)."""
     import requests
 
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     src = make_tree(tmp_path / "src", {"big.txt": _incompressible(3 << 20).hex()})
     uri, pkg = ray_package(src, tmp_path)

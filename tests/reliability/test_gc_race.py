@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent import delta
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.cache.backends import LocalBackend
 from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.run import publish_local
+from rtenv_cli.core.store import delta
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport.local_store import LocalStoreTarget
 
 
@@ -116,7 +116,7 @@ def test_delta_push_then_create_with_a_purge_in_between(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.py").write_text("A = 1\n")
-    from tests.core.agent.helpers import ray_package
+    from tests.support.packages import ray_package
 
     uri, _zip = ray_package(src, tmp_path)
     data = (src / "a.py").read_bytes()
@@ -155,8 +155,8 @@ def test_agent_check_then_purge_then_create(tmp_path: Path, monkeypatch: pytest.
     import requests
 
     from rtenv_cli.core.transport.agent_http import AgentTarget
-    from tests.core.agent.conftest import agent_process
-    from tests.core.agent.helpers import ray_package
+    from tests.support.agent import agent_process
+    from tests.support.packages import ray_package
 
     src = tmp_path / "src"
     src.mkdir()

@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.store import Store
 
 
 def _dead_pid() -> int:
@@ -48,7 +48,7 @@ def test_with_the_store_open_elsewhere_only_dead_pids_leftovers_go(tmp_path: Pat
     live.write_bytes(b"in flight")
     holder = subprocess.Popen(  # another process (an agent) holds the store open
         [sys.executable, "-c", "import sys; from pathlib import Path\n"
-         "from rtenv_cli.core.agent.store import Store\n"
+         "from rtenv_cli.core.store.store import Store\n"
          "s = Store(Path(sys.argv[1]), recover=False); print('open', flush=True)\n"
          "sys.stdin.read()", str(root)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -110,8 +110,8 @@ def test_a_removed_lock_file_still_excludes(tmp_path: Path) -> None:
 def test_environments_go_with_their_entries(tmp_path: Path) -> None:
     import zipfile
 
-    from rtenv_cli.core.agent.envs import Environments
     from rtenv_cli.core.cache.backends import LocalBackend
+    from rtenv_cli.core.store.envs import Environments
 
     store = Store(tmp_path / "store")
     envs = Environments(store)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.index import WAL_LIMIT
-from rtenv_cli.core.agent.store import Store
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.index import WAL_LIMIT
+from rtenv_cli.core.store.store import Store
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.envs import Environments
-from rtenv_cli.core.agent.rayhash import verify_package
-from rtenv_cli.core.agent.store import Store
-from rtenv_cli.core.agent.unpack import ArchiveError, Limits, UnsafeArchiveError, extract
 from rtenv_cli.core.errors import ExitCode, PackagingError
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.rayhash import verify_package
+from rtenv_cli.core.store.store import Store
+from rtenv_cli.core.store.unpack import ArchiveError, Limits, UnsafeArchiveError, extract
 from tests.security.crafted import (
     STORED,
     Z,
@@ -377,7 +377,7 @@ def test_extra_dirs_are_folded_into_the_hash(tmp_path: Path) -> None:
 def test_agent_answers_422_and_writes_nothing_outside(tmp_path: Path) -> None:
     import requests
 
-    from tests.core.agent.conftest import agent_process
+    from tests.support.agent import agent_process
 
     canary = tmp_path / "canary"
     canary.mkdir()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
-from tests.core.agent.conftest import AgentProc, agent_process
+from tests.support.agent import AgentProc, agent_process
 from tests.support.ports import free_port, wait_for_port
 from tests.support.procs import stop_group
 

@@ -1,1 +1,1 @@
-"""The rtenv agent: a crash-safe store of packages, blobs and environments, and its HTTP server."""
+"""The rtenv agent: the HTTP server in front of the store (`core.store`)."""

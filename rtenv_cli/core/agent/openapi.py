@@ -1,13 +1,13 @@
 """The agent's OpenAPI schema: paths kept by hand (a test checks them against the app's routes),
-request bodies from `agent.protocol.SCHEMAS`, the dicts the routes check bodies against."""
+request bodies from `agent_protocol.SCHEMAS`, the dicts the routes check bodies against."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rtenv_cli import __version__
-from rtenv_cli.core.agent.protocol import SCHEMAS
 from rtenv_cli.core.errors import TABLE
+from rtenv_cli.core.transport.agent_protocol import SCHEMAS
 
 
 def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Ray's package protocol (`GET`/`PUT /api/packages/gcs/<name>`, plus `HEAD`) so `rtenv push` and
 Ray's own client work against it; the delta protocol (manifests, blobs, commit); environments
 (get-or-create, release, list); cache listing and gc; `/openapi.json`. Blocking work runs in the
-threadpool. Every JSON body is checked against its schema (`agent.protocol`) and every body is
+threadpool. Every JSON body is checked against its schema (`agent_protocol`) and every body is
 refused over its size limit before it is read. Errors are `RtenvError`s, answered by one
 exception handler with the HTTP status and wire `code` of `core.errors.TABLE`.
 
@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli import __version__
-from rtenv_cli.core.agent import protocol
-from rtenv_cli.core.agent.protocol import TOKEN_ENV, Limits
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import (
     AuthError,
     ForbiddenError,
@@ -38,6 +35,9 @@ from rtenv_cli.core.errors import (
     UsageError,
     from_os_error,
 )
+from rtenv_cli.core.store.store import Store
+from rtenv_cli.core.transport import agent_protocol as protocol
+from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, Limits
 
 __all__ = ["TOKEN_ENV", "AgentApp", "AgentConfig", "check_bind", "create_app", "is_loopback"]
 
@@ -197,7 +197,7 @@ async def get_package(request: Any) -> Any:
 async def put_package(request: Any) -> Any:
     from starlette.responses import Response
 
-    from rtenv_cli.core.agent import delta
+    from rtenv_cli.core.store import delta
 
     state, name = _state(request), request.path_params["name"]
     state.store.package_path(name)  # validates the name before reading the body
@@ -210,7 +210,7 @@ async def put_package(request: Any) -> Any:
 async def manifests(request: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
-    from rtenv_cli.core.agent import delta
+    from rtenv_cli.core.store import delta
 
     state = _state(request)
     man = delta.Manifest.parse(await json_body(request, "Manifest",
@@ -221,7 +221,7 @@ async def manifests(request: Any) -> Any:
 async def commit(request: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
-    from rtenv_cli.core.agent import delta
+    from rtenv_cli.core.store import delta
 
     state = _state(request)
     man = delta.Manifest.parse(await json_body(request, "Manifest",
@@ -397,8 +397,8 @@ def routes() -> list[Any]:
 def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
     from starlette.applications import Starlette
 
-    from rtenv_cli.core.agent.envs import Environments
     from rtenv_cli.core.cache import gc as cache_gc
+    from rtenv_cli.core.store.envs import Environments
 
     store = store or Store(config.root)
     store.index.checkpoint_in_background()

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtenv_cli.core.agent.protocol import TOKEN_ENV
 from rtenv_cli.core.agent.server import AgentConfig, check_bind, create_app
-from rtenv_cli.core.agent.store import Store
 from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.store.store import Store
+from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV
 
 MIN_PROGRESS = 64 << 10  # bytes a body must advance by in each read timeout
 _NOFILE_CEILING = 1 << 16

@@ -22,7 +22,7 @@ class CacheBackend(Protocol):
 
 class LocalBackend:
     def __init__(self, root: Any = None) -> None:
-        from rtenv_cli.core.agent.store import Store
+        from rtenv_cli.core.store.store import Store
 
         self.store = Store(root)
 

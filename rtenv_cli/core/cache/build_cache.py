@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from rtenv_cli.core.agent.index import Entry
+from rtenv_cli.core.store.index import Entry
 
 KIND = "build-cache"
 

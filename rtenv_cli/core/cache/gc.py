@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtenv_cli.core.agent.index import Entry
+from rtenv_cli.core.store.index import Entry
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ def prune_uv_cache(store: Any) -> int:
     """
     import subprocess
 
-    from rtenv_cli.core.agent.builders import uv_bin, uv_env
-    from rtenv_cli.core.agent.unpack import dir_size
+    from rtenv_cli.core.store.builders import uv_bin, uv_env
+    from rtenv_cli.core.store.unpack import dir_size
 
     cache = store.root / "uv-cache"
     if not cache.is_dir():

@@ -18,7 +18,7 @@ top-level directory from remote (`file://`, `https://`) zips, and only from thos
 
 This is rtenv's one zip writer: `rtenv push` and `rtenv run` (through `build_scan`), `push
 --watch` (watch/zipcache.py, from its snapshot) and the store's assembly of a delta package (from
-its blobs, agent/store.py) all write through `write_package_zip`, so the same tree gives the same
+its blobs, store/store.py) all write through `write_package_zip`, so the same tree gives the same
 bytes whichever route published it. Members are in relpath order (Ray's order is the directory
 listing's, which no other route can reproduce; Ray reads any order), dated with the file's
 local mtime as Ray dates them.

@@ -1,7 +1,7 @@
 """Talking to an `rtenv agent` over HTTP: `AgentTarget` (push) and `AgentClient` (envs, cache).
 
 The agent speaks Ray's package protocol, so the package calls are Ray's (`GET` to check, `PUT`
-to upload); the delta calls and environment calls are the agent's own (`core.agent.protocol`).
+to upload); the delta calls and environment calls are the agent's own (`agent_protocol`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rtenv_cli.core.agent.protocol import TOKEN_ENV, EnvHandle, decode_error, download_capability
 from rtenv_cli.core.errors import PackagingError, TransportError
+from rtenv_cli.core.store.handle import EnvHandle
+from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, decode_error, download_capability
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
 # Seconds the agent may work before it answers: building an environment (pip, uv, conda), and
@@ -93,7 +94,7 @@ class AgentTarget:
         size = Path(path).stat().st_size
         headers: dict[str, str] = {}
         if hashed_dirs:
-            from rtenv_cli.core.agent.delta import hashed_dirs_header
+            from rtenv_cli.core.store.delta import hashed_dirs_header
 
             headers.update(hashed_dirs_header(hashed_dirs))
         # A package is named by its content: sending it again is harmless.

@@ -24,7 +24,7 @@ class LocalStoreTarget:
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, root: Path | str | None = None) -> None:
-        from rtenv_cli.core.agent.store import Store
+        from rtenv_cli.core.store.store import Store
 
         self.store = Store(Path(root) if root is not None else None)
         self.label = f"local store {self.store.root}"
@@ -44,7 +44,7 @@ class LocalStoreTarget:
 
     # -- the delta protocol (same calls as AgentTarget) -------------------------------------------
     def missing_blobs(self, manifest: Mapping[str, Any]) -> list[str]:
-        from rtenv_cli.core.agent import delta
+        from rtenv_cli.core.store import delta
 
         return delta.missing(self.store, delta.Manifest.parse(manifest))
 
@@ -55,6 +55,6 @@ class LocalStoreTarget:
         self.store.put_blob_files(blobs)
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        from rtenv_cli.core.agent import delta
+        from rtenv_cli.core.store import delta
 
         return delta.commit(self.store, delta.Manifest.parse(manifest))

@@ -1,54 +1,13 @@
-"""A real `rtenv agent` process on a free loopback port, stopped by its PID."""
+"""Fixtures: a real `rtenv agent` process per test (tests/support/agent.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port, wait_for_port
-from tests.support.procs import stop_group
-
-
-@dataclass
-class AgentProc:
-    url: str
-    root: Path
-    proc: subprocess.Popen[bytes]
-    token: str | None = None
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the agent's whole process group (the agent and its uv children)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=20)
-
-
-@contextmanager
-def agent_process(root: Path, *extra: str, token: str | None = None,
-                  host: str = "127.0.0.1") -> Iterator[AgentProc]:
-    port = free_port()
-    env = dict(os.environ)
-    env.pop("RTENV_AGENT_TOKEN", None)
-    args = [sys.executable, "-m", "rtenv_cli", "agent", "--host", host, "--port", str(port),
-            "--root", str(root), *extra]
-    if token:
-        args += ["--token", token]
-    proc = subprocess.Popen(args, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    agent = AgentProc(f"http://127.0.0.1:{port}", root, proc, token)
-    try:
-        wait_for_port(port, timeout=30)
-        yield agent
-    finally:
-        stop_group(proc)
+from tests.support.agent import AgentProc, agent_process
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from rtenv_cli.core.agent.openapi import SCHEMA
 from rtenv_cli.core.agent.server import AgentConfig, create_app
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
-from tests.core.agent.conftest import AgentProc, agent_process
-from tests.core.agent.helpers import make_tree, ray_package
+from tests.support.agent import AgentProc, agent_process
+from tests.support.packages import make_tree, ray_package
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rtenv_cli.core.agent.index import Entry
 from rtenv_cli.core.cache.gc import plan_gc
+from rtenv_cli.core.store.index import Entry
 
 NOW = 1_000_000.0
 

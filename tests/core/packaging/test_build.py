@@ -207,7 +207,7 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
 def test_hashed_dirs_complete_what_the_zip_shows_to_the_uri(tmp_path: Path, tree: str) -> None:
     """What Ray hashes but does not zip (folders whose files are all excluded, broken links)
     is exactly `hashed_dirs`: with it a store verifies the package against its name."""
-    from rtenv_cli.core.agent.rayhash import verify_package
+    from rtenv_cli.core.store.rayhash import verify_package
 
     root = tmp_path / "mylib"
     root.mkdir()
@@ -230,7 +230,7 @@ def test_hashed_dirs_complete_what_the_zip_shows_to_the_uri(tmp_path: Path, tree
 def test_the_stores_remote_copy_is_the_remote_build(tmp_path: Path) -> None:
     """The agent's rendition for Ray's nodes (`/download/...`, raw member copies under `pkg/`)
     is byte for byte what `push` writes to file:// for the same tree."""
-    from rtenv_cli.core.agent.store import _prefixed_copy
+    from rtenv_cli.core.store.store import _prefixed_copy
 
     root = base_tree(tmp_path / "r")
     (root / "rnd.bin").write_bytes(os.urandom(50_000))

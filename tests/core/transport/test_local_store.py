@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rtenv_cli.core.transport.local_store import LocalStoreTarget
-from tests.core.agent.helpers import make_tree, ray_package
+from tests.support.packages import make_tree, ray_package
 
 
 def test_upload_exists_and_default_root(tmp_path: Path) -> None:

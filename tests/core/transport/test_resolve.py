@@ -16,7 +16,7 @@ from rtenv_cli.core.transport.resolve import (
     resolve_address,
     resolve_target,
 )
-from tests.core.agent.conftest import agent_process
+from tests.support.agent import agent_process
 from tests.support.ports import free_port
 
 

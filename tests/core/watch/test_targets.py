@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from rtenv_cli.core.transport.resolve import resolve_target as resolve
-from tests.core.agent.conftest import agent_process
 from tests.core.watch.helpers import Running
+from tests.support.agent import agent_process
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.agent.rayhash import verify_package
+from rtenv_cli.core.store.rayhash import verify_package
 from rtenv_cli.core.watch.snapshot import Snapshot
 from rtenv_cli.core.watch.zipcache import ContentChanged, build_zip
 
