@@ -19,7 +19,7 @@ _SECRET_PARAMS = (
 _TOKEN_USER = (
     r"^(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{16,}|"  # noqa: S105 - shapes
     r"hf_[A-Za-z0-9]{16,}|[A-Fa-f0-9]{40}|[A-Za-z0-9_-]{32,})$")
-_MIN_SECRET = 3  # shorter values are placeholders (`x`, `me`), not credentials
+_MIN_SECRET = 4  # shorter values are placeholders (`x`, `pw`), not credentials
 
 
 def _is_reference(value: str) -> bool:
