@@ -38,6 +38,8 @@ def build_tree(root: Path) -> None:
         "proj/logs/today.txt": "ok\n",
         "proj/tests/test_main.py": "def test():\n    pass\n",
         "big/train.py": "print('train')\n",
+        "environment.yml": "name: train\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n"
+                           "      - ray==2.9.3\n      - sklearn\n",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +140,12 @@ def test_embedded_positions_are_file_positions(tree: Path) -> None:
     [name] = [d for d in one_line.diagnostics if d.code == "RTE147"]
     inline = (CORPUS / "kuberay_rayjob_inline.yaml").read_text().splitlines()[name.line - 1]
     assert inline[name.column - 1:].startswith('"sklearn"')
+
+
+def test_conda_file_entries_are_named(tree: Path) -> None:
+    report = validate(tree, "conda_file_runtime_env.yaml")
+    [name] = [d.message for d in report.diagnostics if d.code == "RTE147"]
+    assert "(environment.yml: pip[1])" in name
 
 
 def test_rayjob_base64_runtime_env(tmp_path: Path) -> None:
