@@ -269,7 +269,27 @@ def _limit_error(message: str, span: Span | None = None) -> ParseError:
     return ParseError(LIMIT_KIND, message, span)
 
 
-def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return per failure kind
+def _failed(exc: BaseException, name: str, positions: Positions, text: str) -> LoadedDoc:
+    """The document of a parse that raised `exc`, with Ray's exception kind and its position."""
+    import yaml
+
+    if isinstance(exc, AliasLimitError):
+        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
+                                                            message or str(exc),
+                                                            _problem_span(exc)), text)
+    if isinstance(exc, RecursionError):
+        return LoadedDoc(name, None, Positions(), ParseError(
+            "RecursionError", "the document nests too deeply for Python's parser "
+            "(maximum recursion depth exceeded)", None), text)
+    # other YAMLErrors (ReaderError for control characters), and constructor bugs on odd input
+    # (ValueError/TypeError, e.g. huge exponents): Ray's safe_load raises the same
+    return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None), text)
+
+
+def load_text(text: str, name: str) -> LoadedDoc:
     """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
     import yaml
 
@@ -280,8 +300,7 @@ def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return 
         # the Reader checks the characters in the constructor already (ReaderError)
         loader = _bounded_loader(text)
     except yaml.YAMLError as exc:
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
+        return _failed(exc, name, positions, text)
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -289,24 +308,8 @@ def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return 
             _Walker(positions).walk(node, ())
         # compose first, construct second: exactly what SafeLoader.get_single_data does
         data = loader.construct_document(node) if node is not None else None
-    except AliasLimitError as exc:
-        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
-    except yaml.MarkedYAMLError as exc:
-        message = " ".join(part for part in (exc.context, exc.problem) if part)
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
-                                                            message or str(exc),
-                                                            _problem_span(exc)), text)
-    except yaml.YAMLError as exc:  # e.g. ReaderError for control characters
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
-    except RecursionError:
-        return LoadedDoc(name, None, Positions(), ParseError(
-            "RecursionError", "the document nests too deeply for Python's parser "
-            "(maximum recursion depth exceeded)", None), text)
-    except (ValueError, TypeError) as exc:
-        # constructor bugs on odd input (e.g. huge exponents): Ray's safe_load raises the same
-        return LoadedDoc(name, None, positions,
-                         ParseError(type(exc).__name__, str(exc), None), text)
+    except (AliasLimitError, yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        return _failed(exc, name, positions, text)
     finally:
         loader.dispose()
     return LoadedDoc(name, data, positions, None, text)
@@ -436,8 +439,7 @@ def load_documents(text: str, name: str) -> LoadedDoc:
     try:
         loader = _bounded_loader(text)
     except yaml.YAMLError as exc:
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
+        return _failed(exc, name, positions, text)
     documents: list[object] = []
     walker = _Walker(positions)
     try:
@@ -445,16 +447,8 @@ def load_documents(text: str, name: str) -> LoadedDoc:
             node = loader.get_node()
             walker.walk(node, (len(documents),))
             documents.append(loader.construct_document(node))
-    except AliasLimitError as exc:
-        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
-    except yaml.MarkedYAMLError as exc:
-        message = " ".join(part for part in (exc.context, exc.problem) if part)
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
-                                                            message or str(exc),
-                                                            _problem_span(exc)), text)
-    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
+    except (AliasLimitError, yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        return _failed(exc, name, positions, text)
     finally:
         loader.dispose()
     return LoadedDoc(name, documents, positions, None, text)
