@@ -15,6 +15,7 @@ own `safe_load` would follow them). `read_text` is the one way to read an option
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -289,8 +290,9 @@ def _failed(exc: BaseException, name: str, positions: Positions, text: str) -> L
     return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None), text)
 
 
-def load_text(text: str, name: str) -> LoadedDoc:
-    """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+def _parse(text: str, name: str, read: Callable[[yaml.SafeLoader, Positions], object]
+           ) -> LoadedDoc:
+    """Run `read` on Ray's loader over `text`; any failure is the document's ParseError."""
     import yaml
 
     positions = Positions()
@@ -302,17 +304,27 @@ def load_text(text: str, name: str) -> LoadedDoc:
     except yaml.YAMLError as exc:
         return _failed(exc, name, positions, text)
     try:
-        node = loader.get_single_node()
-        if node is not None:
-            # walk before constructing: construction folds `<<` merge keys into the tree
-            _Walker(positions).walk(node, ())
-        # compose first, construct second: exactly what SafeLoader.get_single_data does
-        data = loader.construct_document(node) if node is not None else None
+        data = read(loader, positions)
     except (AliasLimitError, yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
         return _failed(exc, name, positions, text)
     finally:
         loader.dispose()
     return LoadedDoc(name, data, positions, None, text)
+
+
+def _single(loader: yaml.SafeLoader, positions: Positions) -> object:
+    node = loader.get_single_node()
+    if node is None:
+        return None
+    # walk before constructing: construction folds `<<` merge keys into the tree
+    _Walker(positions).walk(node, ())
+    # compose first, construct second: exactly what SafeLoader.get_single_data does
+    return loader.construct_document(node)
+
+
+def load_text(text: str, name: str) -> LoadedDoc:
+    """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+    return _parse(text, name, _single)
 
 
 def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
@@ -427,28 +439,19 @@ def load_path(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
     return load_bytes(raw, name, limit=limit)
 
 
+def _every(loader: yaml.SafeLoader, positions: Positions) -> object:
+    documents: list[object] = []
+    walker = _Walker(positions)
+    while loader.check_node():
+        node = loader.get_node()
+        walker.walk(node, (len(documents),))
+        documents.append(loader.construct_document(node))
+    return documents
+
+
 def load_documents(text: str, name: str) -> LoadedDoc:
     """Every document of a `---`-separated stream (a Kubernetes manifest): `data` is their list
     and positions are keyed `(index, *path)`, in file lines. Ray reads one document per
     runtime_env file; this is for files that carry runtime_envs inside, never for the verdict
     of a runtime_env file itself."""
-    import yaml
-
-    positions = Positions()
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    try:
-        loader = _bounded_loader(text)
-    except yaml.YAMLError as exc:
-        return _failed(exc, name, positions, text)
-    documents: list[object] = []
-    walker = _Walker(positions)
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            walker.walk(node, (len(documents),))
-            documents.append(loader.construct_document(node))
-    except (AliasLimitError, yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
-        return _failed(exc, name, positions, text)
-    finally:
-        loader.dispose()
-    return LoadedDoc(name, documents, positions, None, text)
+    return _parse(text, name, _every)
