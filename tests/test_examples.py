@@ -41,6 +41,8 @@ from tests.support.ray_head import RayHead
 FOLDERS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "README.md").exists())
 # files in examples/ that are not runtime_envs, Serve configs or job specs
 NOT_CONFIGS = {"ci/github-workflow.yml", "ci/pre-commit-config.yaml"}
+# Serve configs that name a local directory: Serve refuses them (RTE181) until `rtenv push`
+PUSH_FIRST = {"serve/serve_config.yaml"}
 UPDATE = os.environ.get("RTENV_UPDATE_EXAMPLES") == "1"
 
 
@@ -127,7 +129,7 @@ def _configs() -> list[str]:
     for path in sorted(EXAMPLES.rglob("*")):
         rel = path.relative_to(EXAMPLES).as_posix()
         if path.suffix in {".yaml", ".yml", ".json"} and not rel.startswith("invalid/") \
-                and rel not in NOT_CONFIGS:
+                and rel not in NOT_CONFIGS | PUSH_FIRST:
             found.append(f"examples/{rel}")
     return found
 
@@ -139,6 +141,16 @@ def test_every_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_cli(["validate", "--format", "json", *configs])
     assert result.exit_code == 0, result.stdout
     assert {f["path"] for f in result.json["files"] if f["valid"]} == set(configs)
+
+
+def test_serve_configs_with_local_directories_need_a_push(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.chdir(ROOT)
+    for rel in sorted(PUSH_FIRST):
+        result = run_cli(["validate", "--format", "json", f"examples/{rel}"])
+        assert result.exit_code == 1, result.stdout
+        [entry] = result.json["files"]
+        assert {d["code"] for d in entry["diagnostics"]} == {"RTE181"}
 
 
 def _expected_codes(path: Path) -> set[str]:

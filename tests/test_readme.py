@@ -40,3 +40,18 @@ def test_first_command_runs_the_quickstart_on_the_embedded_store() -> None:
     assert "six 1.17.0" in result.stdout
     assert "data.txt: read from the working_dir" in result.stdout
     assert "GREETING=hello from quickstart" in result.stdout
+
+
+def test_validate_section_lists_every_file_form_rtenv_reads() -> None:
+    """The table of file forms is the list forms.read recognises, and each form has a corpus
+    file that validates as that kind (tests/core/lint/test_forms_corpus.py runs them)."""
+    from rtenv_cli.core.spec.forms import KINDS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## rtenv validate", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([a-z_-]+)` \|", section, re.M)
+    assert listed == list(KINDS)
+    corpus = ROOT / "tests" / "core" / "lint" / "forms_corpus"
+    shown = {m for f in corpus.glob("*.yaml")
+             for m in re.findall(r"^# check: .*kind=([a-z_-]+)", f.read_text(), re.M)}
+    assert shown >= set(KINDS)

@@ -117,7 +117,7 @@ def test_serve_config_positions_in_outer_file(monkeypatch: pytest.MonkeyPatch) -
     [entry] = result.json["files"]
     assert entry["kind"] == "serve"
     [diag] = entry["diagnostics"]
-    assert (diag["line"], diag["json_path"]) == (13, ["applications", 1, "runtime_env",
+    assert (diag["line"], diag["json_path"]) == (15, ["applications", 1, "runtime_env",
                                                       "env_vars", "BATCH_SIZE"])
 
 

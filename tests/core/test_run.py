@@ -60,6 +60,18 @@ def test_load_runtime_env_warns_of_warnings_not_infos(tmp_path: Path) -> None:
         "(one log line on the node)"]  # not RTE109 (upload_path is Anyscale's): an info
 
 
+def test_a_working_dir_over_rays_upload_limit_still_runs_locally(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    with (tmp_path / "proj" / "weights.bin").open("wb") as f:
+        f.truncate(101 * 1024 * 1024)  # sparse: over `ray job submit`'s 100 MiB upload limit
+    spec = tmp_path / "runtime_env.yaml"
+    spec.write_text("working_dir: proj\n")
+    warnings: list[tuple[str, str | None]] = []
+    data, _base = load_runtime_env(spec, warnings, base_dir=tmp_path)
+    assert data == {"working_dir": "proj"}
+    assert any("RTE150" in message for message, _hint in warnings)
+
+
 def test_load_runtime_env_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         load_runtime_env(tmp_path / "missing.yaml")

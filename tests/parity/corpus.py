@@ -324,6 +324,15 @@ CASES: list[tuple[str, str, str | bytes]] = [
     ("stock_training", "yaml", "working_dir: proj\nexcludes: [outputs/, checkpoints/, wandb/, "
                                ".git]\npip: ['torch==2.3.1']\nenv_vars:\n  "
                                "TOKENIZERS_PARALLELISM: 'false'\n  NCCL_DEBUG: WARN\n"),
+    # -- what people write around a runtime_env: Ray's reading under --runtime-env ----------------
+    ("wrapped_runtime_env", "yaml", "runtime_env:\n  env_vars:\n    N: 4\n  pip: [requests]\n"),
+    ("wrapped_json", "json", '{"runtime_env": {"working_dir": "proj", "env_vars": {"A": "1"}}}'),
+    ("serve_config_file", "yaml", "applications:\n  - import_path: m:app\n"
+                                  "    runtime_env: {working_dir: .}\n"),
+    ("conda_pip_ray_pin", "yaml", "conda:\n  dependencies:\n    - pip\n"
+                                  "    - pip: ['ray[tune]==2.38.0', sklearn]\n"),
+    ("uri_with_password", "yaml", "working_dir: 'https://u:p4ssw0rd@example.com/app.zip'\n"),
+    ("path_overwritten", "yaml", "env_vars: {PATH: /opt/bin, LD_LIBRARY_PATH: /opt/lib}\n"),
     ("everything", "yaml", "working_dir: proj\npy_modules: [proj2/lib]\nexcludes: ['*.txt']\n"
                            "pip: [requests]\nenv_vars: {A: '1'}\nconfig: {eager_install: false}\n"
                            "worker_process_setup_hook: m.f\n"),

@@ -275,7 +275,9 @@ def test_validate_does_not_hash_a_package_over_the_upload_limit(tmp_path: Path) 
     assert any("is over Ray's 100 MiB limit: its gcs:// URI is not computed" in note
                for note in report["notes"]), report["notes"]
     assert "working_dir" not in (report["normalized"] or {})
-    assert [d["code"] for d in report["diagnostics"]] == ["RTE150"]
+    # the upload fails (HTTP 413): Ray's verdict for `ray job submit`; ray.init would take it
+    assert [d["code"] for d in report["diagnostics"]] == ["RTE009", "RTE150"]
+    assert report["valid"] is False
 
 
 # -- red-team 5: secrets in validate's output --------------------------------------------------

@@ -121,6 +121,19 @@ class Context:
         return lines[span.line - 1][span.column - 1: span.end_column - 1]
 
 
+def diag_at(positions: Positions, code: str, message: str, path: tuple[Any, ...], *,
+            hint: str | None = None, ray_error: bool = False, prefer: str = "key"
+            ) -> Diagnostic:
+    """A finding at `path` of a document (no runtime_env Context needed)."""
+    from rtenv_cli.core.lint.registry import severity_of
+
+    first = positions.value if prefer == "value" else positions.key
+    span = first(path) or positions.best(path)
+    return Diagnostic(code, severity_of(code), message, span.line if span else None,
+                      span.column if span else None, span.end_line if span else None,
+                      span.end_column if span else None, hint, path, ray_error)
+
+
 _STRING_SLOTS = (
     ("env_vars", "*"), ("pip", "#"), ("pip", "packages", "#"), ("pip", "pip_version"),
     ("pip", "pip_install_options", "#"), ("uv", "#"), ("uv", "packages", "#"),

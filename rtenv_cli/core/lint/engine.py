@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import UsageError
 from rtenv_cli.core.lint.context import (
@@ -21,14 +21,16 @@ from rtenv_cli.core.lint.context import (
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
 from rtenv_cli.core.spec.loader import LoadedDoc, Positions, load_bytes, load_path
-from rtenv_cli.core.spec.locate import document_kind, find_runtime_envs
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.spec.forms import Site
 
 __all__ = ["DEFAULT_GLOBS", "Context", "FileReport", "ValidateOptions", "ValidateReport",
            "check_env", "coercion_hint", "expand_inputs", "expects_string", "validate_bytes",
            "validate_paths", "validate_runtime_env"]
 
 _SHOWN_PATH = 200  # characters of an over-long path argument quoted in its error
-STAGE_CODES = {"parse": "RTE001", "shape": "RTE002", "packaging": "RTE003",
+STAGE_CODES = {"parse": "RTE001", "shape": "RTE002", "packaging": "RTE003", "upload": "RTE150",
                "setup_hook": "RTE004", "json": "RTE007", "server": "RTE008", "driver": "RTE008"}
 
 
@@ -185,7 +187,12 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
             return _finish(path, doc, options, own)
         finally:
             own.close()
-    if doc.error is not None:
+    from rtenv_cli.core.lint import sites
+    from rtenv_cli.core.spec.forms import read as read_form
+
+    form = read_form(doc)
+    if form is None:
+        assert doc.error is not None  # noqa: S101 - forms.read reads every document that parses
         span = doc.error.span
         diag = Diagnostic("RTE001", Severity.ERROR, f"{doc.error.kind}: {doc.error.message}",
                           span.line if span else None, span.column if span else None,
@@ -194,20 +201,29 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
         report = FileReport(path, False, (diag,), None, kind="unknown", source=doc.text)
         return _as_template(report, f"{doc.error.kind}: {doc.error.message}")
     cache = FileCache(run)
+    doc = form.doc
     file_dir = None if path == "-" else Path(path).resolve().parent
-    kind = document_kind(doc)
-    diags: list[Diagnostic] = []
-    notes: list[str] = []
+    kind = form.kind
+    diags: list[Diagnostic] = sites.form_findings(form)
+    if form.serve_configs:  # Serve's schema (pydantic, Ray) only for Serve configs
+        from rtenv_cli.core.lint import serve_schema
+
+        diags += serve_schema.check(form.serve_configs, form.sites, doc.positions)
+    notes: list[str] = list(form.notes)
     normalized: dict[str, Any] = {}
-    valid = True
-    for prefix, data in find_runtime_envs(doc):
-        _share_scans(data, run)
-        found, result = check_env(data, prefix=prefix, positions=doc.positions, text=doc.text,
-                                  file_dir=file_dir, options=options, cache=cache)
+    valid = not any(d.ray_error for d in diags)
+
+    def check(data: Any, prefix: tuple[Any, ...]) -> tuple[list[Diagnostic], PipelineResult]:
+        return check_env(data, prefix=prefix, positions=doc.positions, text=doc.text,
+                         file_dir=file_dir, options=options, cache=cache)
+
+    for site in form.sites:
+        _share_scans(site.data, run)
+        found, result = sites.check_site(site, check, options.api, doc.positions)
         diags.extend(found)
         notes.extend(n for n in result.notes if n not in notes)
         valid = valid and not any(d.ray_error for d in found)
-        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in prefix) or "."
+        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in site.prefix) or "."
         normalized[key.replace(".[", "[")] = _strip_placeholders(result.normalized)
     for dup in doc.positions.duplicates:
         diags.append(Diagnostic(
@@ -218,13 +234,13 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
     if options.strict:
         diags = [replace(d, severity=Severity.ERROR) if d.code == "RTE101" else d for d in diags]
     diags.sort(key=lambda d: (d.line or 0, d.column or 0, d.code))
-    secrets = _secrets(doc)
+    secrets = _secrets(form.sites)
     if secrets:
         from rtenv_cli.core.lint.rules.env_vars import scrub
 
         diags = [replace(d, message=scrub(d.message, secrets),
                          hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
-    final = normalized.get(".") if kind == "runtime_env" else normalized
+    final = normalized.get(".") if kind in ("runtime_env", "wrapped") else normalized
     return _as_template(FileReport(path, valid, tuple(diags), final if valid else None,
                                    tuple(notes), kind, doc.text, frozenset(secrets)), None)
 
@@ -253,13 +269,17 @@ def _share_scans(data: Any, run: RunCache) -> None:
         run.share_package_scans()
 
 
-def _secrets(doc: LoadedDoc) -> set[str]:
+def _secrets(found_in: Sequence[Site]) -> set[str]:
     from rtenv_cli.core.lint.rules.env_vars import secret_values
+    from rtenv_cli.core.lint.rules.uris import uri_secrets
 
     found: set[str] = set()
-    for _prefix, data in find_runtime_envs(doc):
+    for site in found_in:
+        data = site.data
+        if site.origin == "wrapped" and isinstance(data, dict):
+            data = data.get("runtime_env")
         if isinstance(data, dict):
-            found |= secret_values(data.get("env_vars"))
+            found |= secret_values(data.get("env_vars")) | uri_secrets(data)
     return found
 
 

@@ -55,6 +55,8 @@ class Packager:
             scan = scan_package(source, kind=kind, excludes=tuple(excludes),  # type: ignore[arg-type]
                                 env=dict(self.env))
             if scan.total_bytes >= limit:
+                self.too_large(json_path, scan.total_bytes,
+                               [(e.relpath, e.size) for e in scan.files()])
                 return self._unhashed(source, f"is over Ray's {limit >> 20} MiB limit")
             uris = {} if self.uris is None else self.uris  # shared by the run's files
             key = packscan.package_key(source, kind, excludes, self.env)
@@ -68,6 +70,8 @@ class Packager:
                 uri = packscan.file_uri(source)
             else:
                 walked = packscan.cached_walk(source, kind, excludes, self.env, self.walks)
+                if not walked.truncated and walked.total_bytes >= limit:
+                    self.too_large(json_path, walked.total_bytes, list(walked.files))
                 if walked.truncated or walked.total_bytes >= limit:
                     return self._unhashed(source, (
                         f"has more than {packscan.WALK_LIMIT} paths" if walked.truncated
@@ -78,6 +82,34 @@ class Packager:
             return None
         self.result.notes.append(f"{source}: {problem.message}; URI computed without it")
         return uri
+
+    def too_large(self, path: tuple[Any, ...], total: int, files: list[tuple[str, int]]
+                  ) -> None:
+        """Ray's upload of this package fails: the dashboard refuses request bodies over
+        100 MiB (`ray job submit`), the GCS packages of 512 MiB and more (`ray.init`). Ray
+        zips without compression, so the files' total is the upload's size."""
+        from rtenv_cli.core.lint.rules.size import offenders
+
+        mib = total / 1024 / 1024
+        top = offenders(files, 3)
+        largest = ", ".join(f"{name} {size / 1024 / 1024:.1f} MiB" for name, size in top
+                            if size >= top[0][1] // 100)
+        if self.api == "job-submit":
+            message = (f"the package is {mib:.1f} MiB, over the dashboard's 100 MiB upload "
+                       "limit: `ray job submit` fails with HTTP 413 Request Entity Too Large "
+                       f"(Ray reports 'Request failed with status code 500'); largest: {largest}")
+            kind = "RuntimeError"
+            hint = ("upload it without the dashboard: `rtenv push FILE --address <head>:6379` "
+                    "writes it straight to the GCS (up to 512 MiB), `--stage-to file:///shared"
+                    "/dir` (or an rtenv agent) has no limit; or exclude the largest entries")
+        else:
+            message = (f"Package size ({mib:.2f}MiB) exceeds the maximum size of 512.00MiB; "
+                       f"largest: {largest}")
+            kind = "RuntimeEnvSetupError"
+            hint = ("exclude the largest entries (excludes, .rayignore), or publish it with "
+                    "`rtenv push FILE --stage-to file:///shared/dir` (no size limit)")
+        self.result.errors.append(n.RuntimeEnvValueError(
+            message, (*self.prefix, *path), python_type=kind, stage="upload", hint=hint))
 
     def _unhashed(self, source: Path, why: str) -> str:
         # hashing would read every byte of a package Ray cannot upload anyway

@@ -127,7 +127,8 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
 
 
 _STAGE_ORDER = {name: i for i, name in enumerate(
-    ("packaging", "setup_hook", "shape", "runtime_env", "json", "server", "driver"))}
+    ("packaging", "upload", "setup_hook", "shape", "runtime_env", "json", "server",
+     "driver"))}
 
 
 def _job_submit_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],

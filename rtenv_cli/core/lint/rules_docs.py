@@ -7,7 +7,7 @@ from rtenv_cli.core.lint.rule import Rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-RULES: tuple[Rule, ...] = (
+_TABLE: tuple[Rule, ...] = (
     # -- what Ray itself rejects (the verdict) ---------------------------------------------------
     Rule("RTE001", "yaml-syntax", E, "the file does not parse with Ray's yaml.safe_load",
          "Parses the file exactly as `ray job submit --runtime-env` does: `yaml.safe_load` "
@@ -286,4 +286,98 @@ RULES: tuple[Rule, ...] = (
          "Reports that resolution was skipped (no network or no uv).",
          "The requirements were not checked.",
          "pip: [requests]\n", "pip: [requests]\n"),
+    # -- file forms, and what people wrap wrongly ---------------------------------------------
+    Rule("RTE106", "runtime-env-wrapper", E, "a file holding only `runtime_env:`",
+         "Flags a file whose only key is `runtime_env:` (a job spec without `entrypoint:`), and "
+         "checks the fields inside as they would apply once unwrapped.",
+         "`ray job submit --runtime-env FILE` (and ray.init with the file's contents) takes "
+         "`runtime_env` as one unknown plugin field: no env_vars, pip or working_dir reach the "
+         "job, yet Ray stores the whole value, secrets included, in the GCS.",
+         "runtime_env:\n  env_vars:\n    MODE: train\n",
+         "env_vars:\n  MODE: train\n"),
+    # -- excludes dropping code ---------------------------------------------------------------
+    Rule("RTE124", "excludes-drop-sources", W, "an excludes wildcard that drops Python code",
+         "Flags excludes patterns with a wildcard meant for other files (`**/*log*`, `*tmp*`) "
+         "that also drop .py files, and names the modules that will be missing. Patterns that "
+         "name Python (`*.py`) or a folder left out on purpose (`tests/`, `docs/`) are not "
+         "reported.",
+         "Ray leaves out every path a pattern matches, directories included: `**/*log*` "
+         "drops `pkg/utils/logger/` with the log files, and `import pkg.utils.logger` fails on "
+         "every worker.",
+         "working_dir: .\nexcludes: [\"**/*log*\"]\n",
+         "working_dir: .\nexcludes: [\"*.log\", /logs/]\n"),
+    # -- env_vars names -----------------------------------------------------------------------
+    Rule("RTE136", "path-var-overwritten", W, "PATH or LD_LIBRARY_PATH without the node's value",
+         "Flags PATH and LD_LIBRARY_PATH values that do not include the node's own value "
+         "(`$PATH`, `${LD_LIBRARY_PATH}`); PYTHONPATH is RTE132's.",
+         "Ray sets env_vars as given (expanding `$VAR` against the node): a value without the "
+         "node's own replaces it, so the worker no longer finds python, ray or nvidia-smi, or "
+         "the CUDA and NCCL libraries the image puts on LD_LIBRARY_PATH.",
+         "env_vars:\n  LD_LIBRARY_PATH: /opt/mylib\n",
+         "env_vars:\n  LD_LIBRARY_PATH: /opt/mylib:$LD_LIBRARY_PATH\n"),
+    Rule("RTE137", "env-var-name-typo", W, "a misspelt well-known variable name",
+         "Compares env_vars names with the prefixes RAY_, NCCL_, CUDA_, HF_, TRANSFORMERS_ and "
+         "WANDB_ against the names those tools read (every RAY_* name Ray 2.60.0 reads, from "
+         "its sources and its compiled config: scripts/gen_ray_env_names.py) and suggests the "
+         "one meant; a name one or two edits away, or in the wrong case, is reported.",
+         "Nothing reads a misspelt name: the setting silently keeps its default.",
+         "env_vars:\n  RAY_DEBUG_POST_MORTE: \"1\"\n",
+         "env_vars:\n  RAY_DEBUG_POST_MORTEM: \"1\"\n"),
+    Rule("RTE138", "driver-only-setting", W, "a Ray setting the runtime_env's workers never read",
+         "Flags Ray settings that only another process reads: RAY_ADDRESS (the submitter; Ray "
+         "sets it for a job's driver itself, job_supervisor.py), RAY_RUNTIME_ENV_IGNORE_GITIGNORE "
+         "(the process that packages, dashboard_sdk.py and worker.py), the raylet's memory "
+         "monitor settings (RAY_memory_usage_threshold, RAY_memory_monitor_refresh_ms), the "
+         "dashboard's RAY_GRAFANA_HOST, RAY_GRAFANA_IFRAME_HOST and RAY_PROMETHEUS_NAME "
+         "(metrics_head.py), and the agent's RAY_RUNTIME_ENV_<PLUGIN>_CACHE_SIZE_GB "
+         "(runtime_env/plugin.py).",
+         "They are read at `ray start` or on the submitting machine, before any worker starts: "
+         "in env_vars they change nothing.",
+         "env_vars:\n  RAY_memory_usage_threshold: \"0.98\"\n",
+         "# RAY_memory_usage_threshold=0.98 ray start ...  (on every node)\nenv_vars: {}\n"),
+    Rule("RTE139", "secret-in-uri", W, "credentials inside a URI",
+         "Flags passwords (`https://user:pass@host`), tokens as user names "
+         "(`https://ghp_...@github.com`) and credential query parameters (`?token=`, "
+         "`X-Amz-Signature`, `sig=`) in working_dir, py_modules, pip/uv requirements and "
+         "options (requirements files too), conda, java_jars and images; shown redacted.",
+         "runtime_envs are stored in the GCS and shown in the dashboard, the job's info and "
+         "logs: the credential leaks to everyone who can see the cluster.",
+         "pip: [\"git+https://x:ghp_abc123@github.com/me/lib.git\"]\n",
+         "# a git credential helper or deploy key on the nodes\n"
+         "pip: [\"git+https://github.com/me/lib.git@v1.4.2\"]\n"),
+    Rule("RTE147", "import-name-as-package", E, "an import name that is not an installable "
+         "package",
+         "Flags requirements that name a module rather than the package providing it (`sklearn`, "
+         "`cv2`, `PIL`, `yaml`, `skimage`, `pytorch`, `tensorflow-gpu`), in pip and uv lists "
+         "and in the pip lists of a conda environment.",
+         "pip finds no such package, or installs a stub that refuses to install: the runtime_env "
+         "fails on every node, after the job is submitted.",
+         "pip: [sklearn, cv2]\n", "pip: [scikit-learn, opencv-python-headless]\n"),
+    # -- Serve configs ------------------------------------------------------------------------
+    Rule("RTE180", "serve-schema", E, "Ray Serve's schema refuses the Serve config",
+         "Validates Serve configs (`serve deploy` files, KubeRay's serveConfigV2) with Ray "
+         "Serve's own schema, `ray.serve.schema.ServeDeploySchema`, imported only when a Serve "
+         "config is seen.",
+         "`serve deploy`, `serve run` and KubeRay refuse the whole config: nothing is "
+         "deployed.",
+         "applications:\n  - name: app\n    import_path: app\n",
+         "applications:\n  - name: app\n    import_path: main:app\n", ray=True),
+    Rule("RTE181", "serve-local-path", E, "a local working_dir/py_modules in a Serve config",
+         "Flags local paths in the working_dir and py_modules of a Serve application's or "
+         "deployment's runtime_env (Serve's `runtime_env_contains_remote_uris`).",
+         "Serve deploys from the cluster, which cannot read your disk: it accepts only remote "
+         "URIs (s3://, gs://, https://, gcs://) and local:// directories already on every node. "
+         "Anyscale specs are exempt: Anyscale uploads local directories itself.",
+         "applications:\n  - name: app\n    import_path: main:app\n"
+         "    runtime_env: {working_dir: .}\n",
+         "applications:\n  - name: app\n    import_path: main:app\n"
+         "    runtime_env: {working_dir: \"s3://bucket/app.zip\"}\n", ray=True),
+    Rule("RTE182", "serve-schema-unavailable", INFO, "Ray Serve's schema could not be imported",
+         "Says that a Serve config was checked without Ray Serve's schema (no Ray installed "
+         "here): only Serve's rule for working_dir/py_modules URIs (RTE181) was applied.",
+         "Other mistakes in the Serve config (import_path, duplicate names, options) are not "
+         "found until `serve deploy`.",
+         "applications: [{import_path: main:app}]\n",
+         "# pip install 'ray[serve]' (the cluster's version)\n"),
 )
+RULES: tuple[Rule, ...] = tuple(sorted(_TABLE, key=lambda rule: rule.code))

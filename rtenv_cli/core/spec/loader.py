@@ -15,6 +15,7 @@ own `safe_load` would follow them). `read_text` is the one way to read an option
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -269,8 +270,29 @@ def _limit_error(message: str, span: Span | None = None) -> ParseError:
     return ParseError(LIMIT_KIND, message, span)
 
 
-def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return per failure kind
-    """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+def _failed(exc: BaseException, name: str, positions: Positions, text: str) -> LoadedDoc:
+    """The document of a parse that raised `exc`, with Ray's exception kind and its position."""
+    import yaml
+
+    if isinstance(exc, AliasLimitError):
+        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
+                                                            message or str(exc),
+                                                            _problem_span(exc)), text)
+    if isinstance(exc, RecursionError):
+        return LoadedDoc(name, None, Positions(), ParseError(
+            "RecursionError", "the document nests too deeply for Python's parser "
+            "(maximum recursion depth exceeded)", None), text)
+    # other YAMLErrors (ReaderError for control characters), and constructor bugs on odd input
+    # (ValueError/TypeError, e.g. huge exponents): Ray's safe_load raises the same
+    return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None), text)
+
+
+def _parse(text: str, name: str, read: Callable[[yaml.SafeLoader, Positions], object]
+           ) -> LoadedDoc:
+    """Run `read` on Ray's loader over `text`; any failure is the document's ParseError."""
     import yaml
 
     positions = Positions()
@@ -280,36 +302,29 @@ def load_text(text: str, name: str) -> LoadedDoc:  # noqa: PLR0911 - one return 
         # the Reader checks the characters in the constructor already (ReaderError)
         loader = _bounded_loader(text)
     except yaml.YAMLError as exc:
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
+        return _failed(exc, name, positions, text)
     try:
-        node = loader.get_single_node()
-        if node is not None:
-            # walk before constructing: construction folds `<<` merge keys into the tree
-            _Walker(positions).walk(node, ())
-        # compose first, construct second: exactly what SafeLoader.get_single_data does
-        data = loader.construct_document(node) if node is not None else None
-    except AliasLimitError as exc:
-        return LoadedDoc(name, None, Positions(), _limit_error(str(exc), exc.span), text)
-    except yaml.MarkedYAMLError as exc:
-        message = " ".join(part for part in (exc.context, exc.problem) if part)
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__,
-                                                            message or str(exc),
-                                                            _problem_span(exc)), text)
-    except yaml.YAMLError as exc:  # e.g. ReaderError for control characters
-        return LoadedDoc(name, None, positions, ParseError(type(exc).__name__, str(exc), None),
-                         text)
-    except RecursionError:
-        return LoadedDoc(name, None, Positions(), ParseError(
-            "RecursionError", "the document nests too deeply for Python's parser "
-            "(maximum recursion depth exceeded)", None), text)
-    except (ValueError, TypeError) as exc:
-        # constructor bugs on odd input (e.g. huge exponents): Ray's safe_load raises the same
-        return LoadedDoc(name, None, positions,
-                         ParseError(type(exc).__name__, str(exc), None), text)
+        data = read(loader, positions)
+    except (AliasLimitError, yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        return _failed(exc, name, positions, text)
     finally:
         loader.dispose()
     return LoadedDoc(name, data, positions, None, text)
+
+
+def _single(loader: yaml.SafeLoader, positions: Positions) -> object:
+    node = loader.get_single_node()
+    if node is None:
+        return None
+    # walk before constructing: construction folds `<<` merge keys into the tree
+    _Walker(positions).walk(node, ())
+    # compose first, construct second: exactly what SafeLoader.get_single_data does
+    return loader.construct_document(node)
+
+
+def load_text(text: str, name: str) -> LoadedDoc:
+    """Parse already-decoded text with Ray's parser (`yaml.safe_load`)."""
+    return _parse(text, name, _single)
 
 
 def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
@@ -422,3 +437,21 @@ def load_path(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
     if raw is None:
         return LoadedDoc(name, None, Positions(), error, None)
     return load_bytes(raw, name, limit=limit)
+
+
+def _every(loader: yaml.SafeLoader, positions: Positions) -> object:
+    documents: list[object] = []
+    walker = _Walker(positions)
+    while loader.check_node():
+        node = loader.get_node()
+        walker.walk(node, (len(documents),))
+        documents.append(loader.construct_document(node))
+    return documents
+
+
+def load_documents(text: str, name: str) -> LoadedDoc:
+    """Every document of a `---`-separated stream (a Kubernetes manifest): `data` is their list
+    and positions are keyed `(index, *path)`, in file lines. Ray reads one document per
+    runtime_env file; this is for files that carry runtime_envs inside, never for the verdict
+    of a runtime_env file itself."""
+    return _parse(text, name, _every)

@@ -102,7 +102,7 @@ working_dir: .  # <- RTE112, RTE121
 """),
     ("excludes_glob_drops_code", {"logging_tools/__init__.py": ""}, """\
 working_dir: .  # <- RTE112
-excludes: ["*log*"]  # <- RTE121
+excludes: ["*log*"]  # <- RTE124
 """),
     ("excludes_naming_a_folder_drops_it_on_purpose", {"tests/test_x.py": ""}, """\
 working_dir: .  # <- RTE112
@@ -112,13 +112,14 @@ excludes: [tests/]
 working_dir: .  # <- RTE112, RTE121
 """),
     # -- Anyscale specs ------------------------------------------------------------------------
+    # read as an Anyscale job spec (kind `anyscale-job`): its own fields are not findings
     ("anyscale_job_config", {}, """\
-name: finetune  # <- RTE109
-entrypoint: python main.py  # <- RTE109
-compute_config: a10g-x4  # <- RTE109
+name: finetune
+entrypoint: python main.py
+compute_config: a10g-x4
 working_dir: s3://bucket/code.zip
-requirements: [torch==2.3.1]  # <- RTE109
-max_retries: 2  # <- RTE109
+requirements: [torch==2.3.1]
+max_retries: 2
 """),
     ("anyscale_upload_path", {}, """\
 working_dir: trainer
@@ -212,12 +213,13 @@ def test_rte121_names_the_source_that_drops_the_code(tmp_path: Path) -> None:
                  "excludes_glob_drops_code", "rays_default_drops_a_package_named_venv"):
         root = tmp_path / name
         extra, text = cases[name]
-        [diag] = [d for d in _validate(root, extra, text).diagnostics if d.code == "RTE121"]
+        code = "RTE124" if name.startswith("excludes") else "RTE121"  # excludes: RTE124's
+        [diag] = [d for d in _validate(root, extra, text).diagnostics if d.code == code]
         messages[name] = diag.message
     assert messages["gitignore_drops_code"].startswith(".gitignore leaves Python code out")
     assert messages["nested_gitignore_drops_code"].startswith("trainer/.gitignore leaves")
-    assert messages["excludes_glob_drops_code"].startswith("excludes pattern `*log*` leaves")
-    assert "`logging_tools`" in messages["excludes_glob_drops_code"]
+    assert messages["excludes_glob_drops_code"].startswith("`*log*` also drops Python code")
+    assert "`logging_tools/` (logging_tools)" in messages["excludes_glob_drops_code"]
     assert messages["rays_default_drops_a_package_named_venv"].startswith(
         "Ray's default excludes")
     assert not any(".gitignore" in m for n, m in messages.items() if "gitignore" not in n)
@@ -242,7 +244,7 @@ def test_follow_the_rte122_hint_and_ray_excludes_the_files(tmp_path: Path) -> No
         assert len(kept[after]) < len(kept[before])  # the fix drops what the typo did not
 
 
-def test_follow_the_rte121_excludes_hint_and_ray_packages_the_code(tmp_path: Path) -> None:
+def test_follow_the_rte124_excludes_hint_and_ray_packages_the_code(tmp_path: Path) -> None:
     import json
 
     from ray._private.ray_constants import get_runtime_env_default_excludes
@@ -250,7 +252,7 @@ def test_follow_the_rte121_excludes_hint_and_ray_packages_the_code(tmp_path: Pat
 
     text = next(t for n, _e, t in CASES if n == "excludes_glob_drops_code")
     report = _validate(tmp_path, {"logging_tools/__init__.py": ""}, text)
-    [diag] = [d for d in report.diagnostics if d.code == "RTE121"]
+    [diag] = [d for d in report.diagnostics if d.code == "RTE124"]
     added = re.findall(r"`(![^`]+)`", diag.hint or "")
     assert added == ["!/logging_tools", "!/logging_tools/**"]
     seen: list[str] = []
@@ -261,3 +263,5 @@ def test_follow_the_rte121_excludes_hint_and_ray_packages_the_code(tmp_path: Pat
     assert "logging_tools/__init__.py" in seen
     fixed = _validate(tmp_path, {}, "working_dir: .\nexcludes: " + json.dumps(["*log*", *added]))
     assert "RTE121" not in {d.code for d in fixed.diagnostics}
+    # the negations bring logging_tools back: only what they do not cover is still named
+    assert not [d for d in fixed.diagnostics if d.code == "RTE124" and "logging_tools" in d.message]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from rtenv_cli.core.lint.rules import (
+    env_names,
     env_vars,
     excludes,
+    excludes_sources,
     fields,
     foreign,
     keys,
@@ -12,8 +14,9 @@ from rtenv_cli.core.lint.rules import (
     requirements,
     resolve,
     size,
+    uris,
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
           *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS,
-          *foreign.CHECKS)
+          *foreign.CHECKS, *env_names.CHECKS, *uris.CHECKS, *excludes_sources.CHECKS)

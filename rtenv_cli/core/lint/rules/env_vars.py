@@ -89,7 +89,9 @@ def overridden(ctx: Context) -> Iterator[Diagnostic]:
                        ("env_vars", "OMP_NUM_THREADS"),
                        hint="remove it and size tasks with num_cpus, unless every worker has "
                        "the same CPU count")
-    if "PYTHONPATH" in items and not re.search(r"\$\{?PYTHONPATH\}?", items["PYTHONPATH"]):
+    from rtenv_cli.core.lint.rules.env_names import keeps_node_value  # RTE136's test too
+
+    if "PYTHONPATH" in items and not keeps_node_value("PYTHONPATH", items["PYTHONPATH"]):
         yield ctx.diag("RTE132", "PYTHONPATH replaces the worker's PYTHONPATH (Ray still "
                        "prepends working_dir and py_modules)", ("env_vars", "PYTHONPATH"),
                        hint=f"append the existing value: \"{items['PYTHONPATH']}:$PYTHONPATH\"")

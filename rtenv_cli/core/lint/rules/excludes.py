@@ -1,5 +1,6 @@
-"""RTE120 excludes that leave nothing, RTE121 Python sources dropped (named by the rule that
-drops them), RTE122 excludes that can never match, RTE123 excludes Ray's defaults already cover.
+"""RTE120 excludes that leave nothing, RTE121 Python sources dropped by an ignore file or Ray's
+defaults (named; what `excludes` drops is RTE124's), RTE122 excludes that can never match,
+RTE123 excludes Ray's defaults already cover.
 
 Which patterns are which is `lint/patterns.py`'s docstring; a pattern that matches nothing *yet*
 (`outputs/` before the first run) is not reported."""
@@ -59,11 +60,12 @@ def _drop_sources(source: Path, user: Sequence[str]) -> str:
 
 def _dropped_python(ctx: Context, path: tuple[object, ...], source: Path, kind: str, *,
                     ignored: Sequence[str], user: Sequence[str]) -> Iterator[Diagnostic]:
-    """RTE121, one finding per rule source (an ignore file, an excludes pattern, Ray's
-    defaults), each naming it: never ".gitignore" for what `excludes` dropped."""
+    """RTE121, one finding per rule source (an ignore file, Ray's defaults), each naming it:
+    never ".gitignore" for what `excludes` dropped. What an `excludes` pattern drops is RTE124's
+    (rules/excludes_sources.py: it names the modules, at any depth), not reported twice."""
     groups: dict[str, list[str]] = {}
     for rel, label in zip(ignored, _labels(source, kind, ignored, user, ctx.env), strict=True):
-        if _is_environment(source / rel) or _intended(label, rel):
+        if _is_environment(source / rel) or label.startswith("excludes["):
             continue
         origin = _origin(label)
         groups.setdefault(origin, []).append(rel)
@@ -71,17 +73,7 @@ def _dropped_python(ctx: Context, path: tuple[object, ...], source: Path, kind: 
         extra = len(rels) - SHOWN
         shown = ", ".join(f"`{r}`" for r in rels[:SHOWN]) + (f" and {extra} more"
                                                              if extra > 0 else "")
-        if origin.startswith("excludes["):
-            index = int(origin[len("excludes["):-1])
-            pattern = user[index].strip()
-            first = rels[0]
-            keep = (f"`!/{first}` and `!/{first}/**`" if (source / first).is_dir()
-                    else f"`!/{first}`")
-            yield ctx.diag("RTE121", f"excludes pattern `{pattern}` leaves Python code out of "
-                           f"the package: {shown}", ("excludes", index), prefer="value",
-                           hint=f"if the job imports it, narrow `{pattern}` so that it does "
-                           f"not match `{first}`, or add {keep} after it")
-        elif origin == "ray-default":
+        if origin == "ray-default":
             from rtenv_cli.core.packaging.ignore import default_excludes
 
             defaults = ", ".join(default_excludes(ctx.env))
@@ -119,16 +111,6 @@ def _origin(label: str) -> str:
         return label.split(":", 1)[0]
     found = re.match(r"(.*?):\d+:", label)
     return found.group(1) if found else ""
-
-
-def _intended(label: str, rel: str) -> bool:
-    """An excludes pattern that names the folder itself (`tests/`, `/scripts`) drops it on
-    purpose; a glob that happens to match (`**/*log*` on `utils/logger/`) does not."""
-    if not label.startswith("excludes["):
-        return False
-    pattern = label.split(":", 1)[1].strip().strip("/").removeprefix("**/")
-    return "*" not in pattern and "?" not in pattern and "[" not in pattern and \
-        (pattern == rel or pattern.rpartition("/")[2] == rel.rpartition("/")[2])
 
 
 def _is_environment(path: Path) -> bool:

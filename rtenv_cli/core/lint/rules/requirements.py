@@ -1,6 +1,8 @@
 """pip/uv requirement rules: RTE140 ray pins, RTE141 duplicates, RTE142 options as packages,
 RTE143 git+ URLs, RTE144 unpinned heavy packages, RTE145 requirements-file noise, RTE146
-pip_version/uv_version without an operator."""
+pip_version/uv_version without an operator, RTE147 import names that are not installable.
+The pip lists of a conda environment (`conda.dependencies[].pip`, inline or in the YAML file)
+get the same rules: conda hands them to pip."""
 
 from __future__ import annotations
 
@@ -17,6 +19,19 @@ from rtenv_cli.core.spec import model
 HEAVY = frozenset({"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-gpu", "jax",
                    "jaxlib", "vllm", "xformers", "deepspeed", "flash-attn", "tensorrt",
                    "triton", "mxnet", "paddlepaddle", "onnxruntime-gpu", "cupy-cuda12x"})
+# import name -> (the distribution to install, what installing the import name does)
+NOT_INSTALLABLE = {
+    "sklearn": ("scikit-learn", "the `sklearn` package on PyPI is a stub that refuses to "
+                "install"),
+    "pytorch": ("torch", "the `pytorch` package on PyPI is a stub that refuses to install"),
+    "cv2": ("opencv-python-headless", "no package named `cv2` exists"),
+    "pil": ("pillow", "no package named `PIL` exists"),
+    "yaml": ("pyyaml", "no package named `yaml` exists"),
+    "skimage": ("scikit-image", "the `skimage` package on PyPI is a stub that refuses to "
+                "install"),
+    "tensorflow-gpu": ("tensorflow", "`tensorflow-gpu` was removed: its stub refuses to "
+                       "install (GPU support is in `tensorflow` itself)"),
+}
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
 
 
@@ -61,6 +76,30 @@ def requirements(ctx: Context) -> dict[str, list[Requirement]]:
                         for i, v in enumerate(packages) if isinstance(v, str)]
         if reqs:
             out[field] = reqs
+    conda = _conda_pip(ctx)
+    if conda:
+        out["conda"] = conda
+    return out
+
+
+def _conda_pip(ctx: Context) -> list[Requirement]:
+    """The `pip:` lists under a conda environment's dependencies (inline or its YAML file)."""
+    value = ctx.data.get("conda")
+    origin = None
+    if isinstance(value, str) and Path(value).suffix in (".yaml", ".yml"):
+        from rtenv_cli.core.spec.loader import load_path
+
+        file = Path(value) if Path(value).is_absolute() else ctx.base_dir / value
+        loaded = load_path(file)
+        value, origin = (loaded.data, value) if loaded.error is None else (None, None)
+    deps = value.get("dependencies") if isinstance(value, Mapping) else None
+    out: list[Requirement] = []
+    for i, dep in enumerate(deps if isinstance(deps, list) else []):
+        pips = dep.get("pip") if isinstance(dep, Mapping) else None
+        for j, item in enumerate(pips if isinstance(pips, list) else []):
+            if isinstance(item, str):
+                path = ("conda",) if origin else ("conda", "dependencies", i, "pip", j)
+                out.append(Requirement(item, path, f"{origin}: pip[{j}]" if origin else None))
     return out
 
 
@@ -100,24 +139,15 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
             text = req.text.strip()
             if not text or text.startswith("#"):
                 continue
-            if text.startswith(("-r ", "--requirement", "-c ", "--constraint")):
-                yield ctx.diag("RTE142", f"`{text}` names a file that must exist on every node: "
-                               f"pip reads it there, not on this machine{_where(req)}",
-                               req.path, prefer="value",
-                               hint="inline its requirements, or pass the file itself as "
-                               f"`{field}: path/to/requirements.txt`")
-                continue
             if text.startswith("-"):
-                opt = "pip_install_options" if field == "pip" else "uv_pip_install_options"
-                yield ctx.diag("RTE142", f"`{text}` is a pip option, not a package{_where(req)}",
-                               req.path, prefer="value", hint=f"move it to `{field}.{opt}`")
+                yield from _option(ctx, field, req, text)
                 continue
             if "git+" in text:
                 yield ctx.diag("RTE143", f"`{text}` needs git and access to the repository on "
                                f"every node{_where(req)}", req.path, prefer="value",
                                hint="publish a wheel or pin a released version")
-            match = _REQ.match(text)
-            if not match:
+            match = None if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text) else _REQ.match(text)
+            if not match:  # a bare URL (git+https://...) names no package here
                 continue
             name = canonical(match.group(1))
             spec = match.group(3).split(";")[0].split("#")[0].strip()
@@ -129,8 +159,10 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
                                req.path, prefer="value", hint="keep one line per package")
             first = name not in seen
             seen[name] = req
+            if first and name in NOT_INSTALLABLE:
+                yield _not_installable(ctx, req, match.group(1), name)
             if name == "ray" and first:
-                yield from _ray_pin(ctx, req, text, spec)
+                yield from _ray_pin(ctx, req, text, spec, field)
             elif first and name in HEAVY and "==" not in spec and "@" not in spec:
                 yield ctx.diag("RTE144", f"`{text}` is not pinned: nodes installing at "
                                f"different times can get different versions{_where(req)}",
@@ -138,12 +170,38 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
     yield from _versions(ctx)
 
 
-def _ray_pin(ctx: Context, req: Requirement, text: str, spec: str) -> Iterator[Diagnostic]:
+def _option(ctx: Context, field: str, req: Requirement, text: str) -> Iterator[Diagnostic]:
+    """A requirement line that is a pip option."""
+    if field == "conda":
+        return  # conda writes its pip list to a requirements file: options are fine there
+    if text.startswith(("-r ", "--requirement", "-c ", "--constraint")):
+        yield ctx.diag("RTE142", f"`{text}` names a file that must exist on every node: "
+                       f"pip reads it there, not on this machine{_where(req)}",
+                       req.path, prefer="value",
+                       hint="inline its requirements, or pass the file itself as "
+                       f"`{field}: path/to/requirements.txt`")
+        return
+    opt = "pip_install_options" if field == "pip" else "uv_pip_install_options"
+    yield ctx.diag("RTE142", f"`{text}` is a pip option, not a package{_where(req)}",
+                   req.path, prefer="value", hint=f"move it to `{field}.{opt}`")
+
+
+def _not_installable(ctx: Context, req: Requirement, written: str, name: str) -> Diagnostic:
+    right, why = NOT_INSTALLABLE[name]
+    return ctx.diag("RTE147", f"`{written}` is an import name, not the package that provides "
+                    f"it: {why}{_where(req)}", req.path, prefer="value",
+                    hint=f"install `{right}` (the module is still imported as `{written}`)")
+
+
+def _ray_pin(ctx: Context, req: Requirement, text: str, spec: str, field: str
+             ) -> Iterator[Diagnostic]:
     version = installed_ray_version(ctx)
     pinned = re.match(r"^===?\s*([0-9][^,\s]*)$", spec)
+    refusal = (f"Ray puts `ray=={version}` first in this conda pip list, so pip cannot "
+               "resolve both" if field == "conda" else "the node refuses to change Ray's version")
     if pinned and pinned.group(1) != version:
         yield ctx.diag("RTE140", f"`{text}` pins Ray {pinned.group(1)}, the cluster runs "
-                       f"{version}: the node refuses to change Ray's version{_where(req)}",
+                       f"{version}: {refusal}{_where(req)}",
                        req.path, severity=Severity.ERROR, prefer="value",
                        hint="remove `ray` from the requirements (the cluster's Ray is used)")
     else:
