@@ -373,19 +373,23 @@ class Store:
 
     def put_manifest(self, name: str, doc: dict[str, Any], size_bytes: int) -> Entry:
         """Publish a verified manifest (atomic write); blobs it names are kept by gc."""
-        from rtenv_cli.core.fsutil import atomic_write_bytes
-
         key = f"package:{name}"
         with self.lock(key):
             if (entry := self.index.get(key)) is not None and self.has_package(name):
                 return entry
+            final = self.manifest_path(name)
+            work = self.tmp_dir(key)  # in tmp/, as every write: a kill leaves it to recover()
             try:
-                atomic_write_bytes(self.manifest_path(name),
-                                   json.dumps(doc, separators=(",", ":")).encode(), 0o600)
+                _write_synced(work / "manifest.json",
+                              json.dumps(doc, separators=(",", ":")).encode())
+                os.rename(work / "manifest.json", final)
+                fsync_dir(final.parent)
             except OSError as exc:
                 if exc.errno in _NO_SPACE:
                     raise self.disk_full(exc) from exc
                 raise
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
             self._remember(name, doc)
             del size_bytes  # the files are counted as blobs; the package is its manifest
             return self._index_package(name, f"manifests/{name}.json",
