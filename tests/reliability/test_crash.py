@@ -11,6 +11,7 @@ both: `.ci/run` deselects nothing).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -108,7 +109,7 @@ def check_store(root: Path, trees: dict[str, dict[str, bytes]],
                 name = entry.key.removeprefix("package:")
                 try:
                     verify_package(name, store.package_file(name))
-                except Exception as exc:  # noqa: BLE001 - reported as a finding
+                except Exception as exc:  # reported as a finding
                     problems.append(f"package {name} does not verify: {exc}")
             elif entry.kind == "working_dir" and path.exists():
                 if not (path / "meta.json").exists():
@@ -184,13 +185,16 @@ class _Rounds:
         snap = self.snapshot()  # build_delta: an env over a delta package (zip assembled)
         return (lambda a: (push_delta(snap, AgentTarget(a.url, a.token)),
                            self.create(a, snap.uri)),
-                lambda a: (push_delta(snap, AgentTarget(a.url, a.token)),
-                           self._created(a, snap.uri)) and None, 0.6)
+                lambda a: self._pushed_and_created(a, snap), 0.6)
 
     @staticmethod
     def _pushed(agent: AgentProc, snap: Snapshot) -> None:
         result = push_delta(snap, AgentTarget(agent.url, agent.token))
         assert result.uri == snap.uri
+
+    def _pushed_and_created(self, agent: AgentProc, snap: Snapshot) -> None:
+        self._pushed(agent, snap)
+        self._created(agent, snap.uri)
 
     def _created(self, agent: AgentProc, uri: str) -> None:
         handle = self.create(agent, uri)
@@ -216,7 +220,7 @@ class _Rounds:
                     self.trials.failures.append(f"round {r} ({kind}): {problem}")
                 try:
                     again(agent)
-                except Exception as exc:  # noqa: BLE001 - reported as a finding
+                except Exception as exc:  # reported as a finding
                     self.trials.failures.append(f"round {r} ({kind}): redo failed: {exc}")
         finally:
             self._stop()
@@ -238,15 +242,13 @@ def _auth(agent: AgentProc) -> dict[str, str]:
 
 
 def _quietly(work: Callable[[AgentProc], object], agent: AgentProc) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the agent was killed under it: expected
         work(agent)
-    except Exception:  # noqa: BLE001, S110 - the agent was killed under it: expected
-        pass
 
 
 def _report(name: str, trials: Trials) -> None:
     kills = sum(trials.kills.values())
-    print(f"\n{name}: {kills} kills {trials.kills}, {len(trials.failures)} failures")  # noqa: T201 - the suite's figures, shown with -s
+    print(f"\n{name}: {kills} kills {trials.kills}, {len(trials.failures)} failures")
 
 
 def test_agent_killed_during_uploads_deltas_and_builds(tmp_path: Path) -> None:
@@ -266,7 +268,10 @@ def test_agent_killed_during_uploads_deltas_and_builds_long(tmp_path: Path) -> N
 # -- `rtenv run` on the embedded store -----------------------------------------------------------
 def _run_cmd(env_file: Path) -> list[str]:
     return [sys.executable, "-m", "rtenv_cli", "run", "-r", str(env_file), "--",
-            sys.executable, "-c", "import pathlib; print(len(list(pathlib.Path('.').rglob('*.bin'))))"]
+            sys.executable, "-c", _COUNT]
+
+
+_COUNT = "import pathlib; print(len(list(pathlib.Path('.').rglob('*.bin'))))"
 
 
 def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> Trials:
