@@ -156,18 +156,18 @@ class _Rounds:
         name = uri.removeprefix("gcs://")
         resp = requests.put(f"{agent.url}/api/packages/gcs/{name}", timeout=30,
                             data=_throttled(zpath, pause), headers=_auth(agent))
-        resp.raise_for_status()
+        assert resp.status_code == 200, resp.text
 
     @staticmethod
     def create(agent: AgentProc, uri: str) -> dict[str, object]:
         resp = requests.post(f"{agent.url}/api/envs", timeout=60, headers=_auth(agent),
                              json={"runtime_env": {"working_dir": uri}, "holder": "crash",
                                    "lease_s": 60})
-        resp.raise_for_status()
+        assert resp.status_code == 200, resp.text
         return dict(resp.json())
 
-    def step(self, kind: str) -> tuple[Callable[[AgentProc], object], Callable[[AgentProc], None],
-                                       float]:
+    def step(self, kind: str) -> tuple[Callable[[AgentProc], object],
+                                       Callable[[AgentProc], object], float]:
         """(the work, what proves the same work succeeds afterwards, the longest kill delay)."""
         if kind == "upload":
             uri, zpath = self.package()
@@ -181,7 +181,7 @@ class _Rounds:
         if kind == "build":
             uri, zpath = self.package()
             return (lambda a: (self.upload(a, uri, zpath, 0.0), self.create(a, uri)),
-                    lambda a: self._created(a, uri), 0.5)
+                    lambda a: (self.upload(a, uri, zpath, 0.0), self._created(a, uri)), 0.5)
         snap = self.snapshot()  # build_delta: an env over a delta package (zip assembled)
         return (lambda a: (push_delta(snap, AgentTarget(a.url, a.token)),
                            self.create(a, snap.uri)),
