@@ -310,7 +310,7 @@ def _ray_uri(src: Path) -> str:
 
 
 def test_rtenv_run_killed_at_random_points(tmp_path: Path) -> None:
-    trials = _run_rounds(tmp_path, 4, seed=3)
+    trials = _run_rounds(tmp_path, 3, seed=3)
     _report("rtenv run SIGKILL", trials)
     assert trials.failures == []
 
