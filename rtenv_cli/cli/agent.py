@@ -99,14 +99,16 @@ def agent(
 
         $ RTENV_AGENT_TOKEN="$TOKEN" rtenv agent --host 0.0.0.0 --max-size 20GB
     """
-    from rtenv_cli.core.agent.server import AgentConfig
+    from rtenv_cli.core.agent.server import AgentConfig, is_loopback
     from rtenv_cli.core.agent.serving import serve
     from rtenv_cli.core.transport.agent_protocol import Limits
     from rtenv_cli.core.units import parse_duration, parse_size
 
     out = Output("text")
     limits = Limits(json_bytes=parse_size(max_body), package_bytes=parse_size(max_upload))
-    if not token and not no_token:
+    if not token and not no_token and is_loopback(host):
+        # this user's own token (agent_token); beyond loopback the token must be given, for
+        # the clients on other machines cannot read the file
         from rtenv_cli.core.transport.agent_token import user_token
 
         token = user_token()

@@ -260,7 +260,7 @@ def test_agent_killed_during_uploads_deltas_and_builds(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_agent_killed_during_uploads_deltas_and_builds_long(tmp_path: Path) -> None:
-    trials = _Rounds(tmp_path, seed=1717).run(100)
+    trials = _Rounds(tmp_path, seed=1717).run(60)
     _report("agent SIGKILL (long)", trials)
     assert trials.failures == []
 
