@@ -36,7 +36,7 @@ from rtenv_cli.core.watch.snapshot import Snapshot
 from tests.support.agent import AgentProc, agent_process
 from tests.support.packages import ray_package
 
-FILES = 150  # files per tree: enough that each step takes a while to be killed in
+FILES = 100  # files per tree: enough that each step takes a while to be killed in
 
 
 def _tree(root: Path, seed: int) -> dict[str, bytes]:
@@ -173,19 +173,19 @@ class _Rounds:
             uri, zpath = self.package()
             pause = self.rng.choice([0.0, 0.002, 0.01])
             return (lambda a: self.upload(a, uri, zpath, pause),
-                    lambda a: self.upload(a, uri, zpath, 0.0), 0.3 + pause * 40)
+                    lambda a: self.upload(a, uri, zpath, 0.0), 0.25 + pause * 30)
         if kind == "delta":
             snap = self.snapshot()
             return (lambda a: push_delta(snap, AgentTarget(a.url, a.token)),
-                    lambda a: self._pushed(a, snap), 0.4)
+                    lambda a: self._pushed(a, snap), 0.3)
         if kind == "build":
             uri, zpath = self.package()
             return (lambda a: (self.upload(a, uri, zpath, 0.0), self.create(a, uri)),
-                    lambda a: (self.upload(a, uri, zpath, 0.0), self._created(a, uri)), 0.5)
+                    lambda a: (self.upload(a, uri, zpath, 0.0), self._created(a, uri)), 0.4)
         snap = self.snapshot()  # build_delta: an env over a delta package (zip assembled)
         return (lambda a: (push_delta(snap, AgentTarget(a.url, a.token)),
                            self.create(a, snap.uri)),
-                lambda a: self._pushed_and_created(a, snap), 0.6)
+                lambda a: self._pushed_and_created(a, snap), 0.45)
 
     @staticmethod
     def _pushed(agent: AgentProc, snap: Snapshot) -> None:
