@@ -8,7 +8,7 @@
   both on the tree minus `data/` (83 MB): the dashboard refuses bodies over 100 MiB;
 - idle CPU of the watcher process while nothing changes (utime+stime from /proc over a window).
 
-The tree mirrors research/packaging.md §11: 9,500 text files of 0.3-8 KB, 440 random files of
+The tree has bench_push's shape: 9,500 text files of 0.3-8 KB, 440 random files of
 40-160 KB, 60 random files of about 1.9 MB, 413 directories.
 """
 

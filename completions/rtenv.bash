@@ -17,6 +17,7 @@ _rtenv() {
                 " explain") path="$path explain" ;;
                 " ls-files") path="$path ls-files" ;;
                 " push") path="$path push" ;;
+                " ray-env") path="$path ray-env" ;;
                 " rules") path="$path rules" ;;
                 " run") path="$path run" ;;
                 " validate") path="$path validate" ;;
@@ -39,8 +40,8 @@ _rtenv() {
         --format|-f) COMPREPLY=($(compgen -W 'text json github sarif' -- "$cur")); return ;;
     esac
     case "$path" in
-        "") COMPREPLY=($(compgen -W 'agent cache check-ignore explain ls-files push rules run validate --version -V --help -h' -- "$cur")) ;;
-        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W 'agent cache check-ignore explain ls-files push ray-env rules run validate --version -V --help -h' -- "$cur")) ;;
+        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
         " cache") COMPREPLY=($(compgen -W 'gc ls purge --help -h' -- "$cur")) ;;
         " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
@@ -49,9 +50,10 @@ _rtenv() {
         " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
         " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
         " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
+        " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --cgroup-root --help -h' -- "$cur")) ;;
-        " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --help -h' -- "$cur")) ;;
+        " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
     esac
     if [[ ${#COMPREPLY[@]} -eq 0 ]]; then COMPREPLY=($(compgen -f -- "$cur")); fi
 }

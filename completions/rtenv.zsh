@@ -12,6 +12,9 @@ _rtenv_validate() {
         '--ray-version[The cluster'\''s Ray version, for RTE140 (default\: the installed Ray, else 2.60.0).]' \
         '--format[Output format.]:value:(text json github sarif)' \
         '-f[Output format.]:value:(text json github sarif)' \
+        '--show-info[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
+        '--verbose[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
+        '-v[Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
         '*:file:_files'
@@ -39,6 +42,19 @@ _rtenv_rules() {
     _arguments \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit]' \
+        '-h[Show help and exit]' \
+        '*:file:_files'
+}
+
+_rtenv_ray_env() {
+    _arguments \
+        '--format[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]' \
+        '-f[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]' \
+        '--root[rtenv'\''s home on the nodes (RTENV_HOME; the store is ROOT/store). Default\: RTENV_HOME if set, else each node'\''s user cache dir.]' \
+        '--max-size[Keep the store at most this big\: least recently used unreferenced environments go after each build (e.g. 20GB).]' \
+        '--max-age[Drop unreferenced environments unused for this long after each build (e.g. 7d).]' \
+        '--check[Instead\: report per node of the Ray cluster at this address (dashboard URL or GCS address) whether its agent loads the plugin; exit 1 if one does not.]' \
         '--help[Show help and exit]' \
         '-h[Show help and exit]' \
         '*:file:_files'
@@ -205,7 +221,9 @@ _rtenv_agent() {
         '--host[Address to bind. Anything but loopback needs a token.]' \
         '--port[Port to listen on (0\: any free port).]' \
         '--root[Store directory. Default\: the embedded store under the user cache dir (RTENV_HOME).]' \
-        '--token[Require `Authorization\: Bearer <token>` on every request. Prefer the environment variable\: other users can read a command line in `ps`.]' \
+        '--token[Require `Authorization\: Bearer <token>` on every request. Prefer the environment variable\: other users can read a command line in `ps`. Default\: this user'\''s token, kept in RTENV_HOME/agent-token (0600), which rtenv'\''s clients of the same user read by themselves.]' \
+        '--no-token[Serve loopback without any token\: every local user can then use the agent as this user (build code, read what it can read). Only on a machine nobody else logs in to.]' \
+        '--allow-file-root[A directory whose archives a create may name as file\:// URIs (e.g. a shared filesystem); repeatable. Otherwise clients name only what they uploaded or what is on the network.]' \
         '--max-size[After each create, drop least recently used unreferenced entries until the store is at most this big (e.g. 20GB).]' \
         '--max-age[After each create, drop unreferenced entries unused for this long (e.g. 7d).]' \
         '--workers[Server processes sharing the port and the store (cache hits are answered in parallel; builds still happen once).]' \
@@ -227,6 +245,7 @@ _rtenv() {
         'explain:Show the exact environment a Ray 2.60 worker gets, and where each variable comes from.'
         'ls-files:List the files (and empty directories) Ray would package, after every ignore rule.'
         'push:Package a runtime_env'\''s working_dir/py_modules exactly like Ray and upload what is missing.'
+        'ray-env:Print the environment variables that load rtenv'\''s Ray plugin, to export before'
         'rules:List every validation rule, or explain one.'
         'run:Run CMD in the environment of a runtime_env, as a Ray worker would get it.'
         'validate:Check runtime_env files exactly as Ray 2.60.0 would, and beyond.'
@@ -247,6 +266,7 @@ _rtenv() {
                 explain) _rtenv_explain ;;
                 ls-files) _rtenv_ls_files ;;
                 push) _rtenv_push ;;
+                ray-env) _rtenv_ray_env ;;
                 rules) _rtenv_rules ;;
                 run) _rtenv_run ;;
                 validate) _rtenv_validate ;;

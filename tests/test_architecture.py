@@ -118,6 +118,7 @@ ALLOWED = {
     "transport": BASE | {"store"},
     "cache": BASE | {"store", "transport"},
     "agent": BASE | {"store", "transport", "cache"},
+    "rayplugin": BASE | {"spec", "store", "transport", "cache"},
     "explain": BASE | {"spec", "packaging", "transport"},
     "lint": BASE | {"spec", "packaging", "explain"},
     "push": BASE | {"spec", "packaging", "transport", "lint"},

@@ -136,11 +136,11 @@ def _ray_accepts(tmp: Path, source: Path, kind: str, excludes: list[str], *, uri
 
 def _remote_of(ray_layout: bytes, tmp: Path) -> bytes:
     """What the agent serves Ray's nodes for a package (its remote rendition)."""
-    from rtenv_cli.core.store.store import _prefixed_copy
+    from rtenv_cli.core.store.zips import prefixed_copy
 
     src, out = tmp / "src.zip", tmp / "remote.zip"
     src.write_bytes(ray_layout)
-    _prefixed_copy(src, out, "pkg/")
+    prefixed_copy(src, out, "pkg/")
     return out.read_bytes()
 
 

@@ -32,58 +32,87 @@ def needed() -> bool:
     return find_spec("typer._coercion") is not None
 
 
-def install() -> bool:  # noqa: C901 - the nested coercers are one per type typer coerces
+def _flag(v: Any, p: Any, c: Any) -> Any:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    from typer import BadParameter
+
+    raise BadParameter(f"{v!r} is not a valid boolean.", ctx=c, param=p)
+
+
+def _text(v: Any, _p: Any, _c: Any) -> Any:
+    return v if isinstance(v, str) else str(v)
+
+
+def _path(v: Any, _p: Any, _c: Any) -> Any:
+    return v if isinstance(v, Path) else Path(v)
+
+
+def _choice(annotation: type[Enum], info: Any) -> Any:
+    from typer import BadParameter, _param_types
+
+    choices = list(annotation)
+
+    def choice(v: Any, p: Any, c: Any) -> Any:
+        try:
+            return _param_types.coerce_cli_choice(
+                v, choices=choices, case_sensitive=info.case_sensitive, ctx=c)
+        except ValueError as exc:  # typer's adapter turns this into BadParameter too
+            raise BadParameter(str(exc), ctx=c, param=p) from None
+    return choice
+
+
+def _number(annotation: type[int | float]) -> Any:
+    def number(v: Any, p: Any, c: Any) -> Any:
+        try:
+            return annotation(v)
+        except (TypeError, ValueError):
+            from typer import BadParameter
+
+            name = "integer" if annotation is int else "float"
+            raise BadParameter(f"{v!r} is not a valid {name}.", ctx=c, param=p) from None
+    return number
+
+
+def _plain_path(info: Any) -> bool:
+    """A Path option typer would only wrap: no checks, no resolution, no dash."""
+    return not (info.exists or info.resolve_path or info.allow_dash
+                or info.path_type is not None or info.file_okay is not True
+                or info.dir_okay is not True or info.writable or info.readable is not True)
+
+
+def leaf(annotation: Any, info: Any) -> Any | None:  # noqa: PLR0911 - one return per type
+    """A coercion function for one value, or None when typer must handle it."""
+    if info.parser is not None or getattr(info, "click_type", None) is not None:
+        return None
+    if annotation is bool:
+        return _flag
+    if annotation is str:
+        return _text
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return _choice(annotation, info)
+    if annotation is Path and _plain_path(info):
+        return _path
+    if annotation in (int, float) and info.min is None and info.max is None:
+        return _number(annotation)
+    return None
+
+
+def install() -> bool:
     """Patch typer's coercion once per process; return whether the patch is in place."""
     global _installed  # noqa: PLW0603 - patch once per process
     if _installed:
         return True
     try:
-        from typer import BadParameter, _coercion, _param_types
+        from typer import _coercion, _param_types  # noqa: F401 - present: typer coerces with pydantic
         from typer.core import _TyperParameter
     except ImportError:  # a typer without pydantic coercion: nothing to avoid
         return False
     _installed = True
     original = _TyperParameter.get_runtime_param
-
-    def leaf(annotation: Any, info: Any) -> Any | None:  # noqa: PLR0911 - one return per type
-        """A coercion function for one value, or None when typer must handle it."""
-        if info.parser is not None or getattr(info, "click_type", None) is not None:
-            return None
-        if annotation is bool:
-            def flag(v: Any, p: Any, c: Any) -> Any:
-                if isinstance(v, bool):
-                    return v
-                text = str(v).strip().lower()
-                if text in _TRUE or text in _FALSE:
-                    return text in _TRUE
-                raise BadParameter(f"{v!r} is not a valid boolean.", ctx=c, param=p)
-            return flag
-        if annotation is str:
-            return lambda v, p, c: v if isinstance(v, str) else str(v)
-        if isinstance(annotation, type) and issubclass(annotation, Enum):
-            choices = list(annotation)
-            def choice(v: Any, p: Any, c: Any) -> Any:
-                try:
-                    return _param_types.coerce_cli_choice(
-                        v, choices=choices, case_sensitive=info.case_sensitive, ctx=c)
-                except ValueError as exc:  # typer's adapter turns this into BadParameter too
-                    raise BadParameter(str(exc), ctx=c, param=p) from None
-            return choice
-        if annotation is Path and not (info.exists or info.resolve_path or info.allow_dash or
-                                       info.path_type is not None or info.file_okay is not True
-                                       or info.dir_okay is not True or info.writable or
-                                       info.readable is not True):
-            return lambda v, p, c: v if isinstance(v, Path) else Path(v)
-        if annotation in (int, float) and info.min is None and info.max is None:
-            def number(v: Any, p: Any, c: Any) -> Any:
-                try:
-                    return annotation(v)
-                except (TypeError, ValueError):
-                    name = "integer" if annotation is int else "float"
-                    raise BadParameter(f"{v!r} is not a valid {name}.", ctx=c,
-                                       param=p) from None
-            return number
-        return None
 
     @dataclass(frozen=True)
     class FastRuntimeParam(_coercion.RuntimeParam):

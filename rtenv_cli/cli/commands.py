@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "variable comes from."),
     "cache": ("cache", "Inspect and clean environment caches: the embedded store, an rtenv "
                        "agent, Ray nodes."),
+    "ray-env": ("ray_env", "Print the environment variables that load rtenv's Ray plugin, to "
+                           "export before `ray start` on every node."),
 }
 
 

@@ -32,7 +32,8 @@ class FailOn(str, Enum):
 def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     paths: Annotated[list[str] | None, typer.Argument(
         help="runtime_env files (.yaml/.yml/.json), Serve configs or job specs; directories "
-        "are searched recursively; - reads standard input.", show_default=False)] = None,
+        "are searched recursively (.gitignore respected); - reads standard input. None: the "
+        "current directory.", show_default=False)] = None,
     api: Annotated[ApiChoice, typer.Option(
         "--api", help="Which Ray entry point to match: `ray job submit --runtime-env` or "
         "`ray.init(runtime_env=...)`.", case_sensitive=False)] = ApiChoice.job_submit,
@@ -55,6 +56,10 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
         "Ray, else 2.60.0).", show_default=False)] = None,
     fmt: Annotated[ValidateFormat, typer.Option(
         "--format", "-f", help="Output format.", case_sensitive=False)] = ValidateFormat.text,
+    show_info: Annotated[bool, typer.Option(
+        "--show-info", "--verbose", "-v", help="Also show info-level findings in text and "
+        "github output (json and sarif always hold them; they never change the exit status).")]
+        = False,
 ) -> None:
     """Check runtime_env files exactly as Ray 2.60.0 would, and beyond.
 
@@ -63,9 +68,15 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     that fail the job at start. Every error is reported at once, with file:line:col. rtenv's own
     rules (typos, env_vars Ray overrides, ray pins, sizes, ...) add warnings; see `rtenv rules`.
 
+    Without a path it checks the current directory: files named *runtime_env* or
+    *runtime-env* (.yaml/.yml/.json), and Serve configs and job specs found by name and content,
+    skipping what .gitignore ignores; it says which files it checked.
+
     Exit status: 0 all valid, 1 any invalid (or errors / --fail-on warning), 2 usage error.
 
     Example:
+
+        $ rtenv validate
 
         $ rtenv validate runtime_env.yaml
 
@@ -77,30 +88,33 @@ def validate(  # noqa: PLR0917 - typer maps each parameter to an option
     from rtenv_cli.render.output import Output
 
     out = Output(fmt.value)
-    if not paths:
-        raise UsageError("no input given", hint="pass a runtime_env file, a directory, or - for "
-                         "standard input: `rtenv validate runtime_env.yaml`")
+    searched = not paths
     if base_dir is not None and not base_dir.is_dir():
         raise UsageError(f"--base-dir {base_dir}: not a directory")
     options = ValidateOptions(
         api=api.value, base_dir=base_dir.resolve() if base_dir else None, strict=strict,
         fail_on=fail_on.value, resolve=resolve, globs=tuple(glob) if glob else DEFAULT_GLOBS,
         ray_version=ray_version)
-    stdin = _read_stdin() if "-" in paths else None
-    report = validate_paths(paths, options, stdin=stdin)
+    stdin = _read_stdin() if paths and "-" in paths else None
+    report = validate_paths(paths or ["."], options, stdin=stdin)
     if not report.files:
-        raise UsageError("no runtime_env files found",
+        where = " in the current directory" if searched else ""
+        raise UsageError(f"no runtime_env files found{where}",
                          hint="name the files, or pass --glob '*.yaml' for a directory")
+    if searched:  # say what "everything here" turned out to be (stderr: stdout stays data)
+        names = ", ".join(f.path.removeprefix("./") for f in report.files)
+        out.message(f"checking {len(report.files)} file{'s' if len(report.files) != 1 else ''} "
+                    f"found in the current directory: {names}")
     from rtenv_cli.render import diagnostics
 
     if fmt is ValidateFormat.json:
         out.json(report)
     elif fmt is ValidateFormat.github:
-        diagnostics.render_github(out, report)
+        diagnostics.render_github(out, report, show_info=show_info)
     elif fmt is ValidateFormat.sarif:
         diagnostics.render_sarif(out, report)
     else:
-        diagnostics.render_text(out, report)
+        diagnostics.render_text(out, report, show_info=show_info)
     raise typer.Exit(report.exit_code)
 
 

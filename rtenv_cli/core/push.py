@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import ConfigError, PackagingError
-from rtenv_cli.core.transport.base import PIN_SECONDS, Target
+from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 
 _PLACEHOLDER_NAME = "_ray_pkg_0000000000000000"
 _PLACEHOLDER = f"gcs://{_PLACEHOLDER_NAME}.zip"
@@ -238,9 +238,6 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
     from rtenv_cli.core.packaging.sizes import offenders
     from rtenv_cli.core.paths import rtenv_home
 
-    def layout(t: Target) -> Any:
-        return getattr(t, "layout", "ray")
-
     if target.exists(uri):
         return target.published_uri(uri), None, False, False, target.label
     if scan is None:  # a wheel or a local archive: sent as is
@@ -248,35 +245,27 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             target.upload(uri, plan.source, on_progress=adv)
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
-    # a target that can read a zip still being written gets it streamed: the copy of the
-    # unchanged members (a re-push) then overlaps the upload
-    stream = target.streams_while_written
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
-        built = build_scan(scan, dest_dir=dest, layout=layout(target), on_progress=adv,
-                           digests=digests, stream=stream)
+        built = build_scan(scan, dest_dir=dest, layout=target.layout, on_progress=adv,
+                           digests=digests)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
-            built.wait()
             if stage is None:
                 from rtenv_cli.core.transport.ray_dashboard import too_large_error
 
                 raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label)
             if not stage.exists(uri):
-                if layout(stage) != built.layout:
+                if stage.layout != built.layout:
                     built.path.unlink(missing_ok=True)
-                    built = build_scan(scan, dest_dir=dest, layout=layout(stage),
+                    built = build_scan(scan, dest_dir=dest, layout=stage.layout,
                                        digests=digests)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
                     stage.upload(uri, built.path, on_progress=adv, **_hashed(stage, built))
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
             return _staged_uri(stage, uri), built.zip_bytes, False, True, stage.label
         with _progress(progress, f"uploading {plan.field}", built.zip_bytes) as adv:
-            if built.ready is not None:
-                target.upload(uri, built.path, on_progress=adv,  # type: ignore[call-arg]
-                              ready=built.ready, size=built.zip_bytes)
-            else:
-                target.upload(uri, built.path, on_progress=adv, **_hashed(target, built))
+            target.upload(uri, built.path, on_progress=adv, **_hashed(target, built))
         return target.published_uri(uri), built.zip_bytes, True, False, target.label
     finally:
         built.path.unlink(missing_ok=True)
@@ -285,14 +274,12 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
 def _hashed(target: Target, built: Any) -> dict[str, Any]:
     """For a target that verifies a package against its name: what Ray hashed that the zip
     cannot show (packaging's `BuiltPackage.hashed_dirs`)."""
-    return {"hashed_dirs": built.hashed_dirs} if getattr(target, "verifies_packages", False) \
-        else {}
+    return {"hashed_dirs": built.hashed_dirs} if target.verifies_packages else {}
 
 
 def _staged_uri(stage: Target, uri: str) -> str:
     """The URI Ray's nodes fetch a staged package from (an agent's download URL, a file:// zip)."""
-    remote = getattr(stage, "remote_uri", None)
-    return str(remote(uri) if callable(remote) else stage.published_uri(uri))
+    return stage.remote_uri(uri) if isinstance(stage, RemoteServing) else stage.published_uri(uri)
 
 
 def _set(d: dict[str, Any], json_path: tuple[Any, ...], value: Any) -> None:

@@ -58,6 +58,8 @@ def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None =
                           hint=f"rtenv validate {path}")
     if warnings is not None:
         for diag in report.diagnostics:
+            if getattr(diag, "severity", None) == "info":  # infos are `rtenv validate -v`'s
+                continue
             warnings.append((f"{path}: {getattr(diag, 'code', '')} {diag.message}".strip(),
                              getattr(diag, "hint", None)))
     return data, base_dir

@@ -1,5 +1,10 @@
 """Render a `ValidateReport`: text (source line + caret, grouped per file), GitHub workflow
-annotations, and SARIF 2.1.0. Plain ANSI codes instead of rich: validate must start fast."""
+annotations, and SARIF 2.1.0. Plain ANSI codes instead of rich: validate must start fast.
+
+Info-level findings are for whoever asks: the outputs a person reads as they come (text, and
+GitHub annotations shown inline on a pull request) leave them out unless `show_info` is set
+(`-v`/`--show-info`) and say how many they left out; JSON and SARIF, read by tools that filter
+by level themselves, always carry them. Infos never change the exit status."""
 
 from __future__ import annotations
 
@@ -41,22 +46,29 @@ def _source_lines(report: FileReport, diag: Diagnostic, color: bool,
             f" {pad} | {paint(caret, _STYLE[diag.severity], color)}"]
 
 
-def _status(report: FileReport) -> str:
+def _shown(diag: Diagnostic, show_info: bool) -> bool:
+    return show_info or diag.severity is not Severity.INFO
+
+
+def _status(report: FileReport, show_info: bool) -> str:
     verdict = "invalid (Ray rejects it)"
     if report.valid:
         verdict = "valid" if not report.count(Severity.ERROR) else "valid for Ray, but"
-    counts = [_plural(report.count(s), s.value) for s in Severity if report.count(s)]
+    counts = [_plural(report.count(s), s.value) for s in Severity
+              if report.count(s) and (show_info or s is not Severity.INFO)]
     sep = " " if verdict.endswith("but") else ", "
     return f"{report.path}: {verdict}" + (f"{sep}{', '.join(counts)}" if counts else "")
 
 
-def render_text(out: Output, report: ValidateReport) -> None:
+def render_text(out: Output, report: ValidateReport, *, show_info: bool = False) -> None:
     color = out.color
     for index, file in enumerate(report.files):
         if index:
             out.line()
         lines = file.source.split("\n") if file.source is not None else []
         for diag in file.diagnostics:
+            if not _shown(diag, show_info):
+                continue
             where = f"{file.path}:{diag.line or 1}:{diag.column or 1}"
             label = paint(diag.severity.value, _STYLE[diag.severity], color)
             out.line(f"{where}: {diag.code} {label}: {diag.message}")
@@ -66,13 +78,21 @@ def render_text(out: Output, report: ValidateReport) -> None:
                 out.line(f"  = hint: {diag.hint}")
         for note in file.notes:
             out.line(f"{file.path}: note: {note}")
-        out.line(_status(file))
+        out.line(_status(file, show_info))
     errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
+    infos = report.count(Severity.INFO)
     invalid = sum(1 for f in report.files if not f.valid)
     api = "ray job submit" if report.api == "job-submit" else "ray.init"
+    if not infos:
+        extra = ""
+    elif show_info:
+        extra = f", {_plural(infos, 'info')}"
+    else:
+        extra = f" ({_plural(infos, 'info')} not shown: -v shows {'it' if infos == 1 else 'them'})"
     out.line()
     out.line(f"Checked {_plural(len(report.files), 'file')} for {api}: "
-             f"{invalid} invalid, {_plural(errors, 'error')}, {_plural(warnings, 'warning')}")
+             f"{invalid} invalid, {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+             + extra)
 
 
 def _escape_data(text: str) -> str:
@@ -83,13 +103,16 @@ def _escape_prop(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(out: Output, report: ValidateReport) -> None:
-    """GitHub Actions workflow commands: `::error file=...,line=...::message`."""
+def render_github(out: Output, report: ValidateReport, *, show_info: bool = False) -> None:
+    """GitHub Actions workflow commands: `::error file=...,line=...::message`; infos (notices)
+    only with `show_info`, the count of the others in a last `::notice::`."""
     from rtenv_cli.core.lint.registry import get_rule
 
     level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
     for file in report.files:
         for diag in file.diagnostics:
+            if not _shown(diag, show_info):
+                continue
             props = [f"file={_escape_prop(file.path)}"]
             if diag.line:
                 props.append(f"line={diag.line}")
@@ -102,6 +125,10 @@ def render_github(out: Output, report: ValidateReport) -> None:
             props.append(f"title={_escape_prop(f'{diag.code} {get_rule(diag.code).name}')}")
             message = diag.message + (f"\nhint: {diag.hint}" if diag.hint else "")
             out.line(f"::{level[diag.severity]} {','.join(props)}::{_escape_data(message)}")
+    hidden = 0 if show_info else report.count(Severity.INFO)
+    if hidden:
+        out.line(f"::notice title=rtenv validate::{_plural(hidden, 'info')} not shown "
+                 "(pass -v to annotate them)")
 
 
 def sarif(report: ValidateReport) -> dict[str, Any]:

@@ -105,6 +105,17 @@ def test_usage_errors() -> None:
     assert run_cli(["explain", "--verify"]).exit_code == 2
 
 
+@pytest.mark.parametrize("args", [["--num-cpus", "1.797693134862316e+304"],
+                                  ["--num-gpus", "1e300"], ["--num-cpus", "inf"],
+                                  ["--resource", "TPU=1e305"], ["--num-gpus", "nan"]])
+def test_amounts_ray_cannot_hold_are_usage_errors(args: list[str]) -> None:
+    # a finite amount past Ray's 64-bit fixed point overflowed into "internal error" before
+    res = run_cli(["explain", *args])
+    assert res.exit_code == 2, res.stderr
+    assert "internal error" not in res.stderr
+    assert "between 0 and" in res.stderr and "hint:" in res.stderr
+
+
 def test_node_env_file(tmp_path) -> None:
     f = write(tmp_path, "node.env", "# raylet\nexport CUDA_VISIBLE_DEVICES=2,4\nFOO='x'\n")
     d = run_cli(["explain", "--node-env-file", str(f), "--gpus", "1", "-f", "json"]).json

@@ -19,9 +19,11 @@ from tests.support.cli import run_cli, run_process
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "validate"
-EXAMPLES = "examples/validate"
-GOLDEN_CASES = ["runtime_env.yaml", "clean_runtime_env.yaml", "invalid_runtime_env.json",
-                "serve_config.yaml"]
+# input -> golden file stem: the samples with mistakes, and a clean config from examples/ci
+GOLDEN_CASES = {"examples/invalid/runtime_env.yaml": "runtime_env_yaml",
+                "examples/ci/configs/train_runtime_env.yaml": "clean_runtime_env_yaml",
+                "examples/invalid/invalid_runtime_env.json": "invalid_runtime_env_json",
+                "examples/invalid/serve_config.yaml": "serve_config_yaml"}
 FORMATS = {"text": "txt", "json": "json", "github": "github", "sarif": "sarif.json"}
 
 
@@ -34,10 +36,10 @@ def _filter(text: str) -> str:
 @pytest.mark.parametrize("case", GOLDEN_CASES)
 def test_golden_output(case: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    result = run_cli(["validate", f"{EXAMPLES}/{case}", "--format", fmt])
-    actual = f"$ rtenv validate {EXAMPLES}/{case} --format {fmt}\nexit_code: {result.exit_code}\n" \
+    result = run_cli(["validate", case, "--format", fmt])
+    actual = f"$ rtenv validate {case} --format {fmt}\nexit_code: {result.exit_code}\n" \
              f"----- stdout -----\n{_filter(result.stdout)}"
-    golden = GOLDEN / f"{case.replace('.', '_')}.{FORMATS[fmt]}.golden"
+    golden = GOLDEN / f"{GOLDEN_CASES[case]}.{FORMATS[fmt]}.golden"
     if os.environ.get("RTENV_UPDATE_GOLDEN") == "1":
         golden.write_text(actual)
     assert golden.exists(), f"missing {golden}: run with RTENV_UPDATE_GOLDEN=1"
@@ -61,7 +63,6 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     assert "no such file" in missing.stderr
     assert "hint:" in missing.stderr
-    assert run_cli(["validate"]).exit_code == 2
     assert run_cli(["validate", str(good), "--api", "bogus"]).exit_code == 2
     assert run_cli(["validate", str(good), "--format", "xml"]).exit_code == 2
 
@@ -101,18 +102,18 @@ def test_api_difference_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mod.py").write_text("x = 1\n")
     (tmp_path / "runtime_env.yaml").write_text("py_modules: [mod.py]\n")
-    submit = run_cli(["validate", "runtime_env.yaml"])
+    submit = run_cli(["validate", "runtime_env.yaml", "-v"])  # RTE009 is an info
     assert submit.exit_code == 1
     assert "RTE009" in submit.stdout
     assert "ray.init" in submit.stdout
-    init = run_cli(["validate", "runtime_env.yaml", "--api", "ray-init"])
+    init = run_cli(["validate", "runtime_env.yaml", "--api", "ray-init", "--show-info"])
     assert init.exit_code == 0
     assert "RTE009" in init.stdout
 
 
 def test_serve_config_positions_in_outer_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    result = run_cli(["validate", f"{EXAMPLES}/serve_config.yaml", "-f", "json"])
+    result = run_cli(["validate", "examples/invalid/serve_config.yaml", "-f", "json"])
     [entry] = result.json["files"]
     assert entry["kind"] == "serve"
     [diag] = entry["diagnostics"]
@@ -191,3 +192,79 @@ def test_lone_surrogates_in_the_input_are_escaped_in_every_output() -> None:
         assert "internal error" not in shown.stderr
         assert "\\ud800x" in shown.stdout + shown.stderr  # the unknown key, escaped
     assert run_cli(["validate", "-", "--format", "json"], input=data).exit_code == 0
+
+
+def _fresh_checkout(root: Path) -> None:
+    """A training project as `git clone` and a first `python -m venv .venv` leave it."""
+    import shutil
+    import subprocess
+
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "train.py").write_text("import trainer\n")
+    (root / ".gitignore").write_text(".venv/\noutputs/\nwandb/\n__pycache__/\n")
+    (root / ".venv" / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (root / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / ".venv" / "lib" / "python3.11" / "site-packages" / "six.py").write_text("X = 1\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    stock = REPO / "examples" / "ci" / "configs" / "training_runtime_env.yaml"
+    shutil.copy(stock, root / "runtime_env.yaml")
+
+
+def test_stock_training_config_passes_fail_on_warning(tmp_path: Path) -> None:
+    _fresh_checkout(tmp_path)
+    result = run_process(["validate", "--fail-on", "warning"], cwd=str(tmp_path))
+    assert result.exit_code == 0, result.stdout
+    assert " warning:" not in result.stdout
+    assert result.stdout.endswith("0 invalid, 0 errors, 0 warnings (2 infos not shown: -v "
+                                  "shows them)\n")
+    assert "checking 1 file found in the current directory: runtime_env.yaml" in result.stderr
+    shown = run_process(["validate", "-v"], cwd=str(tmp_path))
+    assert {"RTE112", "RTE123"} <= set(re.findall(r"RTE\d+", shown.stdout))
+
+
+def test_infos_only_when_asked_in_text_and_github_always_in_json_and_sarif(
+        tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("env_vars: {A: '1'}\nupload_path: s3://b/up\n")  # RTE109 is an info
+    text = run_cli(["validate", str(file)])
+    assert "RTE109" not in text.stdout
+    assert "(1 info not shown: -v shows it)" in text.stdout
+    assert "RTE109 info" in run_cli(["validate", str(file), "-v"]).stdout
+    github = run_cli(["validate", str(file), "--format", "github"]).stdout
+    assert "RTE109" not in github
+    assert "::notice title=rtenv validate::1 info not shown" in github
+    assert "::notice file=" in run_cli(["validate", str(file), "-f", "github",
+                                        "--show-info"]).stdout
+    as_json = run_cli(["validate", str(file), "-f", "json"]).json
+    assert [d["code"] for d in as_json["files"][0]["diagnostics"]] == ["RTE109"]
+    sarif = json.loads(run_cli(["validate", str(file), "-f", "sarif"]).stdout)
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["RTE109"]
+    for args in ([], ["-v"], ["--fail-on", "warning"], ["--fail-on", "warning", "-v"]):
+        assert run_cli(["validate", str(file), *args]).exit_code == 0  # infos never fail
+
+
+def test_no_path_checks_the_current_directory(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["validate"]).exit_code == 2  # nothing to check: a usage error
+    (tmp_path / "runtime_env.yaml").write_text("env_vars: {A: '1'}\n")
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "serve_config.yaml").write_text(
+        "applications:\n- name: a\n  import_path: m:app\n  runtime_env: {env_vars: {A: '1'}}\n")
+    (tmp_path / "deploy" / "job_spec.yaml").write_text(
+        "entrypoint: python m.py\nruntime_env: {env_vars: {A: '1'}}\n")
+    (tmp_path / "deploy" / "jobs.yaml").write_text("on: push\njobs: {test: {}}\n")  # CI, no job
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "runtime_env.yaml").write_text("env_vars: {A: 1}\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "runtime_env.yaml").write_text("env_vars: {A: 1}\n")
+    (tmp_path / ".gitignore").write_text("build/\n")
+    result = run_cli(["validate", "-f", "json"])
+    assert result.exit_code == 0, result.stdout
+    checked = [f["path"] for f in result.json["files"]]
+    assert checked == ["deploy/job_spec.yaml", "deploy/serve_config.yaml", "runtime_env.yaml"]
+    assert ("checking 3 files found in the current directory: deploy/job_spec.yaml, "
+            "deploy/serve_config.yaml, runtime_env.yaml") in result.stderr

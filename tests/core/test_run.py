@@ -50,6 +50,16 @@ def test_load_runtime_env_from_job_spec(tmp_path: Path) -> None:
     assert load_runtime_env(spec, base_dir=tmp_path)[1] == tmp_path.resolve()
 
 
+def test_load_runtime_env_warns_of_warnings_not_infos(tmp_path: Path) -> None:
+    file = tmp_path / "runtime_env.yaml"
+    file.write_text("env_vars: {A: '1'}\nupload_path: s3://b/u\nenv_var: {B: '2'}\n")
+    warnings: list[tuple[str, str | None]] = []
+    load_runtime_env(file, warnings, base_dir=tmp_path)
+    assert [w for w, _hint in warnings] == [
+        f"{file}: RTE101 unknown field `env_var`: Ray keeps it as a plugin name and ignores it "
+        "(one log line on the node)"]  # not RTE109 (upload_path is Anyscale's): an info
+
+
 def test_load_runtime_env_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         load_runtime_env(tmp_path / "missing.yaml")

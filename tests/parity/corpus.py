@@ -307,6 +307,23 @@ CASES: list[tuple[str, str, str | bytes]] = [
     ("mpi", "yaml", "mpi: {args: [-n, '4']}\n"),
     ("typo_env_var", "yaml", "env_var: {A: '1'}\n"),
     ("typo_pypi", "yaml", "pypi: [requests]\n"),
+    # -- files people write: templates, Anyscale specs, other tools' configs, excludes ----------
+    ("jinja_value", "yaml", "working_dir: '{{ project_dir }}'\nenv_vars: {A: '1'}\n"),
+    ("jinja_block", "yaml", "{% if gpu %}\nenv_vars: {A: '1'}\n{% endif %}\n"),
+    ("jinja_unquoted", "yaml", "env_vars:\n  A: {{ a }}\n"),
+    ("omegaconf_env", "yaml", "env_vars:\n  HF_TOKEN: ${oc.env:HF_TOKEN}\n  B: ${model.name}\n"),
+    ("actions_expression", "yaml", "env_vars:\n  TOKEN: ${{ secrets.TOKEN }}\n"),
+    ("anyscale_flat_job", "yaml", "name: train\nentrypoint: python train.py\n"
+                                  "compute_config: gpu\nworking_dir: s3://b/x.zip\n"
+                                  "requirements: [torch]\nmax_retries: 2\n"),
+    ("anyscale_upload_path", "yaml", "working_dir: proj\nupload_path: s3://b/up\n"),
+    ("not_runtime_env_json", "json", '{"model": "bert", "learning_rate": 0.001, "epochs": 3}'),
+    ("excludes_never_match", "yaml", "working_dir: proj\nexcludes: ['.log', './sub', "
+                                     "'/.node_modules/', '../proj', 'logs\\\\old']\n"),
+    ("excludes_defaults", "yaml", "working_dir: proj3\nexcludes: [.git, '**/__pycache__', venv]\n"),
+    ("stock_training", "yaml", "working_dir: proj\nexcludes: [outputs/, checkpoints/, wandb/, "
+                               ".git]\npip: ['torch==2.3.1']\nenv_vars:\n  "
+                               "TOKENIZERS_PARALLELISM: 'false'\n  NCCL_DEBUG: WARN\n"),
     ("everything", "yaml", "working_dir: proj\npy_modules: [proj2/lib]\nexcludes: ['*.txt']\n"
                            "pip: [requests]\nenv_vars: {A: '1'}\nconfig: {eager_install: false}\n"
                            "worker_process_setup_hook: m.f\n"),

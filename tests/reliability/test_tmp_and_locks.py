@@ -96,7 +96,7 @@ def test_a_removed_lock_file_still_excludes(tmp_path: Path) -> None:
                     overlap.append(name)
                 inside.append(name)
                 inside.pop()
-                s._lock_path("uv:k").unlink(missing_ok=True)  # remove()'s last step
+                s.layout.locks.path("uv:k").unlink(missing_ok=True)  # remove()'s last step
 
     threads = [threading.Thread(target=hold, args=(s, n))
                for s, n in ((store, "a"), (other, "b"))]

@@ -195,3 +195,89 @@ def ray_head(**kwargs: object) -> Iterator[RayHead]:
         yield head
     finally:
         head.stop()
+
+
+@dataclass
+class RayWorkerNode:
+    """A second Ray node joined to `head` on this machine: its own ports, temp dir and process
+    group (`ray start --address=... --block`), stopped like the head."""
+
+    head: RayHead
+    num_cpus: int = 2
+    env: dict[str, str] = field(default_factory=dict)  # the raylet's own environment additions
+    proc: subprocess.Popen[bytes] | None = None
+    temp_dir: Path | None = None
+    node_id: str = ""
+
+    def start(self, timeout: float = 120.0) -> RayWorkerNode:
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rtw", dir="/tmp"))
+        ports = free_ports(7)
+        workers = worker_port_base(ports)
+        deadline = time.monotonic() + timeout
+        before = set(self.head_node_ids())
+        while not before and time.monotonic() < deadline:  # the head registers after it is up
+            time.sleep(0.3)
+            before = set(self.head_node_ids())
+        args = [
+            ray_executable(), "start", f"--address={self.head.address}", "--block",
+            "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+            f"--object-manager-port={ports[0]}", f"--node-manager-port={ports[1]}",
+            f"--dashboard-agent-listen-port={ports[2]}",
+            f"--dashboard-agent-grpc-port={ports[3]}", f"--runtime-env-agent-port={ports[4]}",
+            f"--metrics-export-port={ports[5]}",
+            f"--min-worker-port={workers}", f"--max-worker-port={workers + 200}",
+            f"--temp-dir={self.temp_dir / 'ray'}", f"--num-cpus={self.num_cpus}",
+            "--object-store-memory=200000000",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CUDA_VISIBLE"))}
+        env.update({"HOME": str(self.head.home), "RAY_USAGE_STATS_ENABLED": "0",
+                    "RAY_AUTH_MODE": "disabled"})
+        env.update(self.env)
+        log = (self.temp_dir / "ray-start.log").open("wb")
+        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start (worker) exited early:\n{self.log_tail()}")
+            new = set(self.head_node_ids()) - before
+            if new:
+                self.node_id = new.pop()
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"Ray worker node not joined after {timeout}s:\n{self.log_tail()}")
+
+    def head_node_ids(self) -> list[str]:
+        """The ids of the cluster's alive nodes (the dashboard's state API)."""
+        import urllib.request
+
+        url = f"{self.head.dashboard_url}/api/v0/nodes?limit=100"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - http URL we built
+                data = json.loads(resp.read())
+        except (OSError, ValueError):
+            return []
+        rows = data.get("data", {}).get("result", {}).get("result", [])
+        return [r["node_id"] for r in rows if r.get("state") == "ALIVE"]
+
+    def session_dir(self) -> Path:
+        assert self.temp_dir is not None
+        return (self.temp_dir / "ray" / "session_latest").resolve()
+
+    def log_tail(self, n: int = 4000) -> str:
+        path = self.temp_dir / "ray-start.log" if self.temp_dir else None
+        return path.read_text(errors="replace")[-n:] if path and path.exists() else ""
+
+    def stop(self) -> None:
+        """Kill the process group we started, as `RayHead.stop` does."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=3)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)

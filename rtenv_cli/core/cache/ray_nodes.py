@@ -132,7 +132,7 @@ def _auth_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _via_job(address: str, args: list[str], timeout: float) -> str:
+def _via_job(address: str, args: list[str], timeout: float, script: str | None = None) -> str:
     try:
         from ray.job_submission import JobStatus, JobSubmissionClient
     except ImportError as exc:
@@ -149,7 +149,7 @@ def _via_job(address: str, args: list[str], timeout: float) -> str:
         "PY=; R=$(grep -m1 -o '/[^ ]*/site-packages/ray/_raylet.so' /proc/$PPID/maps "
         "2>/dev/null); if [ -n \"$R\" ]; then V=${R%/lib/*}; "
         "[ -x \"$V/bin/python\" ] && PY=\"$V/bin/python\"; fi; [ -z \"$PY\" ] && PY=python3; ")
-    entry = (find_python + '"$PY" -c ' + shlex.quote(_script()) + " "
+    entry = (find_python + '"$PY" -c ' + shlex.quote(script or _script()) + " "
              + " ".join(map(shlex.quote, args)))
     job_id = client.submit_job(entrypoint=entry, metadata={"rtenv": "cache-scan"})
     deadline = time.monotonic() + timeout
@@ -168,9 +168,9 @@ def _via_job(address: str, args: list[str], timeout: float) -> str:
     return logs
 
 
-def _via_driver(address: str, args: list[str], timeout: float) -> str:
+def _via_driver(address: str, args: list[str], timeout: float, script: str | None = None) -> str:
     env = dict(os.environ, RAY_ADDRESS=address)
-    proc = subprocess.run([sys.executable, "-c", _script(), *args], env=env, text=True,
+    proc = subprocess.run([sys.executable, "-c", script or _script(), *args], env=env, text=True,
                           capture_output=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise OperationError(f"the node scan failed: {_failure(proc.stdout + proc.stderr)}",

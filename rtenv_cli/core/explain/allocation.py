@@ -56,14 +56,25 @@ def parse_ids(text: str, what: str) -> tuple[int, ...]:
     return ids
 
 
+# Ray keeps resource quantities as 64-bit integers of 1/10000 units (RESOURCE_UNIT_SCALING):
+# a larger amount cannot be represented (Ray's own check overflows on it)
+MAX_AMOUNT = (2**63 - 1) // 10000
+
+
+def check_amount(value: float, what: str) -> float:
+    """`value` as a resource quantity Ray can hold: finite, >= 0, within Ray's fixed point."""
+    if not 0 <= value <= MAX_AMOUNT:  # NaN fails both comparisons
+        raise UsageError(f"{what} must be a finite number between 0 and {MAX_AMOUNT}, "
+                         f"got {value!r}", hint=f"e.g. {what} 1 or {what} 0.5")
+    return value
+
+
 def parse_amount(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise UsageError(f"{what}: not a number: {text!r}") from None
-    if value < 0 or math.isnan(value) or math.isinf(value):
-        raise UsageError(f"{what}: must be >= 0, got {text!r}")
-    return value
+    return check_amount(value, what)
 
 
 def request_from_ids(resource: str, ids: tuple[int, ...]) -> ResourceRequest:

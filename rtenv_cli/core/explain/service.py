@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from rtenv_cli.core.errors import UsageError
 from rtenv_cli.core.explain.allocation import (
     ResourceRequest,
+    check_amount,
     parse_amount,
     parse_ids,
     parse_resource_arg,
@@ -58,9 +58,8 @@ def build_request(*, runtime_env: Path | None = None, job_runtime_env: Path | No
     if gpus is not None and num_gpus is not None:
         raise UsageError("give --gpus or --num-gpus, not both")
     for what, amount in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)):
-        if amount is not None and not (0 <= amount < math.inf):  # NaN fails both comparisons
-            raise UsageError(f"{what} must be a finite number >= 0, got {amount!r}",
-                             hint=f"e.g. {what} 1 or {what} 0.5")
+        if amount is not None:
+            check_amount(amount, what)
     reqs: list[ResourceRequest] = []
     if gpus is not None:
         reqs.append(request_from_ids("GPU", parse_ids(gpus, "--gpus")))

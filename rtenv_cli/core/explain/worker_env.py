@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rtenv_cli.core.explain import accelerators as acc
 from rtenv_cli.core.explain.allocation import ResourceRequest
@@ -193,8 +194,10 @@ def _validate(req: ExplainRequest, errors: list[str]) -> None:
                 errors.append(f"{r.resource}={r.amount:g}: {msg}")
 
 
-def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 - one pass in Ray's order reads best
-    """The environment a worker gets for `req`, as Ray 2.60.0 builds it."""
+def predict(req: ExplainRequest) -> EnvPreview:
+    """The environment a worker gets for `req`, as Ray 2.60.0 builds it, stage by stage in
+    Ray's order: the raylet's env, env_vars with the working_dir / py_modules PYTHONPATH and
+    Ray's `${VAR}` expansion, the accelerator variables, OMP_NUM_THREADS."""
     errors: list[str] = []
     warnings: list[str] = []
     _check_depth(req.job_runtime_env, "job runtime_env")
@@ -208,28 +211,13 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 
 
     # 2. env_vars (+ the PYTHONPATH the working_dir and py_modules plugins write into them)
     ctx = _env_vars(merged)
-    job_vars = _env_vars(req.job_runtime_env)
-    for key in ctx:
-        if key in origin and key in job_vars and origin[key] == SRC_TASK \
-                and job_vars[key] != ctx[key]:
-            notes.setdefault(key, []).append("task value overrides the job value")
+    _note_task_overrides(req, ctx, origin, notes)
     user_pp = ctx.get("PYTHONPATH")
-    plugin_dirs: list[str] = []
     wd = merged.get("working_dir")
     pms = merged.get("py_modules") or []
     pms = pms if isinstance(pms, list) else [pms]
     excl = merged.get("excludes")
-    for dirs in ([_pkg_dir(wd, "working_dir", excl)] if wd else [],
-                 [_pkg_dir(m, "py_modules") for m in pms]):
-        if not dirs:
-            continue
-        plugin_dirs = dirs + plugin_dirs
-        path = ":".join(dirs)
-        if "PYTHONPATH" in ctx:
-            path += ":" + ctx["PYTHONPATH"]
-        if "PYTHONPATH" in node:
-            path += ":" + node["PYTHONPATH"]
-        ctx["PYTHONPATH"] = path
+    plugin_dirs = _plugin_pythonpath(ctx, node, wd, pms, excl)
     for step in explain_expansion(ctx, node):
         env[step.key] = step.final
         sources[step.key] = SRC_PLUGIN if step.key == "PYTHONPATH" and plugin_dirs \
@@ -238,13 +226,14 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 
             notes.setdefault(step.key, []).append(
                 f"expanded from {step.raw!r} (applied #{step.order + 1} in sorted key order)")
         notes.setdefault(step.key, []).extend(step.notes)
-    if plugin_dirs and "PYTHONPATH" in node and len(plugin_dirs) > 0 and wd and pms:
+    if plugin_dirs and "PYTHONPATH" in node and wd and pms:
         warnings.append("the node PYTHONPATH appears twice in PYTHONPATH: working_dir and "
                         "py_modules each append it (Ray's set_pythonpath_in_context)")
     if user_pp is not None and not plugin_dirs and "PYTHONPATH" in node:
         notes.setdefault("PYTHONPATH", []).append(
             "env_vars PYTHONPATH replaces the node PYTHONPATH (use ${PYTHONPATH} to keep it)")
 
+    # 3. accelerators and OMP_NUM_THREADS, written at task start over what the worker started with
     worker_start = {k: v for k, v in env.items() if v is not None}
     devices = _accelerators(req, worker_start, env, sources, notes, warnings, errors)
     _omp(req, env, sources, notes, warnings)
@@ -256,6 +245,47 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 
     if not req.node_env_known:
         warnings.append("node env not given (--node-env/--node-env-file/--node-env-from-"
                         "current): inherited variables and preset visible lists are unknown")
+    _general_notes(req, notes)
+    if wd:
+        cwd = _pkg_dir(wd, "working_dir", excl)
+    else:
+        cwd = req.node_cwd or "<raylet cwd: the directory `ray start` ran in>"
+    pp = env.get("PYTHONPATH")
+    return EnvPreview(env=env, sources=sources, notes=notes, cwd=cwd,
+                      pythonpath=pp.split(":") if pp else [], devices=devices,
+                      warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind)
+
+
+def _note_task_overrides(req: ExplainRequest, ctx: Mapping[str, str], origin: Mapping[str, str],
+                         notes: dict[str, list[str]]) -> None:
+    job_vars = _env_vars(req.job_runtime_env)
+    for key in ctx:
+        if key in origin and key in job_vars and origin[key] == SRC_TASK \
+                and job_vars[key] != ctx[key]:
+            notes.setdefault(key, []).append("task value overrides the job value")
+
+
+def _plugin_pythonpath(ctx: dict[str, str], node: Mapping[str, str], wd: Any,
+                       pms: list[Any], excl: Any) -> list[str]:
+    """What the working_dir then py_modules plugins do to `ctx`'s PYTHONPATH (each prepends
+    its directories, then appends the node's PYTHONPATH: Ray's set_pythonpath_in_context);
+    returns every directory they added, in PYTHONPATH order."""
+    plugin_dirs: list[str] = []
+    for dirs in ([_pkg_dir(wd, "working_dir", excl)] if wd else [],
+                 [_pkg_dir(m, "py_modules") for m in pms]):
+        if not dirs:
+            continue
+        plugin_dirs = dirs + plugin_dirs
+        path = ":".join(dirs)
+        if "PYTHONPATH" in ctx:
+            path += ":" + ctx["PYTHONPATH"]
+        if "PYTHONPATH" in node:
+            path += ":" + node["PYTHONPATH"]
+        ctx["PYTHONPATH"] = path
+    return plugin_dirs
+
+
+def _general_notes(req: ExplainRequest, notes: dict[str, list[str]]) -> None:
     general = notes.setdefault("(general)", [])
     general.append("the driver's own environment never reaches workers; only the raylet's does")
     general.append("code that runs before the first task (worker_process_setup_hook, imports at "
@@ -267,20 +297,14 @@ def predict(req: ExplainRequest) -> EnvPreview:  # noqa: C901, PLR0912, PLR0915 
         notes.setdefault("(scheduling)", []).append(
             f"accelerator_type {req.accelerator_type} only adds the resource "
             f"accelerator_type:{req.accelerator_type}=0.001; it sets no variable")
-    if wd:
-        cwd = _pkg_dir(wd, "working_dir", excl)
-    else:
-        cwd = req.node_cwd or "<raylet cwd: the directory `ray start` ran in>"
-    pp = env.get("PYTHONPATH")
-    return EnvPreview(env=env, sources=sources, notes=notes, cwd=cwd,
-                      pythonpath=pp.split(":") if pp else [], devices=devices,
-                      warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind)
 
 
-def _accelerators(  # noqa: C901, PLR0912, PLR0915, PLR0917 - mirrors Ray's per-family loop in one place
+def _accelerators(  # noqa: PLR0917 - the preview's parts, filled in place
         req: ExplainRequest, start: dict[str, str], env: dict[str, str | None],
-                  sources: dict[str, str], notes: dict[str, list[str]], warnings: list[str],
-                  errors: list[str]) -> list[dict[str, object]]:
+        sources: dict[str, str], notes: dict[str, list[str]], warnings: list[str],
+        errors: list[str]) -> list[dict[str, object]]:
+    """Ray's per-family loop at task start: each accelerator family's visible-devices variable
+    set to the ids assigned (or left alone), in Ray's order of checks."""
     by_res = {r.resource: r for r in req.resources}
     override_zero = acc.env_bool(start, acc.OVERRIDE_ON_ZERO)
     devices: list[dict[str, object]] = []
@@ -301,34 +325,14 @@ def _accelerators(  # noqa: C901, PLR0912, PLR0915, PLR0917 - mirrors Ray's per-
                 devices.append(info)
             continue
         var = fam.env_var
-        original = acc.parse_visible(fam, start.get(var))
-        if original is not None and slots and not all(i < len(original) for i in slots):
-            ids = list(dict.fromkeys(original))
-            warnings.append(f"{fam.resource}: slots {list(slots)} do not all fit the preset "
-                            f"{var}={start.get(var)!r}: Ray gives the WHOLE list ({len(ids)} "
-                            "device(s)) instead")
-            info["collapsed"] = True
-        elif original is not None:
-            ids = [original[i] for i in slots]
-        else:
-            ids = [str(i) for i in slots]
-        info["ids"] = ids
-        info["order_guaranteed"] = original is None or len(ids) <= 1
-        if original is not None:
-            info["preset"] = start.get(var)
+        ids = _assigned_ids(fam, var, slots, start, info, warnings)
         if r is not None and 0 < r.amount < 1:
             info["shared"] = ("a fractional request holds one whole id; other fractional "
                               "tasks may get the same id")
         if not ids and not override_zero:
-            info["action"] = "untouched: no ids assigned" + (
-                f", inherits {var}={start[var]!r}" if var in start else "")
-            if var in start and start[var] and fam.resource == "GPU" and not slots:
-                warnings.append(f"this {req.kind} requested no GPU but inherits {var}="
-                                f"{start[var]!r}: it sees ALL of those GPUs "
-                                f"(set {acc.OVERRIDE_ON_ZERO}=1 in env_vars to blank it)")
-            if var in start and slots:
-                notes.setdefault(var, []).append("preset list is empty: no ids to assign")
-            devices.append(info) if slots or var in start else None
+            _left_alone(req, fam, var, slots, start, info, notes, warnings)
+            if slots or var in start:
+                devices.append(info)
             continue
         if acc.noset_active(fam, start):
             info["action"] = f"untouched: {fam.noset} is set"
@@ -345,16 +349,60 @@ def _accelerators(  # noqa: C901, PLR0912, PLR0915, PLR0917 - mirrors Ray's per-
             if var in _user_keys(req) and ids:
                 warnings.append(f"env_vars sets {var}: with {fam.resource} assigned, Ray treats "
                                 f"it as the device list and writes {var}={value!r} at task start")
-        if not info["order_guaranteed"]:
-            notes.setdefault(var, []).append(
-                "order not guaranteed: Ray builds the list from a set (compare as a set)")
-        if override_zero and not ids:
-            notes.setdefault(var, []).append(f"blanked: {acc.OVERRIDE_ON_ZERO} is on")
-        notes.setdefault(var, []).append(
-            "written at task start, restored after the task (reused worker)" if req.kind == "task"
-            else "written once at actor creation; persists for the actor's life")
+        _note_written(req, var, ids, override_zero, info, notes)
         devices.append(info)
     return devices
+
+
+def _assigned_ids(fam: acc.Family, var: str, slots: Sequence[int],  # noqa: PLR0917 - one step of _accelerators
+                  start: Mapping[str, str], info: dict[str, object],
+                  warnings: list[str]) -> list[str]:
+    """The device ids of `slots`: indexes into a preset visible list (the whole list when
+    they do not all fit it, as Ray does), else the slots themselves."""
+    original = acc.parse_visible(fam, start.get(var))
+    if original is not None and slots and not all(i < len(original) for i in slots):
+        ids = list(dict.fromkeys(original))
+        warnings.append(f"{fam.resource}: slots {list(slots)} do not all fit the preset "
+                        f"{var}={start.get(var)!r}: Ray gives the WHOLE list ({len(ids)} "
+                        "device(s)) instead")
+        info["collapsed"] = True
+    elif original is not None:
+        ids = [original[i] for i in slots]
+    else:
+        ids = [str(i) for i in slots]
+    info["ids"] = ids
+    info["order_guaranteed"] = original is None or len(ids) <= 1
+    if original is not None:
+        info["preset"] = start.get(var)
+    return ids
+
+
+def _left_alone(  # noqa: PLR0917 - one step of _accelerators
+        req: ExplainRequest, fam: acc.Family, var: str, slots: Sequence[int],
+        start: Mapping[str, str], info: dict[str, object], notes: dict[str, list[str]],
+        warnings: list[str]) -> None:
+    """No ids assigned and no override: Ray does not touch the variable."""
+    info["action"] = "untouched: no ids assigned" + (
+        f", inherits {var}={start[var]!r}" if var in start else "")
+    if var in start and start[var] and fam.resource == "GPU" and not slots:
+        warnings.append(f"this {req.kind} requested no GPU but inherits {var}="
+                        f"{start[var]!r}: it sees ALL of those GPUs "
+                        f"(set {acc.OVERRIDE_ON_ZERO}=1 in env_vars to blank it)")
+    if var in start and slots:
+        notes.setdefault(var, []).append("preset list is empty: no ids to assign")
+
+
+def _note_written(req: ExplainRequest, var: str, ids: list[str],  # noqa: PLR0917 - one step of _accelerators
+                  override_zero: bool, info: dict[str, object],
+                  notes: dict[str, list[str]]) -> None:
+    if not info["order_guaranteed"]:
+        notes.setdefault(var, []).append(
+            "order not guaranteed: Ray builds the list from a set (compare as a set)")
+    if override_zero and not ids:
+        notes.setdefault(var, []).append(f"blanked: {acc.OVERRIDE_ON_ZERO} is on")
+    notes.setdefault(var, []).append(
+        "written at task start, restored after the task (reused worker)" if req.kind == "task"
+        else "written once at actor creation; persists for the actor's life")
 
 
 def _user_keys(req: ExplainRequest) -> set[str]:

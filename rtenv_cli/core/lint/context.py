@@ -4,6 +4,7 @@ engine share. Rules and the engine both depend on this module; it depends on nei
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,14 +34,44 @@ class ValidateOptions:
 
 
 @dataclass
-class FileCache:
-    """What one file's checks compute once and share: package walks (pipeline and rules), the
-    size scans of each runtime_env (size and excludes rules), the source split in lines. The
-    engine makes one per file, so an edited tree is walked afresh on the next validation."""
+class RunCache:
+    """What one validate run computes once for all its files: the walks of each local package
+    and the Ray URIs computed from them, keyed by the package's absolute path, kind, excludes
+    and Ray's ignore switches. `validate_paths` makes one per call, so files sharing a
+    working_dir walk it once, and the next run (an edited tree) walks afresh."""
 
     walks: dict[tuple[Any, ...], Walked] = field(default_factory=dict)
+    uris: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    _scans_memo: AbstractContextManager[None] | None = None
+
+    def share_package_scans(self) -> None:
+        """From now until `close`, packaging's scans are memoized for the whole run (entered on
+        the first local package: packaging is only imported when a file has one)."""
+        if self._scans_memo is None:
+            from rtenv_cli.core.packaging.walk import memoized_scans
+
+            self._scans_memo = memoized_scans()
+            self._scans_memo.__enter__()
+
+    def close(self) -> None:
+        if self._scans_memo is not None:
+            self._scans_memo.__exit__(None, None, None)
+            self._scans_memo = None
+
+
+@dataclass
+class FileCache:
+    """What one file's checks compute once and share: package walks (pipeline and rules, from
+    the run's `RunCache`), the size scans of each runtime_env (size and excludes rules), the
+    source split in lines. The engine makes one per file."""
+
+    run: RunCache = field(default_factory=RunCache)
     scans: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
     _lines: tuple[str, list[str]] | None = None
+
+    @property
+    def walks(self) -> dict[tuple[Any, ...], Walked]:
+        return self.run.walks
 
     def lines(self, text: str) -> list[str]:
         if self._lines is None or self._lines[0] is not text:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from rtenv_cli.core.lint.context import (
     DEFAULT_GLOBS,
     Context,
     FileCache,
+    RunCache,
     ValidateOptions,
     coercion_hint,
     expects_string,
@@ -29,7 +28,6 @@ __all__ = ["DEFAULT_GLOBS", "Context", "FileReport", "ValidateOptions", "Validat
            "validate_paths", "validate_runtime_env"]
 
 _SHOWN_PATH = 200  # characters of an over-long path argument quoted in its error
-_SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox"})
 STAGE_CODES = {"parse": "RTE001", "shape": "RTE002", "packaging": "RTE003",
                "setup_hook": "RTE004", "json": "RTE007", "server": "RTE008", "driver": "RTE008"}
 
@@ -179,15 +177,23 @@ def _api_name(api: str) -> str:
     return "`ray job submit`" if api == "job-submit" else "`ray.init(runtime_env=...)`"
 
 
-def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
-    cache = FileCache()  # one file's rules share walks; a re-validation walks afresh
+def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache | None = None
+            ) -> FileReport:
+    if run is None:  # one file: its own run (the next validation walks afresh)
+        own = RunCache()
+        try:
+            return _finish(path, doc, options, own)
+        finally:
+            own.close()
     if doc.error is not None:
         span = doc.error.span
         diag = Diagnostic("RTE001", Severity.ERROR, f"{doc.error.kind}: {doc.error.message}",
                           span.line if span else None, span.column if span else None,
                           span.end_line if span else None, span.end_column if span else None,
                           _parse_hint(doc.error.kind), (), True)
-        return FileReport(path, False, (diag,), None, kind="unknown", source=doc.text)
+        report = FileReport(path, False, (diag,), None, kind="unknown", source=doc.text)
+        return _as_template(report, f"{doc.error.kind}: {doc.error.message}")
+    cache = FileCache(run)
     file_dir = None if path == "-" else Path(path).resolve().parent
     kind = document_kind(doc)
     diags: list[Diagnostic] = []
@@ -195,10 +201,9 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
     normalized: dict[str, Any] = {}
     valid = True
     for prefix, data in find_runtime_envs(doc):
-        with _shared_scans(data):
-            found, result = check_env(data, prefix=prefix, positions=doc.positions,
-                                      text=doc.text, file_dir=file_dir, options=options,
-                                      cache=cache)
+        _share_scans(data, run)
+        found, result = check_env(data, prefix=prefix, positions=doc.positions, text=doc.text,
+                                  file_dir=file_dir, options=options, cache=cache)
         diags.extend(found)
         notes.extend(n for n in result.notes if n not in notes)
         valid = valid and not any(d.ray_error for d in found)
@@ -220,18 +225,32 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions) -> FileReport:
         diags = [replace(d, message=scrub(d.message, secrets),
                          hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
     final = normalized.get(".") if kind == "runtime_env" else normalized
-    return FileReport(path, valid, tuple(diags), final if valid else None, tuple(notes), kind,
-                      doc.text, frozenset(secrets))
+    return _as_template(FileReport(path, valid, tuple(diags), final if valid else None,
+                                   tuple(notes), kind, doc.text, frozenset(secrets)), None)
 
 
-def _shared_scans(data: Any) -> AbstractContextManager[None]:
-    """One scan per local package for both pipelines and the size rules; packaging is only
-    imported for a runtime_env that has packages (validate must start fast)."""
+def _as_template(report: FileReport, parse_error: str | None) -> FileReport:
+    """A template (Jinja, OmegaConf, ...) gets one RTE107 instead of what its placeholders
+    cause (a parse error, "variable not set", a missing `{{ dir }}`); the verdict stays Ray's
+    on the file as it stands."""
+    if report.source is None or "{" not in report.source:
+        return report  # every placeholder form has a brace
+    from rtenv_cli.core.lint import template
+
+    found = template.find_placeholder(report.source)
+    if found is None:
+        return report
+    diag = Diagnostic("RTE107", _sev("RTE107"), template.describe(found, parse_error),
+                      found.line, found.column, found.line, found.end_column, found.hint, (),
+                      not report.valid)
+    return replace(report, diagnostics=(diag,), normalized=None, notes=())
+
+
+def _share_scans(data: Any, run: RunCache) -> None:
+    """One scan per local package for both pipelines, the size rules and the run's other files;
+    packaging is only imported for a runtime_env that has packages (validate must start fast)."""
     if isinstance(data, dict) and ("working_dir" in data or "py_modules" in data):
-        from rtenv_cli.core.packaging.walk import memoized_scans
-
-        return memoized_scans()
-    return nullcontext()
+        run.share_package_scans()
 
 
 def _secrets(doc: LoadedDoc) -> set[str]:
@@ -289,7 +308,8 @@ def validate_bytes(raw: bytes, name: str, options: ValidateOptions) -> FileRepor
 
 
 def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
-    """Files to validate; directories are searched recursively; `-` is standard input."""
+    """Files to validate; directories are searched recursively (lint/discover.py: by name,
+    Serve configs and job specs by content, .gitignore respected); `-` is standard input."""
     out: list[str] = []
     for raw in paths:
         if raw == "-":
@@ -304,13 +324,9 @@ def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
                              hint="pass runtime_env files (.yaml/.yml/.json), directories or "
                              "-") from None
         if is_dir:
-            found = []
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-                for name in files:
-                    if any(fnmatch.fnmatch(name, g) for g in globs):
-                        found.append(str(Path(root) / name))
-            out.extend(sorted(found))
+            from rtenv_cli.core.lint.discover import find_files
+
+            out.extend(find_files(path, globs, by_content=tuple(globs) == DEFAULT_GLOBS))
         elif exists:
             out.append(raw)
         else:
@@ -324,9 +340,11 @@ def validate_paths(paths: Sequence[str | Path], options: ValidateOptions | None 
     options = options or ValidateOptions()
     files = expand_inputs([str(p) for p in paths], options.globs)
     reports = []
-    for name in files:
-        if name == "-":
-            reports.append(validate_bytes(stdin or b"", "-", options))
-        else:
-            reports.append(_finish(name, load_path(name), options))
+    run = RunCache()  # files sharing a working_dir walk it once
+    try:
+        for name in files:
+            doc = load_bytes(stdin or b"", "-") if name == "-" else load_path(name)
+            reports.append(_finish(name, doc, options, run))
+    finally:
+        run.close()
     return ValidateReport(tuple(reports), options.api, options.fail_on)

@@ -30,6 +30,7 @@ class Packager:
         self.base_dir, self.api, self.env, self.prefix, self.result = (base_dir, api, env, prefix,
                                                                       result)
         self.walks = cache.walks if cache is not None else None
+        self.uris = cache.run.uris if cache is not None else None
 
     def fail(self, message: str, path: tuple[Any, ...], kind: str = "ValueError",
              hint: str | None = None) -> None:
@@ -55,7 +56,11 @@ class Packager:
                                 env=dict(self.env))
             if scan.total_bytes >= limit:
                 return self._unhashed(source, f"is over Ray's {limit >> 20} MiB limit")
-            return scan_uri(scan, digest_entries(scan.entries))
+            uris = {} if self.uris is None else self.uris  # shared by the run's files
+            key = packscan.package_key(source, kind, excludes, self.env)
+            if key not in uris:
+                uris[key] = scan_uri(scan, digest_entries(scan.entries))
+            return uris[key]
         except RtenvError as exc:  # what Ray would hang on or ship oddly (FIFO, loop, ...)
             problem = exc
         try:

@@ -128,14 +128,20 @@ def file_uri(path: Path) -> str:
     return uri_for_acc(acc_of([_digest(path, path.name, False)]))
 
 
+def package_key(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str]
+                ) -> tuple[Any, ...]:
+    """What decides a package's walk: its absolute root, kind, excludes and Ray's switches."""
+    return (str(Path(root).absolute()), kind, tuple(excludes),
+            env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE"),
+            env.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"))
+
+
 def cached_walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
                 cache: dict[tuple[Any, ...], Walked] | None) -> Walked:
-    """`walk`, remembered in `cache` (a `FileCache.walks`: one file's checks share it)."""
+    """`walk`, remembered in `cache` (a `RunCache.walks`: one validate run shares it)."""
     if cache is None:
         return walk(root, kind, excludes, env)
-    key = (str(Path(root).absolute()), kind, tuple(excludes),
-           env.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE"),
-           env.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"))
+    key = package_key(root, kind, excludes, env)
     if key not in cache:
         cache[key] = walk(root, kind, excludes, env)
     return cache[key]

@@ -92,6 +92,36 @@ RULES: tuple[Rule, ...] = (
          "Flags `nsight` beside `_nsight` (and `rocprof_sys` beside `_rocprof_sys`).",
          "Ray renames the public spelling onto the internal one: one value silently wins.",
          "nsight: default\n_nsight: {t: cuda}\n", "nsight: {t: cuda}\n"),
+    Rule("RTE107", "unrendered-template", E, "the file is a template: render it first",
+         "Recognises Jinja/Helm `{{ }}`, `{% %}`, GitHub Actions `${{ }}` and Hydra/OmegaConf "
+         "interpolations (`${oc.env:VAR}`, `${model.name}`, `${.x}`) and reports the file once, "
+         "at its first placeholder, instead of the parse errors and findings its placeholders "
+         "cause. Shell-style `${VAR}` is not a placeholder: Ray expands it in env_vars.",
+         "Ray reads the file as it is: `{{ x }}` breaks the YAML, `${oc.env:HF_TOKEN}` reaches "
+         "the workers as those characters. The file that matters is the rendered one.",
+         "env_vars:\n  HF_TOKEN: ${oc.env:HF_TOKEN}\nworking_dir: \"{{ project_dir }}\"\n",
+         "# render it (jinja2, `python train.py --cfg job --resolve`), then validate the output\n"
+         "env_vars:\n  HF_HOME: /mnt/cache/hf\nworking_dir: ./project\n"),
+    Rule("RTE108", "not-a-runtime-env", W, "most top-level keys are not runtime_env fields",
+         "Reports once when a file's top-level keys are mostly foreign to a runtime_env (no "
+         "field, no near-miss spelling, no Anyscale field): a config of another tool that a "
+         "directory search or a name such as runtime_env.json picked up. Its keys then get no "
+         "RTE101 each.",
+         "Ray would take every key as an unknown plugin and apply nothing; more likely the "
+         "file is not meant for Ray at all, and one finding says so better than ten typos.",
+         "model: bert-base\nlearning_rate: \"3e-5\"\nepochs: 3\n",
+         "# keep it out of the check (name the files, or --glob), or write a runtime_env:\n"
+         "env_vars:\n  MODEL: bert-base\n"),
+    Rule("RTE109", "anyscale-field", INFO, "an Anyscale job/service field, not a Ray one",
+         "Recognises the fields of Anyscale job and service specs (`upload_path` in a "
+         "runtime_env; `compute_config`, `cluster_env`, `ray_serve_config`, `containerfile`, "
+         "... and, beside those or an `entrypoint`, `name`, `requirements`, `max_retries`, ...) "
+         "and notes that Ray ignores them, instead of calling them typos (RTE101).",
+         "`anyscale job submit` reads these fields; `ray job submit --runtime-env` and "
+         "ray.init keep them as unknown plugins and do nothing with them.",
+         "working_dir: .\nupload_path: s3://bucket/uploads\n",
+         "# submit with `anyscale job submit -f job.yaml`, or for plain Ray drop the field:\n"
+         "working_dir: .\n"),
     # -- paths -------------------------------------------------------------------------------------
     Rule("RTE110", "path-relative-to-file", W, "a relative path that only exists next to the file",
          "Resolves relative working_dir, py_modules, requirements and conda paths against the "
@@ -114,21 +144,33 @@ RULES: tuple[Rule, ...] = (
          "root itself or every file is excluded.",
          "Ray uploads an empty package and the job fails later with ModuleNotFoundError.",
          "working_dir: .\nexcludes: [\"*\"]\n", "working_dir: .\nexcludes: [\"*.ckpt\"]\n"),
-    Rule("RTE121", "ignored-python-files", W, ".gitignore/.rayignore drop Python sources",
-         "Reports .py files (and directories holding them) that .gitignore or .rayignore "
-         "rules leave out of the package.",
+    Rule("RTE121", "ignored-python-files", W, "ignore rules drop Python sources",
+         "Reports .py files (and directories holding them) that a .gitignore or .rayignore "
+         "inside the package, a glob in `excludes` or Ray's default excludes leave out of the "
+         "package, one finding per source, naming it. Virtualenvs, conda envs and caches are "
+         "not sources; an excludes pattern naming the folder itself drops it on purpose.",
          "Ray honours .gitignore inside working_dir: a `build/` or `*.py` rule silently ships "
          "code without the module you import. Each ignore file is its own list and a path any "
          "list matches is dropped, so a `!` rule must go into the file that drops the path; "
          "the hint names that file and line and gives the exact line to add.",
          "# .gitignore\nlib/\n", "# .gitignore\nlib/\n!/lib/m.py\n"),
-    Rule("RTE122", "excludes-no-effect", W, "an excludes pattern that changes nothing",
-         "Flags `excludes` without any local working_dir/py_modules, and patterns that match "
-         "no file (absolute or CWD-relative patterns never match).",
-         "Patterns are relative to each package root; the large files you meant to skip are "
+    Rule("RTE122", "excludes-never-match", W, "an excludes pattern that can never match",
+         "Flags `excludes` without any local working_dir/py_modules, and patterns no path "
+         "inside a package can match: absolute paths, `./` or `~/` prefixes, `..`, `//`, "
+         "backslash separators, an extension written as a name (`.log` for `*.log`) or a dot "
+         "added to a folder name (`/.node_modules/`); the hint gives the pattern that works. "
+         "A pattern that matches nothing *yet* (`outputs/` before the first run) is fine.",
+         "Patterns are relative to each package root; the files you meant to skip are "
          "uploaded anyway.",
-         "working_dir: .\nexcludes: [/home/me/proj/data/]\n",
-         "working_dir: .\nexcludes: [/data/]\n"),
+         "working_dir: .\nexcludes: [/home/me/proj/data/, \".log\"]\n",
+         "working_dir: .\nexcludes: [/data/, \"*.log\"]\n"),
+    Rule("RTE123", "excludes-redundant-default", INFO, "an excludes pattern Ray's defaults cover",
+         "Notes patterns that only match what Ray's default excludes (.git, .venv, venv, "
+         "__pycache__; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES) already drop from every "
+         "working_dir.",
+         "Harmless, but the list reads as if those folders were uploaded without it.",
+         "working_dir: .\nexcludes: [.git, \"**/__pycache__\", outputs/]\n",
+         "working_dir: .\nexcludes: [outputs/]\n"),
     # -- env_vars ----------------------------------------------------------------------------------
     Rule("RTE130", "overridden-visibility-var", W, "an accelerator visibility variable Ray sets",
          "Flags CUDA_VISIBLE_DEVICES and the other accelerator visibility variables.",
@@ -148,8 +190,12 @@ RULES: tuple[Rule, ...] = (
          "env_vars:\n  PYTHONPATH: /opt/lib\n",
          "env_vars:\n  PYTHONPATH: /opt/lib:$PYTHONPATH\n"),
     Rule("RTE133", "secret-in-env-vars", W, "a value that looks like a secret",
-         "Flags env_vars whose names or values look like tokens, keys or passwords (shown "
-         "redacted).",
+         "Flags env_vars whose value has a known credential shape (hf_, sk-, ghp_, AKIA, xox*-, "
+         "JWTs, private keys, URLs with a password), or whose name says token, key, secret or "
+         "password while the value looks like one: not a boolean, number, path, plain URL, "
+         "${VAR} reference or placeholder, and for tokens and keys long and random enough. "
+         "Well-known settings such as TOKENIZERS_PARALLELISM or *_TOKEN_LIMIT are no secrets. "
+         "Shown redacted.",
          "runtime_envs are stored in the GCS, shown in the dashboard and in job logs.",
          "env_vars:\n  HF_TOKEN: hf_abcdefghijklmnop\n",
          "# inject secrets from the cluster's environment or a secret manager\n"),

@@ -18,7 +18,7 @@ top-level directory from remote (`file://`, `https://`) zips, and only from thos
 
 This is rtenv's one zip writer: `rtenv push` and `rtenv run` (through `build_scan`), `push
 --watch` (watch/zipcache.py, from its snapshot) and the store's assembly of a delta package (from
-its blobs, store/store.py) all write through `write_package_zip`, so the same tree gives the same
+its blobs, store/zips.py) all write through `write_package_zip`, so the same tree gives the same
 bytes whichever route published it. Members are in relpath order (Ray's order is the directory
 listing's, which no other route can reproduce; Ray reads any order), dated with the file's
 local mtime as Ray dates them.
@@ -79,9 +79,6 @@ class BuiltPackage:
     sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
     layout: str = "ray"
     reused: int = 0  # members copied raw from the previous build of this source
-    # build_scan(stream=True): a thread is still writing `path`; ready(n) returns once its first
-    # n bytes are there (None: all of it), raising if the write failed
-    ready: Callable[[int | None], None] | None = None
 
     @property
     def hashed_dirs(self) -> tuple[str, ...]:
@@ -90,11 +87,6 @@ class BuiltPackage:
         if self.scan is None or self.scan.single_file:
             return ()
         return hashed_not_zipped(self.scan.entries)
-
-    def wait(self) -> None:
-        """Return once `path` is complete (at once unless built with stream=True)."""
-        if self.ready is not None:
-            self.ready(None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"uri": self.uri, "path": str(self.path), "file_count": self.file_count,
@@ -250,7 +242,7 @@ class ZipPass:
     reused: int = 0  # members copied raw from the previous build
     digests: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # of the files read
     stats: dict[str, Any] | None = None  # member -> its reuse key (the file stat), if known
-    spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index, gate)
+    spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index)
 
 
 _Batch = tuple[str, int, list[tuple[Any, int, bool, bytes, str]]]  # see _prepare_batch
@@ -337,7 +329,7 @@ def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
     return sorted((e for e in entries if e.in_zip), key=lambda e: e.relpath)
 
 
-def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915, PLR0917 - one pass
+def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
                times: Mapping[str, DateTime] | None = None, *,
@@ -347,94 +339,119 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: C901, PLR0915
     deflated) in worker batches; the writer appends them in order.
     """
     import zipfile
-    from collections import deque
 
-    result = ZipPass()
-    # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when inline)
-    # | None for in-order work)
-    pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
-    in_flight = 0
-    batch: list[tuple[Entry, Any]] = []
-    batch_bytes = 0
+    plan = [(e, _info(e, scan, prefix, times))
+            for e in _in_zip(entries if entries is not None else scan.entries)]
+    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
+    writer = None
+    try:
+        with open(out, "w+b", buffering=1 << 20) as fh, \
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
+            writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress)
+            for e, info in plan:
+                writer.add(e, info)
+            writer.finish()
+    finally:
+        if writer is not None:
+            writer.remove_scratches()
+    return writer.result
 
-    scratches: list[str] = []
 
-    def write_batch(zf: Any, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
-        """Append a worker's batch: its members' bytes in one copy, their infos for the
-        central directory."""
-        scratch, size, prepared = batch_done
-        fd = os.open(scratch, os.O_RDONLY)
-        try:
-            ZipAppender(zf).append_members(fd, size, [(info, at) for info, at, *_r in prepared])
-        finally:
-            os.close(fd)
-            os.unlink(scratch)
-        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
-            result.digests[e.relpath] = (digest, sha)
-            if changed:
-                result.changed.append(e)
+class _MemberWriter:
+    """Appends members to `zf` in the order they are added: small files go to worker batches
+    (a batch is flushed when full, or before anything written in order), directories and
+    large files are written here; finished work is drained in order, and the bytes of small
+    files in flight are bounded by _WINDOW."""
 
-    def drain(zf: Any, limit: int) -> None:
-        nonlocal in_flight
-        while pending and (in_flight > limit or pending[0][1] is None
+    def __init__(self, zf: Any, pool: Any, scratch_prefix: str,
+                 on_progress: Callable[[int], None] | None) -> None:
+        from collections import deque
+
+        self.zf, self.pool, self.on_progress = zf, pool, on_progress
+        self.scratch_prefix = scratch_prefix
+        self.result = ZipPass()
+        # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when
+        # inline) | None for in-order work)
+        self.pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
+        self.in_flight = 0
+        self.batch: list[tuple[Entry, Any]] = []
+        self.batch_bytes = 0
+        self.scratches: list[str] = []
+
+    def add(self, e: Entry, info: Any) -> None:
+        if not e.is_dir and e.size <= _SMALL:
+            self.batch.append((e, info))
+            self.batch_bytes += e.size
+            self.in_flight += e.size
+            if self.batch_bytes >= _BATCH_BYTES or len(self.batch) >= _BATCH_FILES:
+                self._flush_batch()
+        else:
+            self._flush_batch()  # keep the zip in scan order
+            self.pending.append(([(e, info)], None))
+        self._drain(_WINDOW)
+
+    def finish(self) -> None:
+        self._flush_batch()
+        self._drain(-1)
+
+    def remove_scratches(self) -> None:
+        """What a failure left (each scratch file is removed once copied)."""
+        for scratch in self.scratches:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
+
+    def _flush_batch(self) -> None:
+        if self.batch:
+            self.scratches.append(f"{self.scratch_prefix}{len(self.scratches)}")
+            self.pending.append((self.batch, self.pool.submit(_prepare_batch, self.batch,
+                                                              self.scratches[-1])))
+            self.batch, self.batch_bytes = [], 0
+
+    def _drain(self, limit: int) -> None:
+        pending = self.pending
+        while pending and (self.in_flight > limit or pending[0][1] is None
                            or pending[0][1].done()):
             items, fut = pending.popleft()
             if fut is None:  # a directory or a large file: written in order, here
                 e, info = items[0]
                 if e.is_dir:
-                    zf.writestr(info, b"")
+                    self.zf.writestr(info, b"")
                     continue
-                changed, digest, sha = _stream(zf, info, e)
-                result.digests[e.relpath] = (digest, sha)
-                if changed:
-                    result.changed.append(e)
+                self._record(e, *_stream(self.zf, info, e))
             else:
-                in_flight -= sum(e.size for e, _i in items)
-                write_batch(zf, items, fut.result())
-            if on_progress:
-                on_progress(sum(e.size for e, _info in items if not e.is_dir))
+                self.in_flight -= sum(e.size for e, _i in items)
+                self._write_batch(items, fut.result())
+            if self.on_progress:
+                self.on_progress(sum(e.size for e, _info in items if not e.is_dir))
 
-    def flush_batch(pool: Any) -> None:
-        nonlocal batch, batch_bytes
-        if batch:
-            scratches.append(f"{out}.batch{len(scratches)}")
-            pending.append((batch, pool.submit(_prepare_batch, batch, scratches[-1])))
-            batch, batch_bytes = [], 0
+    def _write_batch(self, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
+        """Append a worker's batch: its members' bytes in one copy, their infos for the
+        central directory."""
+        scratch, size, prepared = batch_done
+        fd = os.open(scratch, os.O_RDONLY)
+        try:
+            ZipAppender(self.zf).append_members(fd, size,
+                                                [(info, at) for info, at, *_r in prepared])
+        finally:
+            os.close(fd)
+            os.unlink(scratch)
+        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
+            self._record(e, changed, digest, sha)
 
-    plan = [(e, _info(e, scan, prefix, times))
-            for e in _in_zip(entries if entries is not None else scan.entries)]
-    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
-    try:
-        with open(out, "w+b", buffering=1 << 20) as fh, \
-                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
-            for e, info in plan:
-                if not e.is_dir and e.size <= _SMALL:
-                    batch.append((e, info))
-                    batch_bytes += e.size
-                    in_flight += e.size
-                    if batch_bytes >= _BATCH_BYTES or len(batch) >= _BATCH_FILES:
-                        flush_batch(pool)
-                else:
-                    flush_batch(pool)  # keep the zip in scan order
-                    pending.append(([(e, info)], None))
-                drain(zf, _WINDOW)
-            flush_batch(pool)
-            drain(zf, -1)
-    finally:
-        for scratch in scratches:  # left by a failure (each is removed once copied)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(scratch)
-    return result
+    def _record(self, e: Entry, changed: bool, digest: bytes, sha: str) -> None:
+        self.result.digests[e.relpath] = (digest, sha)
+        if changed:
+            self.result.changed.append(e)
 
 
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
-             background: bool, times: Mapping[str, DateTime] | None = None,
+             times: Mapping[str, DateTime] | None = None,
              key: Callable[[Entry], Hashable] | None = None, processes: bool = True
              ) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     `key` (default: their stat) changed are read and compressed, into a zip of their own;
-    `zipreuse.splice` then assembles both in member order (in a thread with `background`).
+    `zipreuse.splice` then assembles both in member order.
     Unspliceable (zip64) propagates: the caller builds afresh."""
     key = key or _stat_key
     parts: list[tuple[str, bool]] = []  # (member name, from the previous zip)
@@ -455,8 +472,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
     result, spliced = zipreuse.splice_changed(
         out, previous.index, parts,
         lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
-                                processes=processes),
-        background=background)
+                                processes=processes))
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
@@ -470,15 +486,15 @@ def write_package_zip(scan: PackageScan, out: Path, *,
                       times: Mapping[str, DateTime] | None = None,
                       previous: PreviousZip | None = None,
                       key: Callable[[Entry], Hashable] | None = None,
-                      background: bool = False, processes: bool = True,
+                      processes: bool = True,
                       on_progress: Callable[[int], None] | None = None) -> ZipPass:
     """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
 
     `times`: relpath -> date_time for entries whose file is not the one they stand for (the
     store writes blobs; the client's local mtime travels with the manifest); others are dated
     by their mtime. `previous`: an earlier zip of the same source to take unchanged members
-    from (by `key`, default the file stat), spliced (`background`: in a thread, see
-    `zipreuse.splice`); one that cannot splice is ignored. Files whose stat changed while
+    from (by `key`, default the file stat), spliced (see `zipreuse.splice`); one that cannot
+    splice is ignored. Files whose stat changed while
     read are in the result's `changed` (the caller must not publish); `digests` holds Ray's
     digest and the sha256 of every file read; `stats` each file member's `key`.
     `processes=False`: worker threads only, never forked processes (a server's threads may
@@ -487,26 +503,22 @@ def write_package_zip(scan: PackageScan, out: Path, *,
     prefix = "pkg" if layout == "remote" else ""
     if previous is not None:
         with contextlib.suppress(zipreuse.Unspliceable):
-            return _rebuild(scan, out, prefix, on_progress, previous, background, times, key,
-                            processes)
+            return _rebuild(scan, out, prefix, on_progress, previous, times, key, processes)
     result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes)
     result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
                     for e in scan.entries if e.in_zip and not e.is_dir}
     return result
 
 
-def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
-              on_progress: Callable[[int], None] | None, slot: str | None,
-              background: bool = False) -> ZipPass:
+def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,
+              on_progress: Callable[[int], None] | None, slot: str | None) -> ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
-    splices (`background`: see build_scan's `stream`), else from scratch. Nothing is left
-    behind on failure."""
+    splices, else from scratch. Nothing is left behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
         return write_package_zip(scan, tmp, layout="remote" if prefix else "ray",
-                                 previous=previous, background=background,
-                                 on_progress=on_progress)
+                                 previous=previous, on_progress=on_progress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -534,21 +546,17 @@ def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
-               digests: Mapping[str, tuple[bytes, str | None]] | None = None,
-               stream: bool = False) -> BuiltPackage:
+               digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
     """Zip one scanned package, hashing each file on the same read (see the module doc);
     digests the cache or the caller (`digests`, from `digest_entries` of the same scan) already
-    know are taken as they are. `stream`: a spliced zip may still be being written when this
-    returns (its `ready` gates a reader that streams it meanwhile: the copy of the unchanged
-    members then overlaps the upload)."""
+    know are taken as they are."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}"
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, stream)
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None)
     spliced = zip_pass.spliced
-    gate = spliced.gate if spliced is not None else None
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
         names = ", ".join(e.relpath for e in zip_pass.changed[:5])
@@ -575,18 +583,14 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
         uri = scan_uri(scan, digests)
     name = uri.removeprefix("gcs://")
     final = dest_dir / (name if layout == "ray" else f"remote{name}")
-    if gate is None:
-        os.replace(tmp, final)
-    else:  # still being written: it keeps this process's own name (another push of the same
-        final = tmp  # tree would replace the shared one under an upload that reopens it)
+    os.replace(tmp, final)
     if use_cache:
         zipreuse.remember(scan.root, slot, final, zip_pass.stats or {},
-                          spliced.known if spliced is not None else None,
-                          size=spliced.size if spliced is not None else None, gate=gate)
+                          spliced.known if spliced is not None else None)
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     size = spliced.size if spliced is not None else final.stat().st_size
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, size, scan, sha, layout,
-                        zip_pass.reused, gate.wait if gate is not None else None)
+                        zip_pass.reused)
 
 
 class _Changed(Exception):

@@ -9,9 +9,8 @@ central directory still has the digest it was read from). The next build writes 
 changed files (through the normal writer, into a small zip of their own) and `splice`s: members
 come verbatim from either zip, neighbours as one byte range (`os.copy_file_range`: the bytes
 stay in the kernel), and the central directory is the old records with new offsets. The result
-is byte-identical to a fresh build. A splice can run in a thread behind a `WriteGate`, so that
-an upload streams the zip while it is written. `ZipIndex` reads a central directory without
-building zipfile objects.
+is byte-identical to a fresh build. `ZipIndex` reads a central directory without building
+zipfile objects.
 
 `ZipAppender` appends members whose bytes are already made (a worker's batch of local headers
 and data, a member of another zip) to a `zipfile.ZipFile` being written: it is the one place
@@ -37,7 +36,6 @@ _LOCAL_HEADER = 30
 _ZIP64_LIMIT = 0xFFFFFFFF
 _DATA_DESCRIPTOR_FLAG = 0x08
 _CHUNK = 1 << 20
-_GATE_STEP = 8 << 20  # bytes copied between two reports to a WriteGate
 
 
 class ZipAppender:
@@ -272,56 +270,14 @@ def _check_fits(count: int, size: int) -> None:
         raise Unspliceable("over 2 GiB")
 
 
-class WriteGate:
-    """A file a thread is writing front to back: `wait(n)` returns once its first `n` bytes
-    are written (raises if writing failed first), so a reader can stream it meanwhile."""
-
-    def __init__(self, size: int) -> None:
-        import threading
-
-        self.size = size
-        self.done = 0
-        self.error: BaseException | None = None
-        self._cond = threading.Condition()
-
-    def advance(self, done: int) -> None:
-        with self._cond:
-            self.done = done
-            self._cond.notify_all()
-
-    def fail(self, exc: BaseException) -> None:
-        with self._cond:
-            self.error = exc
-            self._cond.notify_all()
-
-    def wait(self, n: int | None = None) -> None:
-        n = self.size if n is None else n
-        with self._cond:
-            while self.done < n and self.error is None:
-                self._cond.wait()
-            if self.done < n:
-                raise PackagingError(f"writing the package failed: {self.error}",
-                                     hint="check the free space under the rtenv cache dir")
-
-
-# A splice asked to run in the background does (the caller's upload follows its WriteGate).
-# False writes it before returning: the push benchmark flips it for its ablation row, which
-# shows what writing beside the upload buys on its own.
-BACKGROUND_SPLICE = True
-
-
 class Spliced(NamedTuple):
     size: int
     known: Known  # its index, for `ZipIndex.read(out, known)` to take without parsing
-    gate: WriteGate | None = None  # with background=True: the write still under way
 
 
-def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = False
-           ) -> Spliced:
+def splice(out: Path, parts: list[tuple[ZipIndex, str]]) -> Spliced:
     """Write zip `out` whose members are, in this order, the named members of the given zips,
-    each copied verbatim (local header and data); returns its size and index. With
-    `background`, a thread writes it (on duplicates of the sources' descriptors, so they may
-    be closed at once) and the returned gate tells how far it got.
+    each copied verbatim (local header and data); returns its size and index.
 
     Local headers hold no offsets, so a member moves as it is; only its central record gets the
     new offset. Neighbours in a source are copied as one byte range (`os.copy_file_range`
@@ -353,63 +309,22 @@ def splice(out: Path, parts: list[tuple[ZipIndex, str]], *, background: bool = F
     end = _EOCD.pack(_EOCD_SIG, 0, 0, len(parts), len(parts), len(cd), pos, 0)
     digest = hashlib.sha1(cd).digest()  # noqa: S324 - ZipIndex's cache key, not a signature
     size = pos + len(cd) + len(end)
-    if not (background and BACKGROUND_SPLICE):
-        with open(out, "wb") as fh:
-            _write_runs([(src.fd, start, length, at) for src, start, length, at in runs],
-                        fh.fileno(), cd + end, pos, None)
-        return Spliced(size, (digest, members))
-    import threading
-
-    gate = WriteGate(size)
-    sources = {id(run[0]): run[0] for run in runs}  # by id: a ZipIndex is not hashable
-    dup = {key: os.dup(src.fd) for key, src in sources.items()}
-    try:
-        dst = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError:
-        for fd in dup.values():
-            os.close(fd)
-        raise
-
-    def write() -> None:
-        try:
-            _write_runs([(dup[id(src)], start, length, at)
-                         for src, start, length, at in runs], dst, cd + end, pos,
-                        gate)
-        except BaseException as exc:  # handed to the reader through the gate
-            gate.fail(exc)
-        finally:
-            for fd in (dst, *dup.values()):
-                os.close(fd)
-
-    try:
-        threading.Thread(target=write, name="rtenv-splice").start()
-    except BaseException:  # no thread: nobody would ever open the gate
-        for fd in (dst, *dup.values()):
-            os.close(fd)
-        raise
-    return Spliced(size, (digest, members), gate)
-
-
-def _write_runs(runs: list[tuple[int, int, int, int]], dst: int, tail: bytes, at: int,
-                gate: WriteGate | None) -> None:
-    """Copy (fd, start, length, to) runs in order, then `tail` at `at`; report to `gate`."""
-    for fd, start, length, to in runs:
-        copy_range(fd, dst, start, length, to, gate=gate)
-    os.pwrite(dst, tail, at)
-    if gate is not None:
-        gate.advance(gate.size)
+    with open(out, "wb") as fh:
+        for src, start, length, at in runs:
+            copy_range(src.fd, fh.fileno(), start, length, at)
+        os.pwrite(fh.fileno(), cd + end, pos)
+    return Spliced(size, (digest, members))
 
 
 T = TypeVar("T")
 
 
 def splice_changed(out: Path, previous: ZipIndex, order: Sequence[tuple[str, bool]],
-                   write_changed: Callable[[Path], T], *, background: bool = False
-                   ) -> tuple[T, Spliced]:
+                   write_changed: Callable[[Path], T]) -> tuple[T, Spliced]:
     """Write zip `out` from `previous` and the changed members: `order` names every member of
     `out`, in order, with whether it comes from `previous`; `write_changed(path)` writes the
     others into a zip of their own at `path` (removed afterwards). Returns its result and the
-    splice (`background`: see `splice`).
+    splice.
 
     What cannot splice is refused before anything is written where the members kept from
     `previous` already tell (Unspliceable, as from `splice`).
@@ -423,8 +338,7 @@ def splice_changed(out: Path, previous: ZipIndex, order: Sequence[tuple[str, boo
         if new is None:
             raise Unspliceable("the changed files need zip64")
         with new:
-            spliced = splice(out, [(previous if old else new, name) for name, old in order],
-                             background=background)
+            spliced = splice(out, [(previous if old else new, name) for name, old in order])
     finally:
         part.unlink(missing_ok=True)
     return result, spliced
@@ -445,29 +359,23 @@ class PreviousZip:
         self.index.close()
 
 
-def copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int, *,
-                gate: WriteGate | None = None) -> None:
+def copy_range(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int) -> None:
     """Copy `count` bytes at `offset` of one file to `dst_offset` of another, in the kernel
-    (`os.copy_file_range`) where it can, reporting progress to `gate`."""
+    (`os.copy_file_range`) where it can."""
     done = 0
-    step = _GATE_STEP if gate is not None else count
     try:
         while done < count:
-            n = os.copy_file_range(src_fd, dst_fd, min(step, count - done), offset + done,
+            n = os.copy_file_range(src_fd, dst_fd, count - done, offset + done,
                                    dst_offset + done)
             if n == 0:
                 break
             done += n
-            if gate is not None:
-                gate.advance(dst_offset + done)
     except (AttributeError, OSError):  # no copy_file_range here (or across these files)
         while done < count:
             chunk = os.pread(src_fd, min(_CHUNK, count - done), offset + done)
             if not chunk:
                 break
             done += os.pwrite(dst_fd, chunk, dst_offset + done)
-            if gate is not None:
-                gate.advance(dst_offset + done)
     if done != count:
         raise PackagingError(f"a file being copied into a package ended early, at offset "
                              f"{offset + done} of {offset + count}",
@@ -506,11 +414,9 @@ def open_previous(root: Path, key: str) -> PreviousZip | None:
 
 
 def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
-             known: Known | None = None, *, size: int | None = None,
-             gate: WriteGate | None = None) -> None:
+             known: Known | None = None) -> None:
     """Keep `built` (hard link, else copy) as the previous zip of (root, key); best effort.
-    `known`: its index, when the caller has it (a splice does), else it is read. `gate`: a
-    thread is still writing `built`, whose `size` it will have: the sidecar waits for it."""
+    `known`: its index, when the caller has it (a splice does), else it is read."""
     import shutil
 
     slot = _slot(root, key)
@@ -520,9 +426,7 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
         tmp.unlink(missing_ok=True)
         try:
             os.link(built, tmp)
-        except OSError:  # another file system: a copy, of the whole zip
-            if gate is not None:
-                gate.wait()
+        except OSError:  # another file system: a copy
             shutil.copyfile(built, tmp)
         st = os.stat(tmp)
         # the old zip keeps a second name until a thread drops it: freeing its pages takes
@@ -530,7 +434,7 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
         with contextlib.suppress(OSError):  # none yet
             os.link(slot.with_suffix(".zip"), slot.with_suffix(f".{os.getpid()}.old"))
         os.replace(tmp, slot.with_suffix(".zip"))
-    except (OSError, PackagingError):
+    except OSError:
         return
     import threading
 
@@ -540,8 +444,7 @@ def remember(root: Path, key: str, built: Path, stats: dict[str, StatKey],
     # zip is ignored and the next build starts afresh. Not a daemon: the process exits once
     # both are done.
     thread = threading.Thread(target=_finish_remember,
-                              args=(slot, (st.st_ino, st.st_size if size is None else size),
-                                    stats, known, gate),
+                              args=(slot, (st.st_ino, st.st_size), stats, known),
                               name="rtenv-remember-zip")
     _pending[slot] = thread
     thread.start()
@@ -557,14 +460,8 @@ def wait_remembered() -> None:
 
 
 def _finish_remember(slot: Path, zip_id: tuple[int, int], stats: dict[str, StatKey],
-                     known: Known | None, gate: WriteGate | None) -> None:
+                     known: Known | None) -> None:
     from rtenv_cli.core.fsutil import atomic_write_bytes
-
-    if gate is not None:
-        try:
-            gate.wait()
-        except PackagingError:
-            return  # a partial zip: no sidecar, so the next build starts afresh
 
     # the sidecar also keeps the zip's parsed index, keyed by its central directory's digest
     if known is None:

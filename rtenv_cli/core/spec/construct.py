@@ -59,71 +59,85 @@ def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
     return rt
 
 
-def construct(  # noqa: C901, PLR0912 - one branch per Ray stage, kept in Ray's order
+def construct(
     d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
     env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (), to_dict: bool = True,
 ) -> Constructed:
-    """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`.
+    """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`, in that order.
 
     `d` must be a dict with str keys and no `self` key (the caller reports those shape errors).
     Error paths are prefixed with `prefix` (where the runtime_env sits in its file).
     """
-    env = os.environ if env is None else env
-    parsers = _parsers(base_dir)
-    errors: list[n.RuntimeEnvValueError] = []
-    failed: set[str] = set()
-
-    def run(option: str, value: Any) -> tuple[bool, Any]:
-        try:
-            return True, parsers[option](value, (*prefix, option))
-        except n.RuntimeEnvValueError as exc:
-            errors.append(exc)
-            failed.add(option)
-            return False, None
-
+    fields = _FieldParsers(_parsers(base_dir), prefix)
     rt = init_dict(d)
     validate = _truthy(d.get("_validate", True))
     if validate:
-        _cross_field(rt, errors, prefix)
-        for option in model.VALIDATED_ORDER:
-            value = rt.get(option)
-            if value is None:
-                continue
-            del rt[option]
-            ok, result = run(option, value)
-            if ok and result is not None:
-                rt[option] = result
-        if "_ray_commit" not in rt and (_truthy(rt.get("pip")) or _truthy(rt.get("conda"))):
-            rt["_ray_commit"] = model.RAY_COMMIT
-        if "_inject_current_ray" not in rt and "RAY_RUNTIME_ENV_LOCAL_DEV_MODE" in env:
-            rt["_inject_current_ray"] = True
-        if all(v is None for v in rt.values()):
-            rt.clear()
-
+        _init_validate(rt, fields, os.environ if env is None else env)
     if not allow_local_paths:
-        _no_local_paths(rt, errors, prefix)
-
+        _no_local_paths(rt, fields.errors, prefix)
     if not to_dict:  # e.g. RuntimeEnv.serialize(): one constructor pass, no deepcopy
-        return Constructed(copy.deepcopy(rt), errors)
-    # to_dict(): deepcopy re-runs __setitem__, i.e. every field parser, on every key
+        return Constructed(copy.deepcopy(rt), fields.errors)
+    return Constructed(_to_dict(rt, fields, validate=validate), fields.errors)
+
+
+class _FieldParsers:
+    """Ray's per-field parsers, run with their errors collected (and the fields that failed)."""
+
+    def __init__(self, parsers: Mapping[str, Any], prefix: tuple[Any, ...]) -> None:
+        self.parsers, self.prefix = parsers, prefix
+        self.errors: list[n.RuntimeEnvValueError] = []
+        self.failed: set[str] = set()
+
+    def run(self, option: str, value: Any) -> tuple[bool, Any]:
+        try:
+            return True, self.parsers[option](value, (*self.prefix, option))
+        except n.RuntimeEnvValueError as exc:
+            self.errors.append(exc)
+            self.failed.add(option)
+            return False, None
+
+
+def _init_validate(rt: dict[str, Any], fields: _FieldParsers, env: Mapping[str, str]) -> None:
+    """What `RuntimeEnv.__init__` does with `_validate` on: the cross-field checks, each
+    field's parser in Ray's order, then the fields it implies."""
+    _cross_field(rt, fields.errors, fields.prefix)
+    for option in model.VALIDATED_ORDER:
+        value = rt.get(option)
+        if value is None:
+            continue
+        del rt[option]
+        ok, result = fields.run(option, value)
+        if ok and result is not None:
+            rt[option] = result
+    if "_ray_commit" not in rt and (_truthy(rt.get("pip")) or _truthy(rt.get("conda"))):
+        rt["_ray_commit"] = model.RAY_COMMIT
+    if "_inject_current_ray" not in rt and "RAY_RUNTIME_ENV_LOCAL_DEV_MODE" in env:
+        rt["_inject_current_ray"] = True
+    if all(v is None for v in rt.values()):
+        rt.clear()
+
+
+def _to_dict(rt: Mapping[str, Any], fields: _FieldParsers, *, validate: bool) -> dict[str, Any]:
+    """`RuntimeEnv.to_dict()`: its deepcopy re-runs __setitem__, i.e. every field parser, on
+    every key."""
     out: dict[str, Any] = {}
     for key, value in rt.items():
-        if key not in parsers or key in failed:
+        if key not in fields.parsers or key in fields.failed:
             out[key] = copy.deepcopy(value)
             continue
         if key == "config" and validate:
             out[key] = value  # already a RuntimeEnvConfig: returned as is
             continue
         if value is None:
-            errors.append(n.RuntimeEnvValueError(
+            fields.errors.append(n.RuntimeEnvValueError(
                 f"runtime_env['{key}'] is null: Ray's {key} parser asserts a value when "
-                "to_dict() re-validates the runtime_env", (*prefix, key),
+                "to_dict() re-validates the runtime_env", (*fields.prefix, key),
                 python_type="AssertionError"))
             continue
-        ok, result = run(key, copy.deepcopy(value))
+        ok, result = fields.run(key, copy.deepcopy(value))
         if ok and result is not None:
             out[key] = result
-    return Constructed(out, errors)
+    return out
 
 
 def _cross_field(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],

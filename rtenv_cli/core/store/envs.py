@@ -61,6 +61,11 @@ def _memo_key(kind: str, value: Any) -> str | None:
         if isinstance(value, dict) else None
     if not isinstance(items, list) or any(str(i).lstrip().startswith("-") for i in items):
         return None
+    if isinstance(value, dict) and any(builders.referenced_files([str(o)]) or str(o) in (
+            "-r", "-c", "--requirement", "--constraint")
+            for o in value.get("pip_install_options") or value.get("uv_pip_install_options")
+            or ()):
+        return None  # options naming files: their contents are part of the key
     return kind + json.dumps(value, sort_keys=True, default=str)
 
 

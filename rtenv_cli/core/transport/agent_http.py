@@ -16,6 +16,7 @@ from urllib.parse import quote
 from rtenv_cli.core.errors import PackagingError, TransportError
 from rtenv_cli.core.store.handle import EnvHandle
 from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, decode_error, download_capability
+from rtenv_cli.core.transport.base import ZipLayout
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
 # Seconds the agent may work before it answers: building an environment (pip, uv, conda), and
@@ -73,7 +74,7 @@ class AgentTarget:
 
     max_upload_bytes: int | None = None
     pins = False
-    streams_while_written = False
+    layout: ZipLayout = "ray"
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, url: str, token: str | None = None, *,

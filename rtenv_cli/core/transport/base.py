@@ -1,18 +1,21 @@
 """The push target protocol every transport implements (Ray GCS or dashboard, agent, store,
 file://), and the optional capabilities some of them have.
 
-What a target can do is declared on its class: the two flags of `Target` on every one, the
-method sets below (`DeltaTarget`, `ForkingTarget`) checked with isinstance.
+What a target can do is declared on its class: the attributes of `Target` on every one, the
+method sets below (`DeltaTarget`, `ForkingTarget`, `RemoteServing`) checked with isinstance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 RAY_HTTP_LIMIT = 100 * 1024 * 1024  # the dashboard's aiohttp client_max_size (100 MiB)
 PIN_SECONDS = 600  # RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S default
+# The zip a target takes: Ray's own layout, or "remote": the members under one top-level
+# directory, which Ray strips from remote (file://, https://) zips and only from those.
+ZipLayout = Literal["ray", "remote"]
 
 
 @runtime_checkable
@@ -22,9 +25,10 @@ class Target(Protocol):
     # `exists` pins the package for PIN_SECONDS and Ray deletes it once unreferenced and
     # unpinned: a long-lived pusher (watch) re-checks what it pushed before the pin runs out
     pins: bool
-    # `upload(uri, path, ready=Event, size=N)` sends a zip that another thread is still
-    # writing (up to `size` bytes, `ready` set when it is complete)
-    streams_while_written: bool
+    layout: ZipLayout
+    # the target verifies a package against its name: `upload(..., hashed_dirs=...)` takes what
+    # Ray hashed that the zip cannot show (packaging's BuiltPackage.hashed_dirs)
+    verifies_packages: bool
 
     def exists(self, uri: str) -> bool:
         """Whether the target holds `uri` (for Ray: GET, which also pins it for 10 minutes)."""
@@ -52,6 +56,14 @@ class DeltaTarget(Protocol):
     def put_blobs(self, blobs: list[tuple[str, Path]]) -> None: ...
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class RemoteServing(Protocol):
+    """A target Ray's nodes fetch staged packages from at a URI of their own (an rtenv agent's
+    download URL)."""
+
+    def remote_uri(self, uri: str) -> str: ...
 
 
 @runtime_checkable

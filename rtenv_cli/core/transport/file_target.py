@@ -16,13 +16,14 @@ from urllib.parse import unquote, urlparse
 
 from rtenv_cli.core.errors import TransportError, UsageError
 from rtenv_cli.core.fsutil import fsync_dir
+from rtenv_cli.core.transport.base import ZipLayout
 
 
 class FileTarget:
     max_upload_bytes: int | None = None
-    layout = "remote"  # what build_package must produce for this target
+    layout: ZipLayout = "remote"  # Ray strips the top directory of a file:// zip
     pins = False
-    streams_while_written = False
+    verifies_packages = False
 
     def __init__(self, url: str) -> None:
         parsed = urlparse(url)

@@ -224,24 +224,22 @@ class Channel:
     # -- calls ---------------------------------------------------------------------------------
     def unary(self, method: str, message: bytes, *, tail: BinaryIO | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
-              ready: Callable[[int], None] | None = None, cancel: Any = None) -> bytes:
+              cancel: Any = None) -> bytes:
         """Call `method` (`/package.Service/Method`); the request is `message` followed by
         `tail_size` bytes read from `tail` (the last field's value, already framed in
-        `message`); `ready(n)`, when given, returns once the tail has n bytes (a file still
-        being written). `cancel` (a threading.Event): once set, the request is abandoned at
-        its next frame (the stream is reset: the server drops what it got) and GrpcError 1
-        raised. Returns the reply message."""
+        `message`). `cancel` (a threading.Event): once set, the request is abandoned at its
+        next frame (the stream is reset: the server drops what it got) and GrpcError 1 raised.
+        Returns the reply message."""
         import h2.exceptions
 
         self._cancel = cancel
         try:
-            return self._unary(method, message, tail, tail_size, on_progress, ready)
+            return self._unary(method, message, tail, tail_size, on_progress)
         except h2.exceptions.H2Error as exc:  # e.g. the server went away between calls
             raise GrpcError(14, f"HTTP/2 connection to {self.authority} failed: {exc}") from exc
 
-    def _unary(self, method: str, message: bytes, tail: BinaryIO | None,  # noqa: PLR0917 - internal
-               tail_size: int, on_progress: Callable[[int], None] | None,
-               ready: Callable[[int], None] | None) -> bytes:
+    def _unary(self, method: str, message: bytes, tail: BinaryIO | None,
+               tail_size: int, on_progress: Callable[[int], None] | None) -> bytes:
         sid = self._conn.get_next_available_stream_id()
         self._streams = {sid: {"headers": {}, "data": b"", "done": False}}
         self._conn.send_headers(sid, [
@@ -254,9 +252,9 @@ class Channel:
             try:
                 stream = self._h2_stream(sid) if SENDFILE else None
                 if stream is not None:
-                    self._send_file(sid, stream, tail, tail_size, on_progress, ready)
+                    self._send_file(sid, stream, tail, tail_size, on_progress)
                 else:  # an h2 without the stream object this relies on: the copying path
-                    self._send_chunks(sid, tail, tail_size, on_progress, ready)
+                    self._send_chunks(sid, tail, tail_size, on_progress)
             except BaseException:
                 # the request is abandoned (its file failed, Ctrl-C): reset its stream, or the
                 # server keeps a half-received message for as long as this connection lives
@@ -271,12 +269,9 @@ class Channel:
         return _reply(state, method)
 
     def _send_chunks(self, sid: int, tail: BinaryIO, tail_size: int,
-                     on_progress: Callable[[int], None] | None,
-                     ready: Callable[[int], None] | None) -> None:
+                     on_progress: Callable[[int], None] | None) -> None:
         sent = 0
         while sent < tail_size and not self._streams[sid]["done"]:
-            if ready is not None:
-                ready(sent + min(_CHUNK, tail_size - sent))
             self._check_cancel(sid)
             chunk = tail.read(min(_CHUNK, tail_size - sent))
             if not chunk:
@@ -296,9 +291,8 @@ class Channel:
         if self._cancel is not None and self._cancel.is_set():
             raise GrpcError(1, "cancelled")  # the caller resets the stream
 
-    def _send_file(self, sid: int, stream: Any, tail: BinaryIO,  # noqa: PLR0917 - internal
-                   tail_size: int, on_progress: Callable[[int], None] | None,
-                   ready: Callable[[int], None] | None) -> None:
+    def _send_file(self, sid: int, stream: Any, tail: BinaryIO,
+                   tail_size: int, on_progress: Callable[[int], None] | None) -> None:
         """DATA frames whose payload goes by sendfile (see the module doc); the stream ends with
         h2's own empty END_STREAM frame, so h2's stream state stays its own."""
         start = tail.tell()
@@ -312,8 +306,6 @@ class Channel:
                 self._flush()
                 self._pump()  # wait for a WINDOW_UPDATE
                 continue
-            if ready is not None:
-                ready(start + sent + size)
             self._check_cancel(sid)
             self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
             try:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import TransportError
+from rtenv_cli.core.transport.base import ZipLayout
 
 
 def _name(uri: str) -> str:
@@ -20,7 +21,7 @@ class LocalStoreTarget:
 
     max_upload_bytes: int | None = None  # no server in between: no request-size limit
     pins = False
-    streams_while_written = False
+    layout: ZipLayout = "ray"
     verifies_packages = True  # upload takes `hashed_dirs` (packaging's BuiltPackage.hashed_dirs)
 
     def __init__(self, root: Path | str | None = None) -> None:

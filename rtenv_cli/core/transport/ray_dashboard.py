@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rtenv_cli.core.errors import PackageTooLargeError, TransportError
-from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT
+from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT, ZipLayout
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
 
@@ -54,7 +54,8 @@ class RayDashboardTarget:
 
     max_upload_bytes: int | None = RAY_HTTP_LIMIT
     pins = True
-    streams_while_written = False
+    layout: ZipLayout = "ray"
+    verifies_packages = False
 
     def __init__(self, base_url: str, token: str | None = None, *,
                  env: Mapping[str, str] | None = None, timeouts: Timeouts | None = None) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import TransportError
-from rtenv_cli.core.transport.base import PIN_SECONDS
+from rtenv_cli.core.transport.base import PIN_SECONDS, ZipLayout
 from rtenv_cli.core.transport.grpc_unary import (
     Channel,
     GrpcError,
@@ -57,7 +57,8 @@ class RayGcsTarget:
     """A Ray cluster reached at its GCS address (see module doc)."""
 
     pins = True
-    streams_while_written = True  # upload(ready=...) sends a file another thread still writes
+    layout: ZipLayout = "ray"
+    verifies_packages = False
 
     def __init__(self, address: str, *, env: Mapping[str, str] | None = None,
                  token: str | None = None, channel: Channel | None = None) -> None:
@@ -88,7 +89,7 @@ class RayGcsTarget:
 
     def _call(self, method: str, message: bytes, *, tail: Path | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
-              ready: Callable[[int], None] | None = None, cancel: Any = None) -> bytes:
+              cancel: Any = None) -> bytes:
         """One call; a broken connection (UNAVAILABLE: the GCS restarting, an idle connection
         closed) is retried on a new one with backoff, the file sent again from its start."""
         delay = 0.5
@@ -98,8 +99,7 @@ class RayGcsTarget:
                     return self.channel().unary(method, message)
                 with tail.open("rb") as fh:
                     return self.channel().unary(method, message, tail=fh, tail_size=tail_size,
-                                                on_progress=on_progress, ready=ready,
-                                                cancel=cancel)
+                                                on_progress=on_progress, cancel=cancel)
             except NotGrpcError as exc:
                 raise TransportError(f"{self.address} is not a Ray GCS: it answers HTTP/1",
                                      hint="for a dashboard or an rtenv agent, pass its URL with "
@@ -143,20 +143,18 @@ class RayGcsTarget:
         return any(n == 2 and v for n, v in parse_fields(reply))  # noqa: PLR2004 - `exists`
 
     def upload(self, uri: str, path: Path, *, on_progress: Callable[[int], None] | None = None,
-               ready: Callable[[int], None] | None = None, size: int | None = None,
                cancel: Any = None) -> None:
-        """`ready(n)` returns once `path` has n bytes (a zip still being written, of `size`);
-        `cancel` (a threading.Event) abandons the upload (TransportError)."""
+        """`cancel` (a threading.Event) abandons the upload (TransportError)."""
         package_name(uri)  # refuses anything but gcs://
         path = Path(path)
-        size = path.stat().st_size if size is None else size
+        size = path.stat().st_size
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:
             raise too_large_error(uri, size, self.max_upload_bytes, self.offenders.get(uri),
                                   self.label)
         # key, overwrite, then the value last so that its bytes can follow from the file
         head = field_bytes(1, uri.encode()) + field_varint(3, 1) + varint(2 << 3 | 2) + varint(size)
         reply = self._call(_KV + "InternalKVPut", head, tail=path, tail_size=size,
-                           on_progress=on_progress, ready=ready, cancel=cancel)
+                           on_progress=on_progress, cancel=cancel)
         _check_status(reply, 1, self.label)
 
     def published_uri(self, uri: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,22 +42,10 @@ class BuiltZip:
     # member -> (stat, digest) of the file it was written from (the next build's reuse key)
     stats: dict[str, Any] = field(default_factory=dict)
     known: Known | None = None  # its index, when a splice wrote it: the next build's, unparsed
-    # build_zip(background=True): a thread may still be writing `path`; ready(n) returns once
-    # its first n bytes are there (None: all), raising if the write failed
-    ready: Callable[[int | None], None] | None = None
     layout: str = "ray"
     # the snapshot's entries as packaging's, reused by the next build (see snapshot_scan)
     entries: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False,
                                                 compare=False)
-
-    def wait(self) -> bool:
-        """Wait until `path` is complete; False when writing it failed."""
-        if self.ready is not None:
-            try:
-                self.ready(None)
-            except PackagingError:
-                return False
-        return True
 
 
 def snapshot_scan(snap: Snapshot, memo: dict[str, tuple[Any, Any]] | None = None) -> Any:
@@ -96,11 +84,9 @@ def snapshot_scan(snap: Snapshot, memo: dict[str, tuple[Any, Any]] | None = None
 
 
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
-              *, background: bool = False, layout: Literal["ray", "remote"] = "ray"
-              ) -> BuiltZip:
+              *, layout: Literal["ray", "remote"] = "ray") -> BuiltZip:
     """Write `snap` as its package zip under `dest_dir/_ray_pkg_<h>.zip` (`layout`: see
-    packaging.build). `background`: a spliced zip is written by a thread, which the result's
-    `ready` gates (an upload may stream it meanwhile)."""
+    packaging.build), splicing the members of `previous` whose file did not change."""
     from rtenv_cli.core.packaging.build import write_package_zip
 
     uri = snap.uri
@@ -117,12 +103,10 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     tmp = Path(tmp_name)
     prev = None
     try:
-        usable = previous is not None and previous.layout == layout and previous.wait()
         index = (ZipIndex.read(previous.path, previous.known)
-                 if previous is not None and usable else None)
+                 if previous is not None and previous.layout == layout else None)
         prev = PreviousZip(index, previous.stats) if index is not None and previous else None
-        result = write_package_zip(scan, tmp, layout=layout, previous=prev, key=key,
-                                   background=background)
+        result = write_package_zip(scan, tmp, layout=layout, previous=prev, key=key)
         for e in result.changed:
             raise ContentChanged(e.relpath)
         for rel, (got, _sha) in result.digests.items():
@@ -135,10 +119,8 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         if spliced is None:
             return BuiltZip(uri, final, final.stat().st_size, result.reused, fresh_files,
                             result.stats or {}, layout=layout, entries=memo)
-        gate = spliced.gate
         return BuiltZip(uri, final, spliced.size, result.reused, fresh_files,
-                        result.stats or {}, spliced.known,
-                        gate.wait if gate is not None else None, layout, memo)
+                        result.stats or {}, spliced.known, layout, memo)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

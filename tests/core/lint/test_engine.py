@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,40 @@ def test_job_spec_normalized_by_location(tmp_path: Path) -> None:
     [report] = validate_paths([file], ValidateOptions(base_dir=tmp_path, env={})).files
     assert report.kind == "job"
     assert report.normalized == {"runtime_env": {"env_vars": {"A": "1"}}}
+
+
+def test_files_sharing_a_working_dir_walk_it_once_per_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 configs of one project cost one walk of it, not 100 (and a new run walks afresh)."""
+    from collections import Counter
+
+    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import hashing, walk
+
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, real: Any) -> Any:
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return spy
+
+    monkeypatch.setattr(walk, "_scan", counted("scan", walk._scan))
+    monkeypatch.setattr(packscan, "walk", counted("walk", packscan.walk))
+    monkeypatch.setattr(hashing, "digest_entries", counted("digest", hashing.digest_entries))
+    (tmp_path / "proj" / "lib").mkdir(parents=True)
+    (tmp_path / "proj" / "lib" / "m.py").write_text("x = 1\n")
+    files = []
+    for i in range(5):
+        f = tmp_path / f"runtime_env_{i}.yaml"
+        f.write_text(f"working_dir: proj\nexcludes: [outputs/]\nenv_vars: {{N: '{i}'}}\n")
+        files.append(f)
+    options = ValidateOptions(base_dir=tmp_path, env={})
+    report = validate_paths(files, options)
+    assert report.valid
+    assert len({f.normalized["working_dir"] for f in report.files}) == 1  # type: ignore[index]
+    # one package scan and one digest for both APIs and all files; the forgiving walk runs with
+    # and without the user's excludes (RTE121's deep drops, RTE122/123's view of the tree)
+    assert calls == {"scan": 1, "digest": 1, "walk": 2}
+    validate_paths(files, options)
+    assert calls == {"scan": 2, "digest": 2, "walk": 4}

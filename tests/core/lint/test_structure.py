@@ -108,11 +108,12 @@ def test_no_private_imports_across_modules() -> None:
 
 def test_walk_cache_lives_on_the_context() -> None:
     from rtenv_cli.core.lint import packscan
-    from rtenv_cli.core.lint.context import Context, FileCache
+    from rtenv_cli.core.lint.context import Context, FileCache, RunCache
 
     assert not hasattr(packscan, "forget")
     assert not hasattr(packscan, "_cache")
     assert "cache" in {f.name for f in fields(Context)}
-    assert {f.name for f in fields(FileCache)} >= {"walks", "scans"}
+    assert {f.name for f in fields(FileCache)} >= {"run", "scans"}
+    assert {f.name for f in fields(RunCache)} >= {"walks", "uris"}  # one per validate run
     source = (ROOT / "core" / "lint" / "engine.py").read_text()
     assert "sys.modules" not in source

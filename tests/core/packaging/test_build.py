@@ -230,7 +230,7 @@ def test_hashed_dirs_complete_what_the_zip_shows_to_the_uri(tmp_path: Path, tree
 def test_the_stores_remote_copy_is_the_remote_build(tmp_path: Path) -> None:
     """The agent's rendition for Ray's nodes (`/download/...`, raw member copies under `pkg/`)
     is byte for byte what `push` writes to file:// for the same tree."""
-    from rtenv_cli.core.store.store import _prefixed_copy
+    from rtenv_cli.core.store.zips import prefixed_copy
 
     root = base_tree(tmp_path / "r")
     (root / "rnd.bin").write_bytes(os.urandom(50_000))
@@ -238,7 +238,7 @@ def test_the_stores_remote_copy_is_the_remote_build(tmp_path: Path) -> None:
                                use_cache=False)
     remote = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "b",
                            layout="remote", use_cache=False)
-    _prefixed_copy(ray_layout.path, tmp_path / "copy.zip", "pkg/")
+    prefixed_copy(ray_layout.path, tmp_path / "copy.zip", "pkg/")
     assert (tmp_path / "copy.zip").read_bytes() == remote.path.read_bytes()
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.errors import PackagingError
 from rtenv_cli.core.packaging import zipreuse
 from rtenv_cli.core.packaging.build import build_package
 from rtenv_cli.core.packaging.zipreuse import Unspliceable, ZipIndex, splice
@@ -90,7 +89,7 @@ def test_splice_takes_members_from_two_zips_in_any_order(tmp_path: Path) -> None
     assert ia is not None
     assert ib is not None
     out = tmp_path / "out.zip"
-    size, known, _gate = splice(out, [(ia, "1"), (ib, "y"), (ia, "2"), (ia, "3"), (ib, "x/")])
+    size, known = splice(out, [(ia, "1"), (ib, "y"), (ia, "2"), (ia, "3"), (ib, "x/")])
     assert size == out.stat().st_size
     again = ZipIndex.read(out)  # the index splice returns is what reading the zip gives
     assert again is not None
@@ -111,47 +110,6 @@ def test_splice_takes_members_from_two_zips_in_any_order(tmp_path: Path) -> None
     assert (tmp_path / "again.zip").read_bytes() == (tmp_path / "same.zip").read_bytes()
     ia.close()
     ib.close()
-
-
-def test_a_background_splice_writes_the_same_zip_and_gates_its_readers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(zipreuse, "_GATE_STEP", 4096)  # several reports per run
-    a = _zip(tmp_path / "a.zip", {"1": os.urandom(50_000), "2": b"two", "3": os.urandom(30_000)})
-    b = _zip(tmp_path / "b.zip", {"y": os.urandom(20_000)})
-    ia, ib = ZipIndex.read(a), ZipIndex.read(b)
-    assert ia is not None
-    assert ib is not None
-    order = [(ia, "1"), (ib, "y"), (ia, "2"), (ia, "3")]
-    fore = splice(tmp_path / "fore.zip", order)
-    back = splice(tmp_path / "back.zip", order, background=True)
-    ia.close()  # the writer works on its own descriptors
-    ib.close()
-    assert back.gate is not None
-    assert (back.size, back.known) == (fore.size, fore.known)
-    seen = []
-    with open(tmp_path / "back.zip", "rb") as fh:  # a reader that follows the writer
-        for n in range(0, back.size, 10_000):
-            upto = min(back.size, n + 10_000)
-            back.gate.wait(upto)
-            seen.append(os.pread(fh.fileno(), upto - n, n))
-    assert b"".join(seen) == (tmp_path / "fore.zip").read_bytes()
-
-
-def test_a_failed_background_splice_fails_its_readers(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    a = _zip(tmp_path / "a.zip", {"1": b"one" * 100, "2": b"two"})
-    ia = ZipIndex.read(a)
-    assert ia is not None
-
-    def broken(*_a: object, **_k: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(zipreuse, "copy_range", broken)
-    back = splice(tmp_path / "back.zip", [(ia, "1"), (ia, "2")], background=True)
-    ia.close()
-    assert back.gate is not None
-    with pytest.raises(PackagingError, match="No space left"):
-        back.gate.wait()
 
 
 def test_splice_refuses_what_needs_zip64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

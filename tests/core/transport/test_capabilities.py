@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rtenv_cli.core.transport.agent_http import AgentTarget
-from rtenv_cli.core.transport.base import DeltaTarget, ForkingTarget
+from rtenv_cli.core.transport.base import DeltaTarget, ForkingTarget, RemoteServing, Target
 from rtenv_cli.core.transport.file_target import FileTarget
 from rtenv_cli.core.transport.local_store import LocalStoreTarget
 from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
@@ -21,12 +21,14 @@ def test_capabilities(tmp_path: Path) -> None:
         "store": LocalStoreTarget(tmp_path / "store"),
         "file": FileTarget((tmp_path / "shared").as_uri()),
     }
-    caps = {name: (t.pins, t.streams_while_written, isinstance(t, DeltaTarget),
-                   isinstance(t, ForkingTarget)) for name, t in targets.items()}
+    assert all(isinstance(t, Target) for t in targets.values())
+    caps = {name: (t.pins, t.layout, t.verifies_packages, isinstance(t, DeltaTarget),
+                   isinstance(t, ForkingTarget), isinstance(t, RemoteServing))
+            for name, t in targets.items()}
     assert caps == {
-        "gcs": (True, True, False, True),
-        "dashboard": (True, False, False, False),
-        "agent": (False, False, True, False),
-        "store": (False, False, True, False),
-        "file": (False, False, False, False),
+        "gcs": (True, "ray", False, False, True, False),
+        "dashboard": (True, "ray", False, False, False, False),
+        "agent": (False, "ray", True, True, False, True),
+        "store": (False, "ray", True, True, False, False),
+        "file": (False, "remote", False, False, False, False),
     }

@@ -171,16 +171,14 @@ def test_unreachable_gcs_is_a_clear_error() -> None:
 
 
 @pytest.mark.ray
-def test_a_re_push_streams_the_spliced_zip_as_it_is_written(
+def test_a_re_push_uploads_the_spliced_zip(
         ray_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A re-push to the GCS splices the zip in a thread while the upload follows it: what the
-    GCS holds is, byte for byte, what a fresh build of the edited tree writes."""
-    from rtenv_cli.core.packaging import zipreuse
+    """A re-push to the GCS splices the zip from the last build: what the GCS holds is, byte
+    for byte, what a fresh build of the edited tree writes."""
     from rtenv_cli.core.packaging.build import build_package
     from rtenv_cli.core.push import push
 
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(zipreuse, "_GATE_STEP", 1 << 16)
     src = tmp_path / "src"
     (src / "data").mkdir(parents=True)
     for i in range(40):
@@ -189,18 +187,8 @@ def test_a_re_push_streams_the_spliced_zip_as_it_is_written(
     target = RayGcsTarget.connect(ray_cluster.address)
     push(src, target=target, env={})
     (src / "main.py").write_text("X = 2  # edited\n")
-    streamed: list[bool] = []
-    upload = target.upload
-
-    def spy(uri: str, path: Path, **kw: object) -> None:
-        streamed.append(kw.get("ready") is not None)
-        # a zip still being written keeps a name of its own process, not the shared one
-        assert not path.name.startswith("_ray_pkg_")
-        upload(uri, path, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(target, "upload", spy)
     second = push(src, target=target, env={})
-    assert streamed == [True]
+    assert second.packages[0].uploaded
     uri = second.packages[0].ray_uri
     fresh = build_package(src, kind="working_dir", env={}, dest_dir=tmp_path / "fresh",
                           use_cache=False)
@@ -220,14 +208,14 @@ def test_a_cancelled_upload_stores_nothing_and_the_connection_goes_on(
     cancel = threading.Event()
     frames: list[int] = []
 
-    def ready(n: int) -> None:  # cancel once the first frames are on their way
+    def sent(n: int) -> None:  # cancel once the first frames are on their way
         frames.append(n)
         if len(frames) == 2:
             cancel.set()
 
     uri = fresh_uri()
     with pytest.raises(TransportError, match="cancelled"):
-        target.upload(uri, package, ready=ready, cancel=cancel)
+        target.upload(uri, package, on_progress=sent, cancel=cancel)
     assert len(frames) == 2
     channel = target.channel()
     assert target.exists(uri) is False  # the server dropped the partial message
@@ -239,9 +227,10 @@ def test_a_cancelled_upload_stores_nothing_and_the_connection_goes_on(
 
 
 @pytest.mark.ray
-def test_an_upload_whose_file_fails_resets_its_stream(ray_cluster, tmp_path: Path) -> None:
-    """The zip's writer failed mid-upload: the call fails, the GCS keeps nothing, and the same
-    connection carries the next call (the abandoned stream was reset, not left open)."""
+def test_an_upload_abandoned_midway_resets_its_stream(ray_cluster, tmp_path: Path) -> None:
+    """An upload abandoned mid-file (an exception in the middle, as a Ctrl-C): the call fails,
+    the GCS keeps nothing, and the same connection carries the next call (the abandoned stream
+    was reset, not left open)."""
     from rtenv_cli.core.errors import PackagingError
 
     target = RayGcsTarget.connect(ray_cluster.address)
@@ -249,14 +238,14 @@ def test_an_upload_whose_file_fails_resets_its_stream(ray_cluster, tmp_path: Pat
     package.write_bytes(os.urandom(12 * 2**20))
     seen: list[int] = []
 
-    def ready(n: int) -> None:
+    def sent(n: int) -> None:
         seen.append(n)
         if len(seen) == 2:
-            raise PackagingError("writing the package failed: simulated")
+            raise PackagingError("interrupted: simulated")
 
     uri = fresh_uri()
     with pytest.raises(PackagingError, match="simulated"):
-        target.upload(uri, package, ready=ready)
+        target.upload(uri, package, on_progress=sent)
     channel = target.channel()
     assert target.exists(uri) is False
     assert target.channel() is channel

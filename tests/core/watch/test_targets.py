@@ -61,8 +61,6 @@ def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: 
         assert last is not None
         assert last.reused == 30  # only main.py was compressed again
         assert (last.reused, last.compressed) == (30, 1)
-        # to the GCS the splice is written by a thread while the upload follows it
-        assert (last.ready is not None) == (via == "gcs")
         first_uri = run.events[0].uri
         # both URIs stay pinned while watching (re-GET well inside Ray's 10-minute window)
         from tests.core.watch.helpers import wait_for
@@ -97,10 +95,10 @@ def test_to_a_gcs_the_upload_starts_in_the_quiet_period_and_a_superseded_one_exp
     push at the end of the quiet period publishes it (10-minute pin, one event). A version
     saved over within the quiet period is cancelled or, if already uploaded, left to expire:
     the GCS deletes it when its short pin runs out."""
-    from rtenv_cli.core.watch import session as session_mod
+    from rtenv_cli.core.watch import early
     from tests.core.watch.helpers import wait_for
 
-    monkeypatch.setattr(session_mod, "EARLY_PIN_S", 2)
+    monkeypatch.setattr(early, "EARLY_PIN_S", 2)
     probe = resolve(None, ray_cluster.address)
     with Running(tree, resolve(None, ray_cluster.address), quiet_s=1.5, max_wait_s=10) as run:
         src = run.session.sources[0]
@@ -150,7 +148,7 @@ def test_early_uploads_of_two_sources_share_their_connection_in_turn(
         for uri in ev.uris.values():
             assert _in_gcs(probe, uri)
         assert ev.bytes_sent > 2 * 20 * 200_000
-        jobs = run.session._stale_uploads
-        assert all(j.thread is None or not j.thread.is_alive() for j in jobs)
-        wait_for(lambda: run.session._early_tail is not None, timeout=5)
+        uploader = run.session.publisher.early  # type: ignore[attr-defined]
+        assert all(j.thread is None or not j.thread.is_alive() for j in uploader._stale)
+        wait_for(lambda: uploader._tail is not None, timeout=5)
     probe.close()

@@ -6,6 +6,7 @@ from rtenv_cli.core.lint.rules import (
     env_vars,
     excludes,
     fields,
+    foreign,
     keys,
     paths,
     requirements,
@@ -14,4 +15,5 @@ from rtenv_cli.core.lint.rules import (
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
-          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS)
+          *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS,
+          *foreign.CHECKS)

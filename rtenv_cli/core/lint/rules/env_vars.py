@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 
 from rtenv_cli.core.lint.context import Context, coercion_hint
 from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.secrets import CREDENTIAL_FORMATS, is_secret, name_suggests_secret
 
 # variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
 VISIBILITY_VARS = {
@@ -24,11 +25,7 @@ VISIBILITY_VARS = {
     "FURIOSA_DEVICES": "RAY_EXPERIMENTAL_NOSET_FURIOSA_DEVICES",
     "QBRUNTIME_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_MBLT_RT_VISIBLE_DEVICES",
 }
-# patterns (not secrets) that recognise secrets
-SECRET_NAME = r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH"  # noqa: S105 - a pattern
-SECRET_VALUE = (
-    r"^(?:hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|"  # noqa: S105
-    r"AKIA[0-9A-Z]{16}|xox[baprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+)")
+SECRET_VALUE = CREDENTIAL_FORMATS  # what a secret value looks like (lint/secrets.py decides)
 _REF = r"\$(\w+|\{[^}]*\})"  # patterns compile on first use (re's cache): startup budget
 MAX_ARG_STRLEN = 128 * 1024
 _SHOW_PREFIX_FROM = 8  # shorter secrets are hidden completely
@@ -42,13 +39,14 @@ _MIN_SCRUBBED = 4  # shorter values would blank unrelated text; RTE133 still nam
 
 
 def secret_values(env_vars: object) -> set[str]:
-    """The strings of `env_vars` that are secrets (by name or by shape), wherever they sit:
-    a wrongly typed value (`DB_PASSWORD: [..]`) holds its secret in a list."""
+    """The strings of `env_vars` that are secrets (lint/secrets.py: by shape, or by name and
+    shape), wherever they sit: a wrongly typed value (`DB_PASSWORD: [..]`) holds its secret in
+    a list."""
     if not isinstance(env_vars, Mapping):
         return set()
     found: set[str] = set()
     for key, value in env_vars.items():
-        by_name = isinstance(key, str) and _is_secret(key)
+        name = key if isinstance(key, str) else ""
         stack = [value]
         while stack:
             item = stack.pop()
@@ -56,8 +54,7 @@ def secret_values(env_vars: object) -> set[str]:
                 stack.extend(item.values())
             elif isinstance(item, (list, tuple)):
                 stack.extend(item)
-            elif isinstance(item, str) and len(item) >= _MIN_SCRUBBED and \
-                    not item.startswith("$") and (by_name or re.match(SECRET_VALUE, item)):
+            elif isinstance(item, str) and len(item) >= _MIN_SCRUBBED and is_secret(name, item):
                 found.add(item)
     return found
 
@@ -100,9 +97,7 @@ def overridden(ctx: Context) -> Iterator[Diagnostic]:
 
 def secrets(ctx: Context) -> Iterator[Diagnostic]:
     for name, value in _str_items(ctx).items():
-        if not value or value.startswith("$"):
-            continue
-        if re.search(SECRET_NAME, name, re.IGNORECASE) or re.match(SECRET_VALUE, value):
+        if is_secret(name, value):
             yield ctx.diag("RTE133", f"{name}={redact(value)} looks like a secret; runtime_envs "
                            "are stored in the GCS and shown in the dashboard and job logs",
                            ("env_vars", name), prefer="key",
@@ -132,15 +127,11 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
             elif name not in items and name not in base:
                 problems.append(f"`{name}` is not set on the worker")
         if problems:
-            shown = redact(got) if ctx.data and _is_secret(key) else got
+            shown = redact(got) if ctx.data and name_suggests_secret(key) else got
             yield ctx.diag("RTE134", f"{key} becomes {shown!r} on the worker: "
                            + "; ".join(problems), ("env_vars", key), prefer="value",
                            hint="write the value out, or rename keys so that referenced ones "
                            "sort first")
-
-
-def _is_secret(name: str) -> bool:
-    return bool(re.search(SECRET_NAME, name, re.IGNORECASE))
 
 
 def names(ctx: Context) -> Iterator[Diagnostic]:

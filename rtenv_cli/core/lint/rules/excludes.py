@@ -1,4 +1,8 @@
-"""RTE120 excludes that leave nothing, RTE121 ignore files dropping .py, RTE122 no-op excludes."""
+"""RTE120 excludes that leave nothing, RTE121 Python sources dropped (named by the rule that
+drops them), RTE122 excludes that can never match, RTE123 excludes Ray's defaults already cover.
+
+Which patterns are which is `lint/patterns.py`'s docstring; a pattern that matches nothing *yet*
+(`outputs/` before the first run) is not reported."""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.lint.rules.size import scans as package_scans
 
 SHOWN = 5  # offenders named in one message
+# folders whose Python files are an installed environment or a cache, never the job's code
+_NOT_SOURCES = frozenset({".git", "__pycache__", ".tox", ".nox", ".eggs", "site-packages",
+                          ".mypy_cache", ".pytest_cache", ".ipynb_checkpoints", "node_modules"})
 
 
 def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
@@ -29,21 +36,106 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
                        ("excludes",), prefer="value", hint=f"write a list: [\"{excludes}\"]")
     if isinstance(excludes, list) and scans:
         yield from _unmatched(ctx, excludes, scans)
-    for path, source, _kind, result in scans:
+    user = tuple(excludes) if isinstance(excludes, list) and \
+        all(isinstance(p, str) for p in excludes) else ()
+    for path, source, kind, result in scans:
         if not source.is_dir():
             continue
         if result.root_excluded or not result.files:
             yield ctx.diag("RTE120", f"nothing under {source} is packaged: Ray uploads an empty "
                            "package", path, prefer="value",
-                           hint="narrow `excludes` (and .gitignore/.rayignore) so that your code "
-                           "stays in")
+                           hint=f"narrow {_drop_sources(source, user)} so that your code stays in")
         if result.ignored_py:
-            extra = len(result.ignored_py) - SHOWN
-            shown = ", ".join(f"`{r}`" for r in result.ignored_py[:SHOWN])
-            more = f" and {extra} more" if extra > 0 else ""
-            yield ctx.diag("RTE121", f".gitignore/.rayignore leave Python code out of the package: "
-                           f"{shown}{more}", path, prefer="value",
-                           hint=_unignore_hint(source, _kind, result.ignored_py[0], ctx.env))
+            yield from _dropped_python(ctx, path, source, kind, ignored=result.ignored_py,
+                                       user=user)
+
+
+def _drop_sources(source: Path, user: Sequence[str]) -> str:
+    """What can drop files from `source`, for RTE120's hint: only the sources that exist."""
+    names = ["`excludes`"] if user else []
+    names += [name for name in (".gitignore", ".rayignore") if (source / name).is_file()]
+    return " and ".join(names) or "the ignore rules (`rtenv check-ignore -v` shows them)"
+
+
+def _dropped_python(ctx: Context, path: tuple[object, ...], source: Path, kind: str, *,
+                    ignored: Sequence[str], user: Sequence[str]) -> Iterator[Diagnostic]:
+    """RTE121, one finding per rule source (an ignore file, an excludes pattern, Ray's
+    defaults), each naming it: never ".gitignore" for what `excludes` dropped."""
+    groups: dict[str, list[str]] = {}
+    for rel, label in zip(ignored, _labels(source, kind, ignored, user, ctx.env), strict=True):
+        if _is_environment(source / rel) or _intended(label, rel):
+            continue
+        origin = _origin(label)
+        groups.setdefault(origin, []).append(rel)
+    for origin, rels in groups.items():
+        extra = len(rels) - SHOWN
+        shown = ", ".join(f"`{r}`" for r in rels[:SHOWN]) + (f" and {extra} more"
+                                                             if extra > 0 else "")
+        if origin.startswith("excludes["):
+            index = int(origin[len("excludes["):-1])
+            pattern = user[index].strip()
+            first = rels[0]
+            keep = (f"`!/{first}` and `!/{first}/**`" if (source / first).is_dir()
+                    else f"`!/{first}`")
+            yield ctx.diag("RTE121", f"excludes pattern `{pattern}` leaves Python code out of "
+                           f"the package: {shown}", ("excludes", index), prefer="value",
+                           hint=f"if the job imports it, narrow `{pattern}` so that it does "
+                           f"not match `{first}`, or add {keep} after it")
+        elif origin == "ray-default":
+            from rtenv_cli.core.packaging.ignore import default_excludes
+
+            defaults = ", ".join(default_excludes(ctx.env))
+            yield ctx.diag("RTE121", f"Ray's default excludes ({defaults}) leave Python code "
+                           f"out of the package: {shown}", path,
+                           prefer="value", hint="rename the folder, or submit with "
+                           "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES set to the defaults you "
+                           "want (e.g. \".git,.venv,__pycache__\")")
+        else:
+            where = origin or ".gitignore/.rayignore"
+            yield ctx.diag("RTE121", f"{where} leaves Python code out of the package: {shown}",
+                           path, prefer="value",
+                           hint=_unignore_hint(source, kind, rels[0], ctx.env))
+
+
+def _labels(source: Path, kind: str, ignored: Sequence[str], user: Sequence[str],
+            env: Mapping[str, str]) -> list[str]:
+    """The rule that drops each path: "excludes[2]:*log*", "ray-default:venv",
+    "sub/.gitignore:3:lib/" (packaging's labels); "" where it cannot be told."""
+    from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.packaging.ignore import check_ignore
+
+    try:
+        decisions = check_ignore(source, list(ignored), kind, user, env)  # type: ignore[arg-type]
+    except RtenvError:
+        return ["" for _ in ignored]
+    return [d.source or "" for d in decisions]
+
+
+def _origin(label: str) -> str:
+    """"excludes[2]", "ray-default", "sub/.gitignore" (the ignore file): what a label names."""
+    import re
+
+    if label.startswith(("excludes[", "ray-default:")):
+        return label.split(":", 1)[0]
+    found = re.match(r"(.*?):\d+:", label)
+    return found.group(1) if found else ""
+
+
+def _intended(label: str, rel: str) -> bool:
+    """An excludes pattern that names the folder itself (`tests/`, `/scripts`) drops it on
+    purpose; a glob that happens to match (`**/*log*` on `utils/logger/`) does not."""
+    if not label.startswith("excludes["):
+        return False
+    pattern = label.split(":", 1)[1].strip().strip("/").removeprefix("**/")
+    return "*" not in pattern and "?" not in pattern and "[" not in pattern and \
+        (pattern == rel or pattern.rpartition("/")[2] == rel.rpartition("/")[2])
+
+
+def _is_environment(path: Path) -> bool:
+    """A virtualenv, conda env or tool cache: its .py files are not the job's sources."""
+    if path.name in _NOT_SOURCES:
+        return True
+    return (path / "pyvenv.cfg").is_file() or (path / "conda-meta").is_dir()
 
 
 def _unignore_hint(source: Path, kind: str, rel: str, env: Mapping[str, str]) -> str:
@@ -77,10 +169,15 @@ def _unignore_hint(source: Path, kind: str, rel: str, env: Mapping[str, str]) ->
 def _unmatched(ctx: Context, excludes: list[object],
                scans: Sequence[tuple[tuple[object, ...], Path, str, object]]
                ) -> Iterator[Diagnostic]:
-    """Patterns that match no path of any local package (they change nothing)."""
-    from rtenv_cli.core.lint import packscan
+    """Patterns that match no packaged path: RTE122 when they can never match, RTE123 when
+    Ray's default excludes already drop what they name, nothing when it is merely not there
+    yet (see lint/patterns.py)."""
+    from rtenv_cli.core.lint import packscan, patterns
+    from rtenv_cli.core.packaging.ignore import default_excludes
 
-    trees = []
+    trees: list[list[str]] = []
+    roots: list[Path] = []
+    has_working_dir = False
     for _path, source, kind, _scan in scans:
         if not source.is_dir():
             continue
@@ -88,22 +185,34 @@ def _unmatched(ctx: Context, excludes: list[object],
         if walked.truncated:
             return
         trees.append([*walked.files_only(), *(f"{d}/" for d in walked.dirs if d != ".")])
+        roots.append(walked.root)
+        has_working_dir = has_working_dir or kind == "working_dir"
     if not trees:
         return
+    everything = [rel for paths in trees for rel in paths]
+    defaults = default_excludes(ctx.env) if has_working_dir else []
     for i, pattern in enumerate(excludes):
-        if not isinstance(pattern, str) or not pattern.strip() or pattern.startswith("#"):
+        if not isinstance(pattern, str) or not pattern.strip() or \
+                pattern.strip().startswith(("#", "!")):
             continue
         matcher = packscan.pattern_matcher(pattern)
         if matcher is not None and any(matcher.decide(rel.rstrip("/")) is not None
-                                       for paths in trees for rel in paths):
+                                       for rel in everything):
             continue
-        if Path(pattern).is_absolute() and Path(pattern).exists():
-            why = "excludes are relative to each package root, not absolute paths"
-        else:
-            why = "no packaged path matches it (ignore files may already drop it)"
-        yield ctx.diag("RTE122", f"`{pattern}` excludes nothing: {why}", ("excludes", i),
-                       prefer="value", hint="write it relative to the package root (a leading "
-                       "`/` anchors it there)")
+        dead = patterns.never_matches(pattern, everything, roots)
+        if dead is not None:
+            hint = (f"write `{dead.fix}`" if dead.fix else
+                    "write it relative to the package root (a leading `/` anchors it there)")
+            yield ctx.diag("RTE122", f"`{pattern}` excludes nothing: {dead.why}",
+                           ("excludes", i), prefer="value", hint=hint)
+            continue
+        covered = patterns.default_covered(matcher, defaults) if matcher is not None else None
+        if covered is not None:
+            yield ctx.diag("RTE123", f"`{pattern}` repeats Ray's default excludes: `{covered}` "
+                           "is never uploaded with a working_dir", ("excludes", i),
+                           prefer="value", hint="remove it (the defaults are "
+                           f"{', '.join(defaults)}; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES "
+                           "changes them)")
 
 
 CHECKS = (check_excludes,)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string
 from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.rules.foreign import anyscale_keys, looks_foreign
 from rtenv_cli.core.spec import model
 
 # keys users put at the top level that belong elsewhere
@@ -36,8 +37,10 @@ def suggest(name: str, candidates: tuple[str, ...]) -> str | None:
 def unknown_fields(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
         return
+    explained = {*anyscale_keys(ctx.data), *looks_foreign(ctx.data, near_miss)}  # RTE109/108
     for key in ctx.data:
-        if not isinstance(key, str) or key in model.ALL_TOP_LEVEL_KEYS or key == "self":
+        if not isinstance(key, str) or key in model.ALL_TOP_LEVEL_KEYS or key == "self" or \
+                key in explained:
             continue
         if key.startswith("x-"):
             hint = ("YAML anchor holders are shipped to the cluster as unknown fields; move the "
@@ -130,4 +133,28 @@ def shadowed(ctx: Context) -> Iterator[Diagnostic]:
                            hint=f"keep only `{public}`")
 
 
-CHECKS = (unknown_fields, unknown_subkeys, yaml_coercions, shadowed)
+def near_miss(key: str) -> str | None:
+    """The runtime_env field an unknown top-level `key` stands for (a typo, an alias, a key that
+    belongs under a field), or None."""
+    if key in _MISPLACED:
+        return _MISPLACED[key]
+    return suggest(key, model.SUGGESTABLE_KEYS)
+
+
+def not_a_runtime_env(ctx: Context) -> Iterator[Diagnostic]:
+    """RTE108: one finding for a mapping that is mostly foreign keys, instead of an RTE101 each."""
+    foreign = looks_foreign(ctx.data, near_miss)
+    if not foreign:
+        return
+    shown = ", ".join(f"`{k}`" for k in foreign[:_SHOWN_FOREIGN])
+    more = f" and {len(foreign) - _SHOWN_FOREIGN} more" if len(foreign) > _SHOWN_FOREIGN else ""
+    yield ctx.diag("RTE108", f"this does not look like a runtime_env: {len(foreign)} of its "
+                   f"{len(ctx.data)} top-level keys ({shown}{more}) are no runtime_env fields, "
+                   "and Ray would apply none of them", (foreign[0],),
+                   hint="if the file is not meant for Ray, leave it out of the check (name the "
+                   "files, or pass --glob); runtime_env fields are "
+                   + ", ".join(k for k in model.SUGGESTABLE_KEYS if not k.startswith("_")))
+
+
+_SHOWN_FOREIGN = 4  # keys named in RTE108's message
+CHECKS = (unknown_fields, unknown_subkeys, yaml_coercions, shadowed, not_a_runtime_env)

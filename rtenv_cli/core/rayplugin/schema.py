@@ -1,0 +1,119 @@
+"""The `rtenv` runtime_env field: its schema, in one place (the plugin checks it on each node;
+`rtenv validate` can import it).
+
+    runtime_env = {"rtenv": {"pip": ["six==1.16.0"]}}
+    runtime_env = {"rtenv": {"uv": {"packages": ["six"], "uv_pip_install_options": [...]}}}
+
+`pip` and `uv` take what Ray's own `pip`/`uv` fields take (a list of requirements, a
+requirements file, or a dict with `packages` and options); uv builds both. `pip_version` and
+`uv_version` are accepted and ignored (the node's uv builds every environment). A requirements
+file is read on the node: its path is absolute there, or starts with
+`${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}` (the job's working_dir on the node). `ray` itself may not
+be listed: the node's Ray is the one a worker must import. `limits` is reserved (per-worker
+resource limits) and refused until it is implemented.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rtenv_cli.core.errors import UnsupportedError, ValidationError
+
+FIELD = "rtenv"
+PLUGIN_CLASS = "rtenv_cli.ray_plugin.RtenvPlugin"
+PRIORITY = 10  # Ray's default; working_dir is always set up before every plugin
+KINDS = ("pip", "uv")
+RESERVED = {"limits": "per-worker resource limits are not supported yet"}
+KEYS = (*KINDS, *RESERVED)
+# fields that also choose the worker's interpreter: one of them with `rtenv` is ambiguous
+CONFLICTS = ("pip", "uv", "conda", "py_executable", "container", "image_uri")
+WORKING_DIR_VAR = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}"
+
+# the node's settings, read by the plugin in Ray's agent (`rtenv ray-env` prints them)
+PLUGINS_ENV = "RAY_RUNTIME_ENV_PLUGINS"
+CACHE_SIZE_ENV = "RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB"
+MAX_SIZE_ENV = "RTENV_MAX_SIZE"  # the store's budget, enforced after each build
+MAX_AGE_ENV = "RTENV_MAX_AGE"
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_FILE_OPTIONS = ("-r", "--requirement", "-c", "--constraint")
+
+
+@dataclass(frozen=True)
+class RtenvSpec:
+    """A checked `rtenv` field: which of Ray's fields it mirrors and that field's value."""
+
+    kind: str  # pip | uv
+    value: Any  # as Ray's `pip`/`uv` field takes it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.kind: self.value}
+
+
+def _fail(message: str, path: str, hint: str) -> ValidationError:
+    return ValidationError(f"runtime_env['{FIELD}']{path}: {message}", hint=hint,
+                           path=f"{FIELD}{path}")
+
+
+def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvSpec:
+    """Check an `rtenv` field (and that `runtime_env` sets no field it conflicts with)."""
+    if not isinstance(value, Mapping) or not value:
+        raise _fail("must be a mapping with `pip` or `uv`", "",
+                    'write e.g. {"rtenv": {"pip": ["six==1.16.0"]}}')
+    for key in value:
+        if key not in KEYS:
+            close = difflib.get_close_matches(str(key), KEYS, n=1)
+            raise _fail(f"unknown key {key!r}", f"[{key!r}]",
+                        f"did you mean {close[0]!r}?" if close else
+                        f"the keys are {', '.join(KEYS)}")
+        if key in RESERVED:
+            raise UnsupportedError(f"runtime_env['{FIELD}']['{key}']: {RESERVED[key]}",
+                                   hint=f"remove `{key}`", path=f"{FIELD}.{key}")
+    kinds = [k for k in KINDS if value.get(k) is not None]
+    if len(kinds) != 1:
+        raise _fail("needs exactly one of `pip` and `uv`", "", "keep one of them")
+    both = [f for f in CONFLICTS if runtime_env and runtime_env.get(f)]
+    if both:
+        raise ValidationError(f"runtime_env sets both `{FIELD}` and `{both[0]}`",
+                              hint=f"move the requirements into `{FIELD}` and drop `{both[0]}`",
+                              path=both[0])
+    kind = kinds[0]
+    inner = value[kind]
+    _check_paths(inner, kind)
+    return RtenvSpec(kind, inner)
+
+
+def _check_paths(inner: object, kind: str) -> None:
+    """A requirements file is read on the node, where a relative path means nothing."""
+    files = []
+    if isinstance(inner, str):
+        files.append((inner, f"['{kind}']"))
+    elif isinstance(inner, Mapping) and isinstance(inner.get("packages"), str):
+        files.append((inner["packages"], f"['{kind}']['packages']"))
+    for name, path in files:
+        if not name.startswith(("/", "~", WORKING_DIR_VAR)):
+            raise _fail(f"requirements file {name!r} is relative", path,
+                        f"the file is read on each node: give an absolute path there, or "
+                        f"{WORKING_DIR_VAR}/{name} for a file in the job's working_dir")
+
+
+def requirement_name(line: str) -> str | None:
+    """The normalised project name a requirement line installs (None for options, comments,
+    URLs and paths)."""
+    text = line.strip()
+    if not text or text.startswith(("#", "-", ".", "/", "~")) or "://" in text.split("@")[0]:
+        return None
+    match = _NAME.match(text)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
+
+
+def ray_requirement(lines: list[str]) -> str | None:
+    """The first line of `lines` that installs `ray` (any extra, any version), if one does."""
+    for line in lines:
+        if requirement_name(line) == "ray":
+            return line.strip()
+    return None

@@ -1,0 +1,323 @@
+"""examples/: every workflow folder runs, for real, as its README shows.
+
+- Each folder's README commands run in a copy of the folder (a Ray head from the session fixture
+  when the README uses RAY_ADDRESS, else the embedded store) and must print what the README shows
+  (timings and ids masked) with the exit code shown. `RTENV_UPDATE_EXAMPLES=1` rewrites the
+  READMEs' outputs from such a run.
+- Every runtime_env and Serve config outside examples/invalid/ is valid; every sample in
+  examples/invalid/ fails with exactly the codes its `# expect:` line names.
+- The parts a README cannot replay: push --watch re-pushing and resubmitting on an edit, the CI
+  workflow's validate steps and the pre-commit hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import default_signals, run_cli
+from tests.support.examples import (
+    EXAMPLES,
+    ROOT,
+    Sandbox,
+    comparable,
+    readme_steps,
+    write_block_outputs,
+)
+from tests.support.ports import free_port
+from tests.support.ray_head import RayHead
+
+FOLDERS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "README.md").exists())
+# files in examples/ that are not runtime_envs, Serve configs or job specs
+NOT_CONFIGS = {"ci/github-workflow.yml", "ci/pre-commit-config.yaml"}
+UPDATE = os.environ.get("RTENV_UPDATE_EXAMPLES") == "1"
+
+
+def _needs_head(folder: str) -> bool:
+    return "RAY_ADDRESS" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
+
+
+def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
+    env = dict(os.environ)
+    box = Sandbox.create(tmp_path, sorted({folder, "invalid"}), env)
+    if head is not None:
+        box.env.update(head.client_env())
+        box.env["HOME"] = env.get("HOME", "")  # the user's: uv's cache, so builds stay quick
+        box.env["RAY_ADDRESS"] = head.address  # the GCS: rtenv, `ray job` and ray.init take it
+        box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
+                     (head.address, "127.0.0.1:6379")]
+    return box
+
+
+@pytest.fixture
+def head(request: pytest.FixtureRequest) -> RayHead | None:
+    folder = request.node.callspec.params["folder"]
+    return request.getfixturevalue("ray_cluster") if _needs_head(folder) else None
+
+
+def _marks(folder: str) -> list[pytest.MarkDecorator]:
+    if _needs_head(folder):
+        return [pytest.mark.ray, pytest.mark.slow]
+    return [pytest.mark.slow] if folder in {"quickstart", "slurm"} else []  # they build envs
+
+
+@pytest.mark.parametrize("folder", [pytest.param(f, marks=_marks(f)) for f in FOLDERS])
+def test_readme_commands_run_as_shown(folder: str, head: RayHead | None,
+                                      tmp_path: Path) -> None:
+    readme = EXAMPLES / folder / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    steps = readme_steps(text)
+    assert steps, f"{readme}: no ```console block with `$ ` commands"
+    box = _sandbox(tmp_path, folder, head)
+    agent_ports = _two_free_ports() if folder == "slurm" else []  # local/srun's per-node agents
+    if agent_ports:
+        box.env.update(FAKE_SRUN_PORT=str(agent_ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"))
+        box.subs += [(f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}")
+                     for i, p in enumerate(agent_ports)]
+    results = [box.run(step.command) for step in steps]
+    if UPDATE:
+        readme.write_text(write_block_outputs(text, results), encoding="utf-8")
+        steps = readme_steps(readme.read_text(encoding="utf-8"))
+    for step, got in zip(steps, results, strict=True):
+        shown = "\n".join(got.output)
+        assert got.exit_code == step.exit_code, f"$ {step.command}\n{shown}"
+        assert comparable(got.output) == comparable(step.output), f"$ {step.command}\n{shown}"
+    if folder == "slurm":  # the batch script stops every agent it started
+        assert all(_port_free(p) for p in agent_ports)
+    if folder == "serve":  # what `serve deploy` would fetch is on the cluster
+        assert head is not None
+        deploy = yaml.safe_load((box.root / "deploy.yaml").read_text())
+        [app] = deploy["applications"]
+        uri = app["runtime_env"]["working_dir"]
+        assert uri.startswith("gcs://_ray_pkg_")
+        url = f"{head.dashboard_url}/api/packages/gcs/{uri.removeprefix('gcs://')}"
+        request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - loopback URL we built
+            assert resp.status == 200
+
+
+def _two_free_ports() -> list[int]:
+    """Two consecutive free ports, as local/srun gives node i the port FAKE_SRUN_PORT + i."""
+    while True:
+        port = free_port()
+        if port < 65535 and _port_free(port + 1):
+            return [port, port + 1]
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _configs() -> list[str]:
+    found = []
+    for path in sorted(EXAMPLES.rglob("*")):
+        rel = path.relative_to(EXAMPLES).as_posix()
+        if path.suffix in {".yaml", ".yml", ".json"} and not rel.startswith("invalid/") \
+                and rel not in NOT_CONFIGS:
+            found.append(f"examples/{rel}")
+    return found
+
+
+def test_every_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = _configs()
+    assert len(configs) >= 8
+    monkeypatch.chdir(ROOT)  # relative working_dirs resolve against the repository root
+    result = run_cli(["validate", "--format", "json", *configs])
+    assert result.exit_code == 0, result.stdout
+    assert {f["path"] for f in result.json["files"] if f["valid"]} == set(configs)
+
+
+def _expected_codes(path: Path) -> set[str]:
+    """The codes a sample names: its `# expect: CODE ...` line, or (JSON has no comments) the
+    examples/invalid/README.md table row of its name."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        readme = (path.parent / "README.md").read_text(encoding="utf-8")
+        text = next(line for line in readme.splitlines() if f"`{path.name}`" in line)
+    codes = re.findall(r"expect:\s*((?:RTE\d{3}\s*)+)", text)
+    assert codes, f"{path}: no `expect: RTE...` line"
+    return set(codes[0].split())
+
+
+INVALID = sorted(p.name for p in (EXAMPLES / "invalid").iterdir() if p.name != "README.md")
+
+
+@pytest.mark.parametrize("name", INVALID)
+def test_invalid_samples_fail_with_the_codes_they_name(name: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    path = f"examples/invalid/{name}"
+    result = run_cli(["validate", "--format", "json", "--fail-on", "warning", path])
+    assert result.exit_code == 1, result.stdout
+    [entry] = result.json["files"]
+    assert {d["code"] for d in entry["diagnostics"]} == _expected_codes(ROOT / path)
+
+
+def test_examples_index_lists_every_folder() -> None:
+    index = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    top = (ROOT / "README.md").read_text(encoding="utf-8").split("## Examples", 1)[1]
+    for folder in FOLDERS:
+        assert f"({folder}/)" in index, f"examples/README.md does not link {folder}/"
+        assert f"(examples/{folder}/)" in top.split("\n## ", 1)[0], \
+            f"README's Examples section does not link examples/{folder}/"
+
+
+# -- push --watch ---------------------------------------------------------------------------------
+
+def _jobs(head: RayHead) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"{head.dashboard_url}/api/jobs/", timeout=10) as resp:  # noqa: S310 - loopback URL we built
+        return list(json.load(resp))
+
+
+def _job_logs(head: RayHead, job: dict[str, object]) -> str:
+    url = f"{head.dashboard_url}/api/jobs/{job['submission_id']}/logs"
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback URL we built
+        return str(json.load(resp)["logs"])
+
+
+def _wait_job(head: RayHead, uri: str, timeout: float = 120) -> dict[str, object]:
+    """The job submitted with working_dir `uri`, once it has finished."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for job in _jobs(head):
+            env = job.get("runtime_env") or {}
+            if isinstance(env, dict) and env.get("working_dir") == uri \
+                    and job["status"] in {"SUCCEEDED", "FAILED", "STOPPED"}:
+                return job
+        time.sleep(0.5)
+    raise AssertionError(f"no finished job with working_dir {uri} after {timeout} s")
+
+
+@pytest.fixture
+def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
+    box = _sandbox(tmp_path, "push-watch", ray_cluster)
+    box.env["TMPDIR"] = str(tmp_path)  # resubmit.sh keeps the last job's id there
+    events = tmp_path / "events.jsonl"
+    command = ("rtenv push --watch examples/push-watch/runtime_env.yaml --format json "
+               "--on-change 'sh examples/push-watch/resubmit.sh'")
+    with events.open("w") as out, (tmp_path / "watch.err").open("w") as err:
+        proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=box.root, env=box.env,
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=default_signals)  # noqa: PLW1509 - no threads here
+    try:
+        yield box, events
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _pushes(events: Path, n: int, timeout: float = 60) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+        if len(lines) >= n:
+            return lines
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} pushes after {timeout} s: {events.read_text()}")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
+                                                 watch_session: tuple[Sandbox, Path]) -> None:
+    box, events = watch_session
+    [first] = _pushes(events, 1)
+    job = _wait_job(ray_cluster, str(first["uri"]))
+    assert job["status"] == "SUCCEEDED"
+    assert "train: step=0.1 run=push-watch" in _job_logs(ray_cluster, job)
+
+    train = box.root / "examples/push-watch/src/train.py"
+    train.write_text(train.read_text().replace("STEP = 0.1", "STEP = 0.2"))
+    second = _pushes(events, 2)[1]
+    assert (second["modified"], second["added"], second["trigger"]) == (1, 0, "change")
+    assert second["uri"] != first["uri"]
+    job = _wait_job(ray_cluster, str(second["uri"]))
+    assert job["status"] == "SUCCEEDED"
+    assert "train: step=0.2 run=push-watch" in _job_logs(ray_cluster, job)
+
+
+# -- CI -------------------------------------------------------------------------------------------
+
+def _workflow_validate_runs() -> list[str]:
+    workflow = yaml.safe_load((EXAMPLES / "ci/github-workflow.yml").read_text(encoding="utf-8"))
+    steps = [s for job in workflow["jobs"].values() for s in job["steps"]]
+    runs = [s["run"] for s in steps if "rtenv validate" in s.get("run", "")]
+    assert any("--format github" in r for r in runs)
+    assert any("--format sarif" in r for r in runs)
+    assert any(s.get("uses", "").startswith("github/codeql-action/upload-sarif") for s in steps)
+    assert any("pre-commit try-repo . rtenv-validate" in s.get("run", "") for s in steps)
+    return runs
+
+
+def test_ci_workflow_validate_steps_pass(tmp_path: Path) -> None:
+    box = Sandbox.create(tmp_path, ["ci"], dict(os.environ))
+    runs = _workflow_validate_runs()
+    for run in runs:
+        result = box.run(run, timeout=60)
+        assert result.exit_code == 0, "\n".join([run, *result.output])
+    sarif = json.loads((box.root / "rtenv.sarif").read_text())
+    assert sarif["version"] == "2.1.0"
+    [sarif_run] = sarif["runs"]
+    # SARIF always carries infos (code scanning shows them as notes); nothing above that
+    assert [r["ruleId"] for r in sarif_run["results"] if r["level"] != "note"] == []
+
+
+def test_pre_commit_hook_matches_the_sample_and_passes_on_the_ci_configs(tmp_path: Path) -> None:
+    [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    sample = yaml.safe_load((EXAMPLES / "ci/pre-commit-config.yaml").read_text(encoding="utf-8"))
+    [local] = sample["repos"][0]["hooks"]
+    assert (local["id"], local["entry"], local["files"]) == (hook["id"], hook["entry"],
+                                                             hook["files"])
+    # what pre-commit runs: the entry with the staged files its `files` pattern matches
+    configs = sorted(p.relative_to(ROOT).as_posix() for p in (EXAMPLES / "ci").rglob("*"))
+    matched = [p for p in configs if re.search(hook["files"], p)]
+    assert matched == ["examples/ci/configs/serve_config.yaml",
+                       "examples/ci/configs/train_runtime_env.yaml",
+                       "examples/ci/configs/training_runtime_env.yaml"]
+    box = Sandbox.create(tmp_path, ["ci"], dict(os.environ))
+    result = box.run(" ".join([hook["entry"], *map(shlex.quote, matched)]), timeout=60)
+    assert result.exit_code == 0, "\n".join(result.output)
+
+
+# -- Slurm: the readiness gate --------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_slurm_job_step_waits_for_every_agent(tmp_path: Path) -> None:
+    """A node whose agent never comes up (its port is taken) keeps the job step from starting:
+    the batch script gives up at its deadline, and stops the agents that did start."""
+    import socket
+
+    box = Sandbox.create(tmp_path, ["slurm"], dict(os.environ))
+    ports = _two_free_ports()
+    box.env.update(FAKE_SRUN_PORT=str(ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"),
+                   SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="2", READY_TIMEOUT="6",
+                   PATH=f"{box.root / 'examples/slurm/local'}:{box.env['PATH']}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[1]))
+        taken.listen()
+        result = box.run("bash examples/slurm/rtenv.sbatch", timeout=120)
+    output = "\n".join(result.output)
+    assert result.exit_code == 1, output
+    assert "error: agents not ready after 6 s" in output
+    assert "six 1.17.0" not in output  # no job step ran
+    ready = {p.name for p in (box.root / ".rtenv-slurm/7.0/ready").iterdir()}
+    assert "node1" not in ready
+    assert _port_free(ports[0])  # node0's agent was stopped with the script
