@@ -75,7 +75,7 @@ def _ray_create(plugin: str, packages: list[str]) -> tuple[float, int, str]:
 def _agent(root: Path, port: int, *extra: str, prelude: str = "") -> subprocess.Popen[bytes]:
     """`rtenv agent` as a process; `prelude` (Python) runs first, e.g. to switch off a fast
     path for an ablation row."""
-    args = ["agent", "--port", str(port), "--root", str(root), *extra]
+    args = ["agent", "--port", str(port), "--root", str(root), "--no-token", *extra]
     argv = ([sys.executable, "-c", f"{prelude}\nfrom rtenv_cli.cli.main import main\n"
              f"main({args!r})"] if prelude else [sys.executable, "-m", "rtenv_cli", *args])
     proc = subprocess.Popen(argv, start_new_session=True,

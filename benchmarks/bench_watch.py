@@ -223,7 +223,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         # -- rtenv agent, delta protocol, full tree --------------------------------------------
         port = free_port()
         agent = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", "--port", str(port),
-                                  "--root", str(work / "agent-store")], start_new_session=True,
+                                  "--root", str(work / "agent-store"), "--no-token"],
+                                 start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for_port(port, timeout=60)

@@ -6,7 +6,7 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
     case "$1 $2" in
         " validate --api"|" validate --base-dir"|" validate --fail-on"|" validate --glob"|" validate --ray-version"|" validate --format"|" validate -f") return 0 ;;
         " rules --format"|" rules -f") return 0 ;;
-        " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
+        " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
         " run --runtime-env"|" run -r"|" run --base-dir"|" run --address"|" run --token"|" run --gpus"|" run --num-cpus"|" run --memory") return 0 ;;
         " push --to"|" push --address"|" push --token"|" push --stage-to"|" push --output"|" push -o"|" push --base-dir"|" push --on-change"|" push --quiet-ms"|" push --max-wait-ms"|" push --format"|" push -f") return 0 ;;
         " ls-files --kind"|" ls-files --exclude"|" ls-files -e"|" ls-files --format"|" ls-files -f") return 0 ;;
@@ -62,6 +62,7 @@ _rtenv() {
         " agent --port") COMPREPLY=(); return ;;
         " agent --root") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " agent --token") COMPREPLY=(); return ;;
+        " agent --allow-file-root") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " agent --max-size") COMPREPLY=(); return ;;
         " agent --max-age") COMPREPLY=(); return ;;
         " agent --workers") COMPREPLY=(); return ;;
@@ -137,7 +138,7 @@ _rtenv() {
             "") COMPREPLY=($(compgen -W '--version -V --help -h' -- "$cur")) ;;
             " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
-            " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
+            " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
             " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --help -h' -- "$cur")) ;;
             " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
             " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
@@ -156,7 +157,7 @@ _rtenv() {
         "") COMPREPLY=($(compgen -W 'validate rules agent run push ls-files check-ignore explain cache ray-env doctor' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
-        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
+        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -c -- "$cur")) ;;
         " push") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " ls-files") COMPREPLY=($(compgen -f -- "$cur")) ;;

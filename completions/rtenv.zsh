@@ -200,7 +200,9 @@ _rtenv_agent() {
         '--host[Address to bind. Anything but loopback needs a token.]:value: ' \
         '--port[Port to listen on (0\: any free port).]:value: ' \
         '--root[Store directory. Default\: the embedded store under the user cache dir (RTENV_HOME).]:file:_files' \
-        '--token[Require `Authorization\: Bearer <token>` on every request. Prefer the environment variable\: other users can read a command line in `ps`.]:value: ' \
+        '--token[Require `Authorization\: Bearer <token>` on every request. Prefer the environment variable\: other users can read a command line in `ps`. Default\: this user'\''s token, kept in RTENV_HOME/agent-token (0600), which rtenv'\''s clients of the same user read by themselves.]:value: ' \
+        '--no-token[Serve loopback without any token\: every local user can then use the agent as this user (build code, read what it can read). Only on a machine nobody else logs in to.]' \
+        '*--allow-file-root[A directory whose archives a create may name as file\:// URIs (e.g. a shared filesystem); repeatable. Otherwise clients name only what they uploaded or what is on the network.]:file:_files' \
         '--max-size[After each create, drop least recently used unreferenced entries until the store is at most this big (e.g. 20GB).]:value: ' \
         '--max-age[After each create, drop unreferenced entries unused for this long (e.g. 7d).]:value: ' \
         '--workers[Server processes sharing the port and the store (cache hits are answered in parallel; builds still happen once).]:value: ' \

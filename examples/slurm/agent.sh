@@ -1,16 +1,20 @@
 #!/bin/bash
 # One per node (srun --ntasks-per-node=1): an rtenv agent on loopback with a node-local store.
 # Once it answers, it touches READY_DIR/<node> on the shared filesystem: the batch script waits
-# for one such file per node before it starts the job step.
+# for one such file per node before it starts the job step. PKGS_DIR is the shared directory the
+# job's packages were pushed to: the agent may unpack file:// archives there (--allow-file-root).
+# It requires the user's token (RTENV_HOME/agent-token), which the job's `rtenv run` reads.
 set -euo pipefail
 ready_dir=$1
+pkgs_dir=$2
 port=${RTENV_AGENT_PORT:-8790}
-rtenv agent --port "$port" --root "${TMPDIR:-/tmp}/rtenv-agent-${SLURM_JOB_ID}" &
+rtenv agent --port "$port" --root "${TMPDIR:-/tmp}/rtenv-agent-${SLURM_JOB_ID}" \
+    --allow-file-root "$pkgs_dir" &
 agent=$!
 stop() { kill "$agent" 2>/dev/null; wait "$agent" 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 143' TERM INT
-until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/api/agent', timeout=2)" \
+until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/openapi.json', timeout=2)" \
     2>/dev/null; do
   kill -0 "$agent" || exit 1   # the agent died: no ready file, the batch script gives up
   sleep 0.5

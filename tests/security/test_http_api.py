@@ -66,11 +66,12 @@ ABUSE: list[tuple[str, str, Any, int]] = [
     ("POST", "/api/envs", _env(runtime_env={"pip": 5}), 422),
     ("POST", "/api/envs", _env(runtime_env={"pip": {"x": 1}}), 422),
     ("POST", "/api/envs", _env(runtime_env={"pip": {"packages": "six"}}), 422),
-    ("POST", "/api/envs", _env(runtime_env={"pip": "requirements.txt"}), 422),
+    # a file on the agent's machine: refused over HTTP (issue 17 hole 9, test_trust.py)
+    ("POST", "/api/envs", _env(runtime_env={"pip": "requirements.txt"}), 403),
     ("POST", "/api/envs", _env(runtime_env={"pip": ["six"], "uv": ["six"]}), 422),
     ("POST", "/api/envs", _env(runtime_env={"uv": {"packages": ["six"],
                                                    "uv_pip_install_options": "-x"}}), 422),
-    ("POST", "/api/envs", _env(runtime_env={"working_dir": "file:///etc"}), 422),
+    ("POST", "/api/envs", _env(runtime_env={"working_dir": "file:///etc"}), 403),
     ("POST", "/api/envs", _env(runtime_env={"working_dir": "gcs://_ray_pkg_00.zip"}), 422),
     # gc
     ("POST", "/api/gc", {"older_than_s": "abc"}, 400),
@@ -242,7 +243,8 @@ def test_a_flood_of_stalled_connections_does_not_take_the_agent_s_descriptors(
     client still gets answers."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", "--port", str(port),
-                             "--root", str(tmp_path / "s"), "--read-timeout", "600"],
+                             "--root", str(tmp_path / "s"), "--read-timeout", "600",
+                             "--no-token"],
                             preexec_fn=lambda: _limit_fds(128),  # noqa: PLW1509 - rlimit only
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)

@@ -31,7 +31,10 @@ class AgentProc:
 
 @contextmanager
 def agent_process(root: Path, *extra: str, token: str | None = None,
-                  host: str = "127.0.0.1") -> Iterator[AgentProc]:
+                  host: str = "127.0.0.1", user_token: bool = False) -> Iterator[AgentProc]:
+    """The agent on `root`. Without `token`, it serves with `--no-token` (the tests' raw
+    requests send none), unless `user_token`: then it runs as `rtenv agent` does by default,
+    with this user's token file (RTENV_HOME/agent-token), whose token AgentProc.token holds."""
     port = free_port()
     env = dict(os.environ)
     env.pop("RTENV_AGENT_TOKEN", None)
@@ -39,11 +42,17 @@ def agent_process(root: Path, *extra: str, token: str | None = None,
             "--root", str(root), *extra]
     if token:
         args += ["--token", token]
+    elif not user_token:
+        args.append("--no-token")
     proc = subprocess.Popen(args, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     agent = AgentProc(f"http://127.0.0.1:{port}", root, proc, token)
     try:
         wait_for_port(port, timeout=30)
+        if user_token:
+            from rtenv_cli.core.transport.agent_token import read_token
+
+            agent.token = read_token()
         yield agent
     finally:
         stop_group(proc)

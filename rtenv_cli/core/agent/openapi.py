@@ -105,7 +105,9 @@ SCHEMA: dict[str, Any] = {
                      "requestBody": {"required": True, "content": {"application/json": {
                          "schema": {"$ref": "#/components/schemas/EnvRequest"}}}},
                      "responses": {"200": _json({"$ref": "#/components/schemas/EnvHandle"}),
-                                   "501": _json(_ERR, "field not supported"), **_ERRORS}},
+                                   "501": _json(_ERR, "field not supported"), **_ERRORS,
+                                   "403": _json(_ERR, "token wrong, or a field names a local "
+                                                "path (a file of the agent's machine)")}},
             "get": {"summary": "List environments", "responses": {"200": _json({})}},
         },
         "/api/envs/{key}/refs/{holder}": {"delete": {

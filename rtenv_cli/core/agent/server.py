@@ -56,6 +56,7 @@ class AgentConfig:
     limits: Limits = field(default_factory=Limits)
     read_timeout_s: float = 10.0  # a request's headers, and each stretch of its body
     max_connections: int = 1024
+    file_roots: tuple[Path, ...] = ()  # file:// archives a client may name (else: none)
 
 
 def is_loopback(host: str) -> bool:
@@ -261,6 +262,16 @@ async def blobs(request: Any) -> Any:
     return _json({"stored": count})
 
 
+def env_args(data: dict[str, Any], client: str, config: AgentConfig) -> dict[str, Any]:
+    """A checked create request as get_or_create's arguments; one that names this machine's
+    files is refused (403, `agent.localpaths`)."""
+    from rtenv_cli.core.agent.localpaths import refuse_local_paths
+
+    args = protocol.env_request(data, trusted_pid=is_loopback(client))
+    refuse_local_paths(args["runtime_env"], config.file_roots)
+    return args
+
+
 _ENV_ARGS = "rtenv_env_request"  # where AgentApp leaves a checked create request for the route
 
 
@@ -271,8 +282,7 @@ async def create_env(request: Any) -> Any:
     args = request.scope.get("state", {}).get(_ENV_ARGS)
     if args is None:  # not through AgentApp (which has checked the body already)
         client = request.client.host if request.client else ""
-        args = protocol.env_request(await json_body(request, "EnvRequest"),
-                                    trusted_pid=is_loopback(client))
+        args = env_args(await json_body(request, "EnvRequest"), client, state.config)
     # AgentApp has answered the cache hits on the event loop already; what reaches here
     # builds (get_or_create still returns an entry a concurrent request just finished)
     handle = await run_in_threadpool(lambda: state.envs.get_or_create(**args))
@@ -470,8 +480,7 @@ class AgentApp:
         try:
             body = await read_body(receive, _Headers(scope), self.state.config.limits.json_bytes)
             client = (scope.get("client") or ("",))[0]
-            args = protocol.env_request(protocol.parse_json(body, "EnvRequest"),
-                                        trusted_pid=is_loopback(client))
+            args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
         except RtenvError as exc:
             await _send_json(send, exc.http_status, json.dumps(protocol.error_body(exc)).encode())
             return

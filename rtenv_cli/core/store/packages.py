@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from rtenv_cli.core.errors import PackagingError
 from rtenv_cli.core.fsutil import fsync_dir
-from rtenv_cli.core.store.files import NO_SPACE, copy_in, disk_bytes
+from rtenv_cli.core.store.files import copy_in, disk_bytes, write_synced
 from rtenv_cli.core.store.index import Entry
 from rtenv_cli.core.store.layout import Layout
 from rtenv_cli.core.store.rayhash import ContentMismatchError, verify_package
@@ -133,21 +133,19 @@ class Packages:
             return self._index(name, f"packages/{name}")
 
     def put_manifest(self, name: str, doc: dict[str, Any]) -> Entry:
-        """Publish a verified manifest (atomic write); blobs it names are kept by gc."""
-        from rtenv_cli.core.fsutil import atomic_write_bytes
-
+        """Publish a verified manifest (written in tmp/, synced, renamed into place: a kill
+        mid-write leaves recovery a tmp/ dir to remove); blobs it names are kept by gc."""
         layout = self.layout
         key = f"package:{name}"
         with layout.locks.lock(key):
             if (entry := layout.index.get(key)) is not None and self.has(name):
                 return entry
-            try:
-                atomic_write_bytes(layout.manifest_path(name),
-                                   json.dumps(doc, separators=(",", ":")).encode(), 0o600)
-            except OSError as exc:
-                if exc.errno in NO_SPACE:
-                    raise layout.disk_full(exc) from exc
-                raise
+            final = layout.manifest_path(name)
+            with layout.scratch(key) as work:
+                write_synced(work / "manifest.json",
+                             json.dumps(doc, separators=(",", ":")).encode())
+                os.rename(work / "manifest.json", final)
+                fsync_dir(final.parent)
             self._remember(name, doc)
             return self._index(name, f"manifests/{name}.json")
 

@@ -33,6 +33,10 @@ class _Http:
                                  "out the agent URL to use the embedded store")
         self.url = self.client.url
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if not self.token:  # this user's loopback agent: its token file (agent_token)
+            from rtenv_cli.core.transport.agent_token import token_for
+
+            self.token = token_for(self.url)
         if self.token:
             self.client.headers["Authorization"] = f"Bearer {self.token}"
 
@@ -42,14 +46,15 @@ class _Http:
                                    ok=lambda s: s in ok, **kw)
         if resp.status_code in ok:
             return resp
-        if resp.status_code in (401, 403):
-            raise TransportError(f"the rtenv agent at {self.url} refused the token "
-                                 f"(HTTP {resp.status_code})",
-                                 hint=f"pass --token or set {TOKEN_ENV}")
         try:
             body = json.loads(resp.content)
         except ValueError:
             body = None
+        if resp.status_code in (401, 403) and "token" in resp.text[:500]:
+            raise TransportError(f"the rtenv agent at {self.url} refused the token "
+                                 f"(HTTP {resp.status_code})",
+                                 hint=f"pass --token or set {TOKEN_ENV} (this user's own "
+                                 "loopback agent needs neither: its token file is read)")
         raise decode_error(body, resp.text[:500] or f"HTTP {resp.status_code}")
 
 

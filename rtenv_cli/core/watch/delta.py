@@ -53,9 +53,10 @@ def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str]) -> tupl
         return 0, 0
     try:
         target.put_blobs([(sha, snap.root / e.relpath) for sha, e in entries])
-    except RtenvError as exc:
+    except (RtenvError, OSError) as exc:
         # The store refuses a blob whose bytes do not hash to `sha`: the file was edited after
-        # the snapshot read it. Say so precisely rather than surfacing a checksum error.
+        # the snapshot read it; or it is gone (deleted, renamed) before it could be read. Say
+        # so precisely rather than surfacing a checksum error or an OSError.
         for sha, e in entries:
             try:
                 now = _sha256(snap.root / e.relpath)

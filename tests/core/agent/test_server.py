@@ -279,7 +279,8 @@ def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
         '[build-system]\nrequires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n')
     (slow / "slow_backend.py").write_text(_SLOW_BACKEND)
     root = tmp_path / "store"
-    with agent_process(root) as agent:
+    # a local sdist is named by file://: the agent reads only what it was told to share
+    with agent_process(root, "--allow-file-root", str(slow)) as agent:
         client = AgentClient(agent.url)
         client.get_or_create({"pip": ["six==1.16.0"]}, holder="kept")
         pool = ThreadPoolExecutor(1)
