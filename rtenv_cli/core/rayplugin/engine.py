@@ -105,6 +105,8 @@ class Engine:
             if not runtime_env.get(schema.FIELD):
                 return []
             spec = self.spec(runtime_env)
+            if spec.kind is None:  # `limits` alone: nothing to build, nothing to count
+                return []
             return [URI_SCHEME + _digest(spec, runtime_env)]
         except Exception:  # Ray calls this outside any error handling
             return []
@@ -114,6 +116,8 @@ class Engine:
                      logger: logging.Logger) -> int:
         try:
             spec = self.spec(runtime_env)
+            if spec.kind is None:
+                return 0
             kind, value, base = _resolve(spec, os.environ.get(WORKING_DIR_ENV))
         except RtenvError as exc:
             raise SetupError.of(exc) from None

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,10 +139,22 @@ class Cgroups:
                                     "runs without limits") from exc
         raise CgroupUnavailable(f"no cgroup filesystem at {self.root}")
 
+    def parents(self) -> list[Path]:
+        """Where `create` makes its children: the cgroup(s) this process lives in."""
+        if self.version() == 2:  # noqa: PLR2004 - cgroup v2
+            return [self.root / (self.v2_path or "/").lstrip("/")]
+        return [self.root / c / self.v1_paths.get(c, "/").lstrip("/") for c in ("cpu", "memory")
+                if (self.root / c).is_dir()]
+
+    def sweep_all(self, report: Callable[[Path], None] | None = None) -> int:
+        """`sweep` every parent of `parents()`."""
+        return sum(self.sweep(parent, report) for parent in self.parents())
+
     @staticmethod
-    def sweep(parent: Path) -> int:
+    def sweep(parent: Path, report: Callable[[Path], None] | None = None) -> int:
         """Remove child cgroups left by rtenv processes that died without cleaning up (SIGKILL):
-        `rtenv-<pid>-*` whose pid is gone and which hold no process."""
+        `rtenv-<pid>-*` whose pid is gone and which hold no process. `report(dir)` is called
+        before each removal (e.g. to read its OOM counter)."""
         removed = 0
         if not parent.is_dir():
             return 0
@@ -159,6 +172,8 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 if (child / "cgroup.procs").read_text().split():
                     continue
+                if report is not None:
+                    report(child)
                 Cgroup(0, [child]).remove()
                 removed += 1
         return removed
