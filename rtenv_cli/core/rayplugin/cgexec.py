@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         group = Cgroups().create(Limits(cpus=args.cpus, memory_bytes=args.memory),
-                                 name=f"rtenv-{args.pid}-{secrets.token_hex(3)}")
+                                 name=f"rtenv-{args.pid}-{secrets.token_hex(3)}",
+                                 sweep=False)  # the agent sweeps, and reports OOM kills
     except RtenvError as exc:
         print(f"rtenv: cannot limit worker {args.pid}: {exc.message}", file=sys.stderr)
         return 1

@@ -65,7 +65,8 @@ class Guard:
         if kind in self._checked:
             return
         try:
-            group = Cgroups().create(Limits(cpus=limits.cpus, memory_bytes=limits.memory_bytes))
+            group = Cgroups().create(Limits(cpus=limits.cpus, memory_bytes=limits.memory_bytes),
+                                     sweep=False)
         except CgroupUnavailable as exc:
             raise CgroupUnavailable(
                 f"rtenv.limits cannot be applied on this node: {exc.message}",

@@ -125,14 +125,16 @@ class Cgroups:
             return 1
         return None
 
-    def create(self, limits: Limits, name: str | None = None) -> Cgroup:
+    def create(self, limits: Limits, name: str | None = None, *, sweep: bool = True) -> Cgroup:
+        """A child cgroup with `limits`; `sweep` first removes those dead rtenv processes left
+        (False: someone else sweeps, and reports what it finds)."""
         name = name or f"rtenv-{os.getpid()}-{secrets.token_hex(3)}"
         version = self.version()
         try:
             if version == 2:  # noqa: PLR2004 - cgroup v2
-                return self._create_v2(limits, name)
+                return self._create_v2(limits, name, sweep)
             if version == 1:
-                return self._create_v1(limits, name)
+                return self._create_v1(limits, name, sweep)
         except OSError as exc:
             raise CgroupUnavailable(f"cannot create a cgroup under {self.root}: {exc.strerror}",
                                     hint="run as root or with a delegated cgroup; the command "
@@ -178,9 +180,10 @@ class Cgroups:
                 removed += 1
         return removed
 
-    def _create_v2(self, limits: Limits, name: str) -> Cgroup:
+    def _create_v2(self, limits: Limits, name: str, sweep: bool) -> Cgroup:
         parent = self.root / (self.v2_path or "/").lstrip("/")
-        self.sweep(parent)
+        if sweep:
+            self.sweep(parent)
         available = set((self.root / "cgroup.controllers").read_text().split())
         wanted = {"cpu"} if limits.cpus is not None else set()
         wanted |= {"memory"} if limits.memory_bytes is not None else set()
@@ -204,7 +207,7 @@ class Cgroups:
             raise
         return group
 
-    def _create_v1(self, limits: Limits, name: str) -> Cgroup:
+    def _create_v1(self, limits: Limits, name: str, sweep: bool) -> Cgroup:
         group = Cgroup(1)
         plan = []
         if limits.cpus is not None:
@@ -220,7 +223,8 @@ class Cgroups:
                     raise CgroupUnavailable(f"cgroup v1 controller {controller} is not mounted "
                                             f"at {base}")
                 own = self.v1_paths.get(controller, "/")
-                self.sweep(base / own.lstrip("/"))
+                if sweep:
+                    self.sweep(base / own.lstrip("/"))
                 path = base / own.lstrip("/") / name
                 path.mkdir()
                 group.dirs.append(path)

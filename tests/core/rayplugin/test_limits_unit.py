@@ -75,7 +75,7 @@ def test_cgexec_puts_the_shell_and_what_it_execs_in_a_cgroup_the_sweep_removes()
     assert name.startswith("rtenv-")
     parents = Cgroups().parents()
     groups = [p / name for p in parents if (p / name).is_dir()]
-    assert len(groups) == 2  # noqa: PLR2004 - cpu and memory (v1)
+    assert len(groups) == 2  # cpu and memory (v1)
     limits = {f: (g / f).read_text().strip() for g in groups
               for f in ("memory.limit_in_bytes", "cpu.cfs_quota_us") if (g / f).exists()}
     assert limits == {"memory.limit_in_bytes": str(64 * 2**20), "cpu.cfs_quota_us": "50000"}
