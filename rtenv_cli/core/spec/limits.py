@@ -16,6 +16,7 @@ from rtenv_cli.core.errors import RtenvError, ValidationError
 from rtenv_cli.core.units import parse_memory
 
 KEYS = ("memory", "cpus")
+CPU_PERIOD_US = 100_000
 WHERE = "runtime_env['rtenv']['limits']"
 
 
@@ -23,6 +24,12 @@ WHERE = "runtime_env['rtenv']['limits']"
 class LimitsField:
     memory_bytes: int | None = None
     cpus: float | None = None
+
+
+def cpu_quota_us(cpus: float) -> int:
+    """The CFS quota per CPU_PERIOD_US for `cpus` CPUs (cgroup v2 `cpu.max`, v1
+    `cpu.cfs_quota_us`); 1 ms at least, the kernel's minimum."""
+    return max(1000, int(cpus * CPU_PERIOD_US))
 
 
 def _fail(message: str, key: str | None, hint: str) -> ValidationError:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtenv_cli.core.errors import OperationError
-
-CPU_PERIOD_US = 100_000
+from rtenv_cli.core.spec.limits import CPU_PERIOD_US, cpu_quota_us
 
 
 class CgroupUnavailable(OperationError):
@@ -198,7 +197,7 @@ class Cgroups:
         (parent / name).mkdir()
         try:
             if limits.cpus is not None:
-                quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+                quota = cpu_quota_us(limits.cpus)
                 (parent / name / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}\n")
             if limits.memory_bytes is not None:
                 (parent / name / "memory.max").write_text(f"{limits.memory_bytes}\n")
@@ -211,7 +210,7 @@ class Cgroups:
         group = Cgroup(1)
         plan = []
         if limits.cpus is not None:
-            quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+            quota = cpu_quota_us(limits.cpus)
             plan.append(("cpu", [("cpu.cfs_period_us", CPU_PERIOD_US),
                                  ("cpu.cfs_quota_us", quota)]))
         if limits.memory_bytes is not None:
