@@ -40,7 +40,9 @@ def _make_class() -> type:
 
     from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
+    from rtenv_cli.core.errors import RtenvError
     from rtenv_cli.core.rayplugin.engine import Engine, SetupError
+    from rtenv_cli.core.rayplugin.limits import Guard, command_prefix, describe
     from rtenv_cli.core.rayplugin.schema import parse
 
     class RtenvPlugin(RuntimeEnvPlugin):
@@ -51,11 +53,10 @@ def _make_class() -> type:
 
         def __init__(self) -> None:
             self._engine = Engine()
+            self._limits = Guard()
 
         @staticmethod
         def validate(runtime_env_dict: dict[str, Any]) -> None:
-            from rtenv_cli.core.errors import RtenvError
-
             try:
                 parse(runtime_env_dict.get(FIELD), runtime_env_dict)
             except RtenvError as exc:
@@ -70,15 +71,28 @@ def _make_class() -> type:
 
         def modify_context(self, uris: list[str], runtime_env: Any, context: Any,
                            logger: logging.Logger) -> None:
-            uris = uris or self._engine.uris(runtime_env)
-            if not uris:
-                raise SetupError(f"rtenv: runtime_env['{FIELD}'] changed during its setup")
-            venv = self._engine.venv(uris[0])
-            context.py_executable = f"{venv}/bin/python"
-            # like Ray's pip plugin: an entrypoint's `python` is the venv's too
-            context.command_prefix += ["source", f"{venv}/bin/activate", "1>&2", "&&"]
+            try:
+                spec = self._engine.spec(runtime_env)
+                if spec.limits:
+                    self._limits.check(spec.limits)
+            except RtenvError as exc:
+                raise SetupError.of(exc) from None
+            if spec.kind is not None:
+                uris = uris or self._engine.uris(runtime_env)
+                if not uris:
+                    raise SetupError(f"rtenv: runtime_env['{FIELD}'] changed during its setup")
+                venv = self._engine.venv(uris[0])
+                context.py_executable = f"{venv}/bin/python"
+                # like Ray's pip plugin: an entrypoint's `python` is the venv's too
+                context.command_prefix += ["source", f"{venv}/bin/activate", "1>&2", "&&"]
+            if spec.limits:  # the worker execs into its own cgroup (rayplugin/limits.py)
+                context.command_prefix += command_prefix(spec.limits)
+                self._limits.watch(logger)
+                logger.info("rtenv: workers of this runtime_env run in a cgroup with %s",
+                            describe(spec.limits))
 
         def delete_uri(self, uri: str, logger: logging.Logger) -> float:
+            self._limits.sweep()
             return self._engine.release(uri, logger)
 
     RtenvPlugin.__module__ = __name__

@@ -20,6 +20,8 @@ from typing import Any
 from rtenv_cli.core.explain import accelerators as acc
 from rtenv_cli.core.explain.allocation import ResourceRequest
 from rtenv_cli.core.explain.expand import explain_expansion
+from rtenv_cli.core.explain.limits import SECTION as LIMITS_SECTION
+from rtenv_cli.core.explain.limits import limits_notes
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 REDACTED = "<redacted>"
@@ -246,6 +248,8 @@ def predict(req: ExplainRequest) -> EnvPreview:
         warnings.append("node env not given (--node-env/--node-env-file/--node-env-from-"
                         "current): inherited variables and preset visible lists are unknown")
     _general_notes(req, notes)
+    notes[LIMITS_SECTION], limit_errors = limits_notes(merged)
+    errors.extend(limit_errors)
     if wd:
         cwd = _pkg_dir(wd, "working_dir", excl)
     else:

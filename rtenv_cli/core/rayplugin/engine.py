@@ -105,6 +105,8 @@ class Engine:
             if not runtime_env.get(schema.FIELD):
                 return []
             spec = self.spec(runtime_env)
+            if spec.kind is None:  # `limits` alone: nothing to build, nothing to count
+                return []
             return [URI_SCHEME + _digest(spec, runtime_env)]
         except Exception:  # Ray calls this outside any error handling
             return []
@@ -114,6 +116,8 @@ class Engine:
                      logger: logging.Logger) -> int:
         try:
             spec = self.spec(runtime_env)
+            if spec.kind is None:
+                return 0
             kind, value, base = _resolve(spec, os.environ.get(WORKING_DIR_ENV))
         except RtenvError as exc:
             raise SetupError.of(exc) from None
@@ -207,10 +211,11 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     from rtenv_cli.core.spec import normalize
     from rtenv_cli.core.store import builders
 
+    kind = spec.kind or "pip"  # callers pass a spec with a venv to build
     value = _expand(spec.value, working_dir)
     base = Path(working_dir) if working_dir else None
-    fn = normalize.normalize_pip if spec.kind == "pip" else normalize.normalize_uv
-    normal = fn(value, base or Path("/"), (schema.FIELD, spec.kind))
+    fn = normalize.normalize_pip if kind == "pip" else normalize.normalize_uv
+    normal = fn(value, base or Path("/"), (schema.FIELD, kind))
     packages = [str(p) for p in (normal or {}).get("packages", [])]
     lines = list(packages)
     for name in builders.files_digest(packages):
@@ -224,7 +229,7 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
                               "a worker must import the node's own Ray",
                               hint="remove `ray` from the requirements (the cluster's Ray, "
                               f"{builders.ray_version()}, is used)", path=schema.FIELD)
-    return spec.kind, normal, base
+    return kind, normal, base
 
 
 def _expand(value: Any, working_dir: str | None) -> Any:

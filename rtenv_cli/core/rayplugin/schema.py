@@ -9,8 +9,10 @@ requirements file, or a dict with `packages` and options); uv builds both. `pip_
 `uv_version` are accepted and ignored (the node's uv builds every environment). A requirements
 file is read on the node: its path is absolute there, or starts with
 `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}` (the job's working_dir on the node). `ray` itself may not
-be listed: the node's Ray is the one a worker must import. `limits` is reserved (per-worker
-resource limits) and refused until it is implemented.
+be listed: the node's Ray is the one a worker must import.
+
+`limits: {"memory": "4GB", "cpus": 2}` (core/spec/limits.py) runs each worker of the environment in
+its own cgroup (rayplugin/cgexec.py); it may come alone (a plain worker in a cgroup).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rtenv_cli.core.errors import UnsupportedError, ValidationError
+from rtenv_cli.core.errors import ValidationError
+from rtenv_cli.core.spec.limits import LimitsField, parse_limits
 
 FIELD = "rtenv"
 PLUGIN_CLASS = "rtenv_cli.ray_plugin.RtenvPlugin"
 PRIORITY = 10  # Ray's default; working_dir is always set up before every plugin
 KINDS = ("pip", "uv")
-RESERVED = {"limits": "per-worker resource limits are not supported yet"}
-KEYS = (*KINDS, *RESERVED)
+KEYS = (*KINDS, "limits")
 # fields that also choose the worker's interpreter: one of them with `rtenv` is ambiguous
 CONFLICTS = ("pip", "uv", "conda", "py_executable", "container", "image_uri")
+# a worker in a container is started by the container's runtime, not by our prefix
+LIMITS_CONFLICTS = ("container", "image_uri")
 WORKING_DIR_VAR = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}"
 
 # the node's settings, read by the plugin in Ray's agent (`rtenv ray-env` prints them)
@@ -45,13 +49,16 @@ _FILE_OPTIONS = ("-r", "--requirement", "-c", "--constraint")
 
 @dataclass(frozen=True)
 class RtenvSpec:
-    """A checked `rtenv` field: which of Ray's fields it mirrors and that field's value."""
+    """A checked `rtenv` field: which of Ray's fields it mirrors and that field's value (None
+    for a field with `limits` alone), and the per-worker limits."""
 
-    kind: str  # pip | uv
+    kind: str | None  # pip | uv | None
     value: Any  # as Ray's `pip`/`uv` field takes it
+    limits: LimitsField | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {self.kind: self.value}
+        """What the environment's build depends on (the limits do not)."""
+        return {self.kind: self.value} if self.kind else {}
 
 
 def _fail(message: str, path: str, hint: str) -> ValidationError:
@@ -62,7 +69,7 @@ def _fail(message: str, path: str, hint: str) -> ValidationError:
 def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvSpec:
     """Check an `rtenv` field (and that `runtime_env` sets no field it conflicts with)."""
     if not isinstance(value, Mapping) or not value:
-        raise _fail("must be a mapping with `pip` or `uv`", "",
+        raise _fail("must be a mapping with `pip`, `uv` or `limits`", "",
                     'write e.g. {"rtenv": {"pip": ["six==1.16.0"]}}')
     for key in value:
         if key not in KEYS:
@@ -70,21 +77,25 @@ def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvS
             raise _fail(f"unknown key {key!r}", f"[{key!r}]",
                         f"did you mean {close[0]!r}?" if close else
                         f"the keys are {', '.join(KEYS)}")
-        if key in RESERVED:
-            raise UnsupportedError(f"runtime_env['{FIELD}']['{key}']: {RESERVED[key]}",
-                                   hint=f"remove `{key}`", path=f"{FIELD}.{key}")
+    limits = parse_limits(value["limits"]) if value.get("limits") is not None else None
     kinds = [k for k in KINDS if value.get(k) is not None]
-    if len(kinds) != 1:
-        raise _fail("needs exactly one of `pip` and `uv`", "", "keep one of them")
-    both = [f for f in CONFLICTS if runtime_env and runtime_env.get(f)]
+    if len(kinds) > 1 or (not kinds and limits is None):
+        raise _fail("needs exactly one of `pip` and `uv` (or `limits` alone)", "",
+                    "keep one of them")
+    both = [f for f in (CONFLICTS if kinds else LIMITS_CONFLICTS)
+            if runtime_env and runtime_env.get(f)]
     if both:
         raise ValidationError(f"runtime_env sets both `{FIELD}` and `{both[0]}`",
-                              hint=f"move the requirements into `{FIELD}` and drop `{both[0]}`",
+                              hint=f"move the requirements into `{FIELD}` and drop `{both[0]}`"
+                              if kinds else f"`{FIELD}.limits` cannot reach a worker in a "
+                              f"container: drop one of them",
                               path=both[0])
+    if not kinds:
+        return RtenvSpec(None, None, limits)
     kind = kinds[0]
     inner = value[kind]
     _check_paths(inner, kind)
-    return RtenvSpec(kind, inner)
+    return RtenvSpec(kind, inner, limits)
 
 
 def _check_paths(inner: object, kind: str) -> None:

@@ -14,12 +14,12 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtenv_cli.core.errors import OperationError
-
-CPU_PERIOD_US = 100_000
+from rtenv_cli.core.spec.limits import CPU_PERIOD_US, cpu_quota_us
 
 
 class CgroupUnavailable(OperationError):
@@ -124,24 +124,38 @@ class Cgroups:
             return 1
         return None
 
-    def create(self, limits: Limits, name: str | None = None) -> Cgroup:
+    def create(self, limits: Limits, name: str | None = None, *, sweep: bool = True) -> Cgroup:
+        """A child cgroup with `limits`; `sweep` first removes those dead rtenv processes left
+        (False: someone else sweeps, and reports what it finds)."""
         name = name or f"rtenv-{os.getpid()}-{secrets.token_hex(3)}"
         version = self.version()
         try:
             if version == 2:  # noqa: PLR2004 - cgroup v2
-                return self._create_v2(limits, name)
+                return self._create_v2(limits, name, sweep)
             if version == 1:
-                return self._create_v1(limits, name)
+                return self._create_v1(limits, name, sweep)
         except OSError as exc:
             raise CgroupUnavailable(f"cannot create a cgroup under {self.root}: {exc.strerror}",
                                     hint="run as root or with a delegated cgroup; the command "
                                     "runs without limits") from exc
         raise CgroupUnavailable(f"no cgroup filesystem at {self.root}")
 
+    def parents(self) -> list[Path]:
+        """Where `create` makes its children: the cgroup(s) this process lives in."""
+        if self.version() == 2:  # noqa: PLR2004 - cgroup v2
+            return [self.root / (self.v2_path or "/").lstrip("/")]
+        return [self.root / c / self.v1_paths.get(c, "/").lstrip("/") for c in ("cpu", "memory")
+                if (self.root / c).is_dir()]
+
+    def sweep_all(self, report: Callable[[Path], None] | None = None) -> int:
+        """`sweep` every parent of `parents()`."""
+        return sum(self.sweep(parent, report) for parent in self.parents())
+
     @staticmethod
-    def sweep(parent: Path) -> int:
+    def sweep(parent: Path, report: Callable[[Path], None] | None = None) -> int:
         """Remove child cgroups left by rtenv processes that died without cleaning up (SIGKILL):
-        `rtenv-<pid>-*` whose pid is gone and which hold no process."""
+        `rtenv-<pid>-*` whose pid is gone and which hold no process. `report(dir)` is called
+        before each removal (e.g. to read its OOM counter)."""
         removed = 0
         if not parent.is_dir():
             return 0
@@ -159,13 +173,16 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 if (child / "cgroup.procs").read_text().split():
                     continue
+                if report is not None:
+                    report(child)
                 Cgroup(0, [child]).remove()
                 removed += 1
         return removed
 
-    def _create_v2(self, limits: Limits, name: str) -> Cgroup:
+    def _create_v2(self, limits: Limits, name: str, sweep: bool) -> Cgroup:
         parent = self.root / (self.v2_path or "/").lstrip("/")
-        self.sweep(parent)
+        if sweep:
+            self.sweep(parent)
         available = set((self.root / "cgroup.controllers").read_text().split())
         wanted = {"cpu"} if limits.cpus is not None else set()
         wanted |= {"memory"} if limits.memory_bytes is not None else set()
@@ -181,7 +198,7 @@ class Cgroups:
         (parent / name).mkdir()
         try:
             if limits.cpus is not None:
-                quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+                quota = cpu_quota_us(limits.cpus)
                 (parent / name / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}\n")
             if limits.memory_bytes is not None:
                 (parent / name / "memory.max").write_text(f"{limits.memory_bytes}\n")
@@ -190,11 +207,11 @@ class Cgroups:
             raise
         return group
 
-    def _create_v1(self, limits: Limits, name: str) -> Cgroup:
+    def _create_v1(self, limits: Limits, name: str, sweep: bool) -> Cgroup:
         group = Cgroup(1)
         plan = []
         if limits.cpus is not None:
-            quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+            quota = cpu_quota_us(limits.cpus)
             plan.append(("cpu", [("cpu.cfs_period_us", CPU_PERIOD_US),
                                  ("cpu.cfs_quota_us", quota)]))
         if limits.memory_bytes is not None:
@@ -206,7 +223,8 @@ class Cgroups:
                     raise CgroupUnavailable(f"cgroup v1 controller {controller} is not mounted "
                                             f"at {base}")
                 own = self.v1_paths.get(controller, "/")
-                self.sweep(base / own.lstrip("/"))
+                if sweep:
+                    self.sweep(base / own.lstrip("/"))
                 path = base / own.lstrip("/") / name
                 path.mkdir()
                 group.dirs.append(path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rtenv_cli.core.errors import UnsupportedError, ValidationError
+from rtenv_cli.core.errors import ValidationError
 from rtenv_cli.core.rayplugin import schema
 from rtenv_cli.core.rayplugin.engine import Engine, SetupError, _resolve
 from rtenv_cli.core.rayplugin.setup import format_env, ray_env_vars
@@ -63,8 +63,6 @@ def test_schema_names_the_key_and_suggests() -> None:
     with pytest.raises(ValidationError, match="unknown key 'pipp'") as info:
         schema.parse({"pipp": ["six"]})
     assert info.value.hint == "did you mean 'pip'?"
-    with pytest.raises(UnsupportedError, match="limits"):
-        schema.parse({"pip": ["six"], "limits": {"memory": "4GB"}})
     with pytest.raises(ValidationError, match="exactly one"):
         schema.parse({"pip": ["six"], "uv": ["six"]})
     with pytest.raises(ValidationError, match="both `rtenv` and `pip`"):

@@ -1,0 +1,114 @@
+"""`rtenv.limits` on the real 2-node cluster (tests/core/rayplugin/conftest.py): each worker in its
+own cgroup with the limits, OOM past the memory limit without harm to its neighbours, and no
+cgroup left once the workers are gone."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtenv_cli.core.store.cgroups import Cgroups
+from tests.core.rayplugin.conftest import PluginCluster
+from tests.core.store.test_cgroups import needs_v1
+
+pytestmark = [pytest.mark.ray, pytest.mark.cgroups, needs_v1]
+
+DRIVER = '''
+import json, os, ray
+ray.init(log_to_driver=False)
+
+@ray.remote(num_cpus=0.1, max_retries=0)
+def hog(mb):
+    b = bytearray(mb * 2**20)
+    b[::4096] = b"x" * len(b[::4096])
+    return len(b)
+
+@ray.remote(num_cpus=0.1)
+def where():
+    lines = dict(l.split(":", 2)[1:] for l in open("/proc/self/cgroup").read().splitlines())
+    mem, cpu = lines["memory"], lines["cpu"]
+    read = lambda c, p, f: open(f"/sys/fs/cgroup/{c}{p}/{f}").read().strip()
+    try:
+        import six
+        six_version = six.__version__
+    except ImportError:
+        six_version = None
+    return {"memory": mem, "cpu": cpu, "pid": os.getpid(), "six": six_version,
+            "limit": read("memory", mem, "memory.limit_in_bytes"),
+            "quota": read("cpu", cpu, "cpu.cfs_quota_us"),
+            "period": read("cpu", cpu, "cpu.cfs_period_us")}
+
+LIM = {"rtenv": {"limits": {"memory": "200MB", "cpus": 0.5}}}
+out = {"where": ray.get(where.options(runtime_env=LIM).remote()),
+       "with_pip": ray.get(where.options(runtime_env={"rtenv": {
+           "pip": ["six==1.16.0"], "limits": {"memory": "300MB"}}}).remote()),
+       "plain": ray.get(where.remote())}
+try:
+    ray.get(hog.options(runtime_env=LIM).remote(400))
+    out["hog"] = "succeeded"
+except Exception as exc:
+    out["hog"] = type(exc).__name__ + ": " + str(exc)
+out["small"] = ray.get(hog.options(runtime_env=LIM).remote(50))  # a new worker, same limits
+out["neighbour"] = ray.get(hog.remote(400))  # no limits
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def limited(plugin_cluster: PluginCluster) -> dict[str, Any]:
+    proc = plugin_cluster.head.run_driver(DRIVER, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_with_limits_runs_in_its_own_cgroup_with_them(limited: dict[str, Any]) -> None:
+    w = limited["where"]
+    assert Path(w["memory"]).name.startswith(f"rtenv-{w['pid']}-")
+    assert Path(w["cpu"]).name == Path(w["memory"]).name
+    assert int(w["limit"]) == 200 * 10**6 // 4096 * 4096  # the kernel keeps whole pages
+    assert (w["quota"], w["period"]) == ("50000", "100000")  # cpus 0.5
+    assert not Path(limited["plain"]["memory"]).name.startswith("rtenv-")
+
+
+def test_limits_with_pip_get_both_the_venv_and_the_cgroup(limited: dict[str, Any]) -> None:
+    w = limited["with_pip"]
+    assert w["six"] == "1.16.0"
+    assert Path(w["memory"]).name.startswith(f"rtenv-{w['pid']}-")
+    assert int(w["limit"]) == 300 * 10**6 // 4096 * 4096
+    assert w["quota"] == "-1"  # no cpus limit
+
+
+def test_a_task_past_its_memory_limit_fails_and_its_neighbours_do_not(
+        limited: dict[str, Any], plugin_cluster: PluginCluster) -> None:
+    assert limited["hog"].startswith(("WorkerCrashedError", "RayTaskError")), limited["hog"]
+    assert "SIGKILL" in limited["hog"] or "OOM" in limited["hog"] or \
+        "died" in limited["hog"], limited["hog"]
+    assert limited["small"] == 50 * 2**20
+    assert limited["neighbour"] == 400 * 2**20
+    deadline = time.monotonic() + 30
+    while "OOM-killed" not in plugin_cluster.setup_logs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert f"it went past its rtenv.limits memory of {200 * 10**6 // 4096 * 4096} bytes" in \
+        plugin_cluster.setup_logs()
+
+
+def test_no_rtenv_cgroup_is_left_after_the_workers_exit(
+        limited: dict[str, Any], plugin_cluster: PluginCluster) -> None:
+    names = {Path(limited[k]["memory"]).name for k in ("where", "with_pip")}
+    logs = plugin_cluster.setup_logs()
+    names |= {Path(ln.rsplit("(cgroup ", 1)[1].rstrip(")")).name
+              for ln in logs.splitlines() if "OOM-killed" in ln and "(cgroup " in ln}
+    parents = Cgroups().parents()
+    deadline = time.monotonic() + 60  # the driver is gone: Ray ends its workers, the agent sweeps
+    left = names
+    while time.monotonic() < deadline:
+        left = {n for n in names for p in parents if (p / n).exists()}
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, textwrap.shorten(str(left), 300)

@@ -1,0 +1,84 @@
+"""`rtenv.limits` without a cluster: the field, the worker's prefix, cgexec on this machine's
+cgroups, the agent's sweep."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import ValidationError
+from rtenv_cli.core.rayplugin import schema
+from rtenv_cli.core.rayplugin.engine import Engine
+from rtenv_cli.core.rayplugin.limits import Guard, command_prefix
+from rtenv_cli.core.spec.limits import LimitsField, parse_limits
+from rtenv_cli.core.store.cgroups import Cgroups
+from tests.core.store.test_cgroups import needs_v1
+
+
+def test_limits_parse_like_rtenv_run_memory() -> None:
+    assert parse_limits({"memory": "4GB", "cpus": 2}) == LimitsField(4 * 10**9, 2.0)
+    assert parse_limits({"memory": "512Mi"}) == LimitsField(512 * 2**20, None)
+    assert parse_limits({"cpus": "0.5"}) == LimitsField(None, 0.5)
+    assert parse_limits({"memory": 2**30}).memory_bytes == 2**30
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ({"memroy": "4GB"}, "unknown key 'memroy'"),
+    ({"memory": "lots"}, "cannot read size"),
+    ({"memory": "256"}, "below the 1 MiB minimum"),
+    ({"cpus": 0}, "not a positive number"),
+    ({"cpus": True}, "not a positive number"),
+    ({}, "must be a mapping"),
+    ({"memory": None}, "neither"),
+])
+def test_bad_limits_name_the_field(value: dict, match: str) -> None:
+    with pytest.raises(ValidationError, match=match) as info:
+        parse_limits(value)
+    assert "runtime_env['rtenv']['limits']" in info.value.message
+    assert info.value.hint
+
+
+def test_limits_come_with_pip_or_alone_and_leave_the_uri_alone() -> None:
+    both = schema.parse({"pip": ["six"], "limits": {"memory": "4GB"}})
+    assert (both.kind, both.limits) == ("pip", LimitsField(4 * 10**9, None))
+    alone = schema.parse({"limits": {"cpus": 1}})
+    assert (alone.kind, alone.limits) == (None, LimitsField(None, 1.0))
+    engine = Engine()
+    assert engine.uris({"rtenv": {"limits": {"cpus": 1}}}) == []  # nothing built, no ref
+    assert engine.uris({"rtenv": {"pip": ["six"], "limits": {"cpus": 1}}}) == \
+        engine.uris({"rtenv": {"pip": ["six"]}})  # the same venv, whatever the limits
+    with pytest.raises(ValidationError, match="both `rtenv` and `container`"):
+        schema.parse({"limits": {"cpus": 1}}, {"container": {"image": "x"}})
+    assert schema.parse({"limits": {"cpus": 1}}, {"pip": ["six"]}).limits  # Ray's pip builds
+
+
+def test_prefix_passes_the_worker_pid_and_the_limits() -> None:
+    words = command_prefix(LimitsField(200 * 10**6, 1.5))
+    assert words[1:] == ["-m", "rtenv_cli.core.rayplugin.cgexec", "--pid", "$$", "--memory",
+                         "200000000", "--cpus", "1.5", "&&"]
+
+
+@pytest.mark.cgroups
+@needs_v1
+def test_cgexec_puts_the_shell_and_what_it_execs_in_a_cgroup_the_sweep_removes() -> None:
+    """As Ray runs it: `bash -c "<prefix> exec <worker>"`; the worker reads its own cgroup."""
+    prefix = " ".join(command_prefix(LimitsField(64 * 2**20, 0.5)))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    worker = "exec cat /proc/self/cgroup"
+    out = subprocess.run(["bash", "-c", f"{prefix} {worker}"], capture_output=True, text=True,
+                         env=env, check=True, timeout=60).stdout
+    mem = next(ln.split(":", 2)[2] for ln in out.splitlines() if ln.split(":")[1] == "memory")
+    name = Path(mem).name
+    assert name.startswith("rtenv-")
+    parents = Cgroups().parents()
+    groups = [p / name for p in parents if (p / name).is_dir()]
+    assert len(groups) == 2  # cpu and memory (v1)
+    limits = {f: (g / f).read_text().strip() for g in groups
+              for f in ("memory.limit_in_bytes", "cpu.cfs_quota_us") if (g / f).exists()}
+    assert limits == {"memory.limit_in_bytes": str(64 * 2**20), "cpu.cfs_quota_us": "50000"}
+    Guard().sweep()  # the worker (bash's pid) has exited
+    assert not [g for g in groups if g.exists()]
+
