@@ -3,7 +3,8 @@
 - Each folder's README commands run in a copy of the folder (a Ray head from the session fixture
   when the README uses RAY_ADDRESS, else the embedded store) and must print what the README shows
   (timings and ids masked) with the exit code shown. `RTENV_UPDATE_EXAMPLES=1` rewrites the
-  READMEs' outputs from such a run.
+  READMEs' outputs from such a run. The serve folder deploys its app on the session head (on a
+  free HTTP port), gets the pushed code's answer and shuts Serve down again.
 - Every runtime_env and Serve config outside examples/invalid/ is valid; every sample in
   examples/invalid/ fails with exactly the codes its `# expect:` line names.
 - The parts a README cannot replay: push --watch re-pushing and resubmitting on an edit, the CI
@@ -57,9 +58,53 @@ def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
         box.env.update(head.client_env())
         box.env["HOME"] = env.get("HOME", "")  # the user's: uv's cache, so builds stay quick
         box.env["RAY_ADDRESS"] = head.address  # the GCS: rtenv, `ray job` and ray.init take it
+        box.env["RAY_DASHBOARD_ADDRESS"] = head.dashboard_url  # `serve`'s default --address
         box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
                      (head.address, "127.0.0.1:6379")]
     return box
+
+
+SERVE_PORT = 8000  # the HTTP port examples/serve shows; each run deploys on a free one
+
+
+def _serve_on_free_port(box: Sandbox) -> int:
+    """Point the sandbox's Serve config, and the README's commands and output, at a free port."""
+    port = free_port()
+    config = box.root / "examples/serve/serve_config.yaml"
+    text = config.read_text(encoding="utf-8")
+    assert f"port: {SERVE_PORT}\n" in text
+    config.write_text(text.replace(f"port: {SERVE_PORT}\n", f"port: {port}\n"), encoding="utf-8")
+    box.aliases.append((f"127.0.0.1:{SERVE_PORT}", f"127.0.0.1:{port}"))
+    box.subs += [(f"port: {port}", f"port: {SERVE_PORT}"),
+                 (f"127.0.0.1:{port}", f"127.0.0.1:{SERVE_PORT}")]
+    return port
+
+
+def _serve_actors(head: RayHead) -> dict[str, str]:
+    """Serve's actors on the head (controller, proxy, replicas): class name -> state."""
+    url = f"{head.dashboard_url}/api/v0/actors?limit=1000"
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback URL we built
+        actors = json.load(resp)["data"]["result"]["result"]
+    return {a["class_name"]: a["state"] for a in actors
+            if a["class_name"].startswith(("Serve", "ProxyActor"))}
+
+
+def _serve_shutdown(head: RayHead) -> None:
+    """What `serve shutdown -y` sends: Serve's controller, proxies and replicas go."""
+    url = f"{head.dashboard_url}/api/serve/applications/"
+    request = urllib.request.Request(url, method="DELETE")  # noqa: S310 - loopback URL we built
+    with urllib.request.urlopen(request, timeout=60):  # noqa: S310 - loopback URL we built
+        pass
+
+
+def _serve_gone(head: RayHead, port: int, timeout: float = 30) -> bool:
+    """Whether, within `timeout`, every Serve actor is dead and its HTTP port closed."""
+    deadline = time.monotonic() + timeout
+    while not (all(s == "DEAD" for s in _serve_actors(head).values()) and _port_free(port)):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 @pytest.fixture
@@ -75,8 +120,8 @@ def _marks(folder: str) -> list[pytest.MarkDecorator]:
 
 
 @pytest.mark.parametrize("folder", [pytest.param(f, marks=_marks(f)) for f in FOLDERS])
-def test_readme_commands_run_as_shown(folder: str, head: RayHead | None,
-                                      tmp_path: Path) -> None:
+def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_path: Path,
+                                      request: pytest.FixtureRequest) -> None:
     readme = EXAMPLES / folder / "README.md"
     text = readme.read_text(encoding="utf-8")
     steps = readme_steps(text)
@@ -87,6 +132,9 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None,
         box.env.update(FAKE_SRUN_PORT=str(agent_ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"))
         box.subs += [(f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}")
                      for i, p in enumerate(agent_ports)]
+    serve_port = _serve_on_free_port(box) if folder == "serve" else 0
+    if serve_port and head is not None:  # a failed step must not leave Serve on the shared head
+        request.addfinalizer(lambda: _serve_gone(head, serve_port, 0) or _serve_shutdown(head))
     results = [box.run(step.command) for step in steps]
     if UPDATE:
         readme.write_text(write_block_outputs(text, results), encoding="utf-8")
@@ -97,16 +145,14 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None,
         assert comparable(got.output) == comparable(step.output), f"$ {step.command}\n{shown}"
     if folder == "slurm":  # the batch script stops every agent it started
         assert all(_port_free(p) for p in agent_ports)
-    if folder == "serve":  # what `serve deploy` would fetch is on the cluster
+    if folder == "serve":  # the replica ran the pushed package; Serve left the head as it was
         assert head is not None
         deploy = yaml.safe_load((box.root / "deploy.yaml").read_text())
         [app] = deploy["applications"]
-        uri = app["runtime_env"]["working_dir"]
-        assert uri.startswith("gcs://_ray_pkg_")
-        url = f"{head.dashboard_url}/api/packages/gcs/{uri.removeprefix('gcs://')}"
-        request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - loopback URL we built
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - loopback URL we built
-            assert resp.status == 200
+        package = app["runtime_env"]["working_dir"].removeprefix("gcs://").removesuffix(".zip")
+        [answer] = [r for r in results if r.command.startswith("curl ")]
+        assert answer.output == [f"hello from serve, from package {package}"]
+        assert _serve_gone(head, serve_port), _serve_actors(head)
 
 
 def _two_free_ports() -> list[int]:

@@ -20,6 +20,7 @@ EXAMPLES = ROOT / "examples"
 
 _BLOCK = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 _EXIT = re.compile(r"^\(exit (\d+)\)$")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Ray's CLI logger colours even a pipe
 # what differs between two runs of the same command: timings, Ray's job ids and log timestamps,
 # and store keys that hash the interpreter (its exact version and path differ between machines)
 _VOLATILE = [
@@ -109,12 +110,14 @@ def _wrap(block: str, command: str) -> str:
 @dataclass
 class Sandbox:
     """A copy of one example folder under `root` (the repository root as its commands see it),
-    a PATH whose `rtenv` is this checkout's, and the substitutions that turn this machine's
-    paths and ports into the README's."""
+    a PATH whose `rtenv` is this checkout's, the substitutions that turn this machine's
+    paths and ports into the README's (`subs`, in output) and the README's into this run's
+    (`aliases`, in commands: a port the README names that this run had to pick free)."""
 
     root: Path
     env: dict[str, str]
     subs: list[tuple[str, str]] = field(default_factory=list)
+    aliases: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def create(cls, tmp: Path, folders: list[str], env: dict[str, str]) -> Sandbox:
@@ -137,13 +140,17 @@ class Sandbox:
         return cls(root, full, subs)
 
     def normalize(self, text: str) -> str:
+        text = _COLOUR.sub("", text)
         for old, new in self.subs:
             text = text.replace(old, new)
         return text
 
     def run(self, command: str, timeout: float = 180) -> Step:
+        shown = command
+        for readme, real in self.aliases:
+            command = command.replace(readme, real)
         proc = subprocess.run(["bash", "-c", command], cwd=self.root, env=self.env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout, check=False)
         lines = self.normalize(proc.stdout).splitlines()
-        return Step(command, lines, proc.returncode)
+        return Step(shown, lines, proc.returncode)
