@@ -287,3 +287,12 @@ RULES: tuple[Rule, ...] = (
          "The requirements were not checked.",
          "pip: [requests]\n", "pip: [requests]\n"),
 )
+
+
+def _with_plugin_rules(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    from rtenv_cli.core.lint.rtenv_field_docs import DOCS
+
+    return (*rules, *DOCS)
+
+
+RULES = _with_plugin_rules(RULES)  # the `rtenv` field's rules live beside their checks

@@ -11,9 +11,10 @@ from rtenv_cli.core.lint.rules import (
     paths,
     requirements,
     resolve,
+    rtenv_field,
     size,
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
           *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS,
-          *foreign.CHECKS)
+          *foreign.CHECKS, *rtenv_field.CHECKS)
