@@ -79,7 +79,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ rtenv push . --to file:///shared/pkgs --format json
 
-        $ rtenv push runtime_env.yaml --rtenv-envs -o pushed.yaml   # pip/uv built by rtenv on Ray's nodes
+        $ rtenv push runtime_env.yaml --rtenv-envs -o pushed.yaml   # rtenv builds pip/uv
 
         $ rtenv push --watch runtime_env.yaml --address http://127.0.0.1:8265
     """

@@ -294,11 +294,11 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
          progress: Progress | None = None, cwd: Path | None = None,
          base_dir: Path | None = None, outputs: Sequence[Path] = (),
          sizes: bool | None = None, rtenv_envs: bool = False) -> PushResult:
-    """Validate, package and publish; see the module docstring. `rtenv_envs`: move `pip`/`uv`
-    into the `rtenv` field first (rtenv's Ray plugin builds it; rayplugin/convert.py). `base_dir`: what relative
+    """Validate, package and publish; see the module docstring. `base_dir`: what relative
     paths resolve against (default: `cwd`, the current directory); `outputs`: files this push
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
-    (default: only for a dry run, whose report shows it)."""
+    (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
+    the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
     env = dict(os.environ if env is None else env)
     data, base, label = load_input(path, cwd, base_dir)
     if rtenv_envs:

@@ -35,4 +35,5 @@ def test_what_cannot_be_carried_over_is_refused(tmp_path: Path) -> None:
     assert "hint: drop `conda`" in result.stderr
     env.write_text("pip: [six, 'ray[default]']\n")
     result = run_cli(["push", str(env), "--rtenv-envs", "--dry-run"])
-    assert result.exit_code == 2 and "installs `ray[default]`" in result.stderr
+    assert result.exit_code == 2
+    assert "installs `ray[default]`" in result.stderr

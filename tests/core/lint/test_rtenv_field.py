@@ -38,4 +38,5 @@ def test_requirement_rules_point_inside_the_field(tmp_path: Path) -> None:
 def test_conflict_names_both_fields(tmp_path: Path) -> None:
     report = check("rtenv: {uv: [six]}\nuv: [six]\n", tmp_path)
     [diag] = [d for d in report.diagnostics if d.code == "RTE191"]
-    assert diag.line == 2 and "`uv`" in diag.message
+    assert diag.line == 2
+    assert "`uv`" in diag.message
