@@ -23,7 +23,7 @@ def venv_dir(node_env: Mapping[str, str]) -> str:
     return f"{store}/entries/<venv key>/tree/venv"
 
 
-def apply(runtime_env: Mapping[str, object], env: dict[str, str | None],
+def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
           sources: dict[str, str], notes: dict[str, list[str]], errors: list[str],
           node_env: Mapping[str, str]) -> str | None:
     """Apply the plugin's activate step to `env`; returns the worker's interpreter (None when

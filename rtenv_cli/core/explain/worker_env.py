@@ -238,7 +238,8 @@ def predict(req: ExplainRequest) -> EnvPreview:
     # the `rtenv` field: rtenv's plugin activates its venv in the worker's command prefix
     from rtenv_cli.core.explain import rtenv_env
 
-    python = rtenv_env.apply(merged, env, sources, notes, errors, node)
+    python = rtenv_env.apply(merged, env, sources=sources, notes=notes, errors=errors,
+                            node_env=node)
 
     # 3. accelerators and OMP_NUM_THREADS, written at task start over what the worker started with
     worker_start = {k: v for k, v in env.items() if v is not None}
