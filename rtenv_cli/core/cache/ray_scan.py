@@ -2,12 +2,17 @@
 one task pinned to each alive node scans that node's Ray temp dir, asks the node's runtime-env
 agent what it holds (`/get_runtime_envs_info`), and optionally deletes old sessions' caches.
 
-    python ray_scan.py scan|clean OLDER_THAN_S|-
+    python ray_scan.py scan|clean OLDER_THAN_S|- [RTENV_GC_JSON|-]
 
 Prints one line `RTENV_SCAN <json>` (a node that fails is one `error` line in it, the others
 still report), or `RTENV_SCAN_ERROR <message>` when the cluster cannot be reached. The file is
 sent as source text (the cluster need not have rtenv installed); it must therefore stay
 self-contained.
+
+Where rtenv is installed on the node (its runtime_env plugin runs there), the node's rtenv
+store is reported too (`rtenv`: rtenv_cli.core.cache.ray_store, imported on the node), and with
+RTENV_GC_JSON ({"purge", "older_than_s", "keep_storage", "kinds"}) its gc planned (scan) or run
+(clean). A node without rtenv reports `rtenv: null`.
 
 Deleting is safe when nodes share a temp dir (several raylets on one machine, a shared
 filesystem) and resumable: see clean_session. Each session dir carries its folder identity
@@ -253,7 +258,19 @@ def scan_temp(temp, in_use, *, mode, older_than_s, tag, now=None):
     return sessions, errors
 
 
-def scan_node(mode, older_than_s, node):
+def rtenv_store(mode, gc):
+    """The node's rtenv store, or None when rtenv is not installed on the node."""
+    try:
+        from rtenv_cli.core.cache.ray_store import node_report
+    except ImportError:
+        return None
+    try:
+        return node_report(gc, clean=mode == "clean")
+    except Exception as exc:  # one node's store failing is that node's error line
+        return {"error": one_line(f"{type(exc).__name__}: {exc}"), "entries": []}
+
+
+def scan_node(mode, older_than_s, node, gc=None):
     try:
         from ray._private import worker
 
@@ -272,7 +289,8 @@ def scan_node(mode, older_than_s, node):
                 "temp_dir": temp, "session": os.path.basename(session), "sessions": sessions,
                 "removed": [os.path.join(s["path"], "runtime_resources") for s in sessions
                             if s["removed"]],
-                "errors": errors, "agent": agent_states(node), "settings": settings}
+                "errors": errors, "agent": agent_states(node), "settings": settings,
+                "rtenv": rtenv_store(mode, gc)}
     except Exception as exc:
         return failed(node, f"{type(exc).__name__}: {exc}")
 
@@ -291,6 +309,7 @@ def one_line(text):
 def main():
     mode = sys.argv[1]
     older = None if len(sys.argv) < 3 or sys.argv[2] == "-" else float(sys.argv[2])  # noqa: PLR2004 - argv: script, mode, age
+    gc = None if len(sys.argv) < 4 or sys.argv[3] == "-" else json.loads(sys.argv[3])  # noqa: PLR2004 - argv: ..., rtenv gc
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -302,7 +321,7 @@ def main():
         sys.exit(1)
     task = ray.remote(num_cpus=0)(scan_node)
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote(mode, older, n) for n in nodes]
+        n["NodeID"], soft=False)).remote(mode, older, n, gc) for n in nodes]
     ray.wait(refs, num_returns=len(refs), timeout=300)
     results = []
     for node, ref in zip(nodes, refs, strict=True):
