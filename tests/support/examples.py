@@ -27,6 +27,7 @@ _VOLATILE = [
     (re.compile(r"/entries/[a-z]+_[0-9a-f]+/"), "/entries/<key>/"),
     (re.compile(r"raysubmit_\w+"), "raysubmit_<id>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+"), "<timestamp>"),
+    (re.compile(r"\b[0-9a-f]{12}\b"), "<node id>"),  # Ray node ids, as rtenv shows them
 ]
 
 
