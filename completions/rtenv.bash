@@ -49,7 +49,7 @@ _rtenv() {
         " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
         " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
         " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
-        " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
+        " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
         " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --cgroup-root --help -h' -- "$cur")) ;;
