@@ -140,7 +140,7 @@ _rtenv() {
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
             " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
             " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --help -h' -- "$cur")) ;;
-            " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
+            " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
             " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
             " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
             " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;

@@ -162,6 +162,7 @@ _rtenv_push() {
         '--base-dir[Resolve relative paths in the runtime_env against this directory. Default\: the current directory, as `ray job submit` does.]:file:_files' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
+        '--rtenv-envs[Move `pip\:`/`uv\:` into `rtenv\:` so the nodes build it with rtenv'\''s Ray plugin (`rtenv ray-env`); conda and the like are refused.]' \
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \

@@ -99,7 +99,8 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
          address: str | None = None, token: str | None = None, stage_to: str | None = None,
          dry_run: bool = False, base_dir: str | os.PathLike[str] | None = None,
          outputs: Sequence[str | os.PathLike[str]] = (), progress: Progress | None = None,
-         env: Mapping[str, str] | None = None, sizes: bool | None = None) -> PushResult:
+         env: Mapping[str, str] | None = None, sizes: bool | None = None,
+         rtenv_envs: bool = False) -> PushResult:
     """Package a runtime_env's local working_dir/py_modules exactly like Ray and upload what
     the target lacks, as `rtenv push` does.
 
@@ -108,6 +109,7 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     (a Ray GCS `host:6379`, a dashboard URL, `auto`, an rtenv agent), else RAY_ADDRESS, else the
     embedded local store; TOKEN overrides the target's own token variable. STAGE_TO takes what
     is over the target's upload limit. OUTPUTS are files the caller writes (never packaged).
+    RTENV_ENVS moves `pip`/`uv` into the `rtenv` field (built by rtenv's Ray plugin).
     The result's `runtime_env` has the URIs in place of local paths; each `PackageOutcome` says
     its URI, file count, bytes and whether it was `uploaded`.
     """
@@ -120,7 +122,8 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     return core_push(Path(source) if source is not None else None, target=target,
                      dry_run=dry_run, stage_to=stage, env=env, progress=progress,
                      base_dir=Path(base_dir) if base_dir is not None else None,
-                     outputs=tuple(Path(o) for o in outputs), sizes=sizes)
+                     outputs=tuple(Path(o) for o in outputs), sizes=sizes,
+                     rtenv_envs=rtenv_envs)
 
 
 def explain(runtime_env: RuntimeEnvSource | None = None, *,

@@ -107,10 +107,30 @@ def _serve_gone(head: RayHead, port: int, timeout: float = 30) -> bool:
     return True
 
 
+def _needs_plugin(folder: str) -> bool:
+    """A folder about rtenv's Ray plugin: its head loads it (`rtenv ray-env`)."""
+    return "rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
+
+
 @pytest.fixture
 def head(request: pytest.FixtureRequest) -> RayHead | None:
     folder = request.node.callspec.params["folder"]
+    if _needs_plugin(folder):
+        return request.getfixturevalue("plugin_head")
     return request.getfixturevalue("ray_cluster") if _needs_head(folder) else None
+
+
+@pytest.fixture
+def plugin_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    """A one-node head started with `rtenv ray-env`'s variables (its own store), this checkout
+    on its agent's path: tests/core/rayplugin's 2-node cluster covers the nodes' side."""
+    from tests.core.rayplugin.conftest import plugin_env
+
+    head = RayHead(env=plugin_env(tmp_path_factory.mktemp("ray-nodes-home"))).start()
+    try:
+        yield head
+    finally:
+        head.stop()
 
 
 def _marks(folder: str) -> list[pytest.MarkDecorator]:

@@ -58,7 +58,8 @@ def ls(
     """List cached entries: kind, label, URI or key, size, references, created, last used.
 
     With --address of a Ray cluster, lists per node what Ray's agent reports joined with what is
-    on each node's disk, including old sessions' caches Ray never deletes.
+    on each node's disk, including old sessions' caches Ray never deletes, and the environments
+    rtenv's runtime_env plugin built in the node's rtenv store.
 
     Example:
 
@@ -98,13 +99,16 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
     older = parse_duration(older_than) if older_than else None
     keep = parse_size(keep_storage) if keep_storage else None
     where = cache_address(agent, address)
+    store_older = older if purge or older is not None or keep is not None \
+        else parse_duration("24h")
+    rtenv_gc: dict[str, object] = {"purge": purge, "older_than_s": None if purge else store_older,
+                "keep_storage": keep, "kinds": list(kinds)}
     if where.is_ray:
         where.close()
         _clean_ray(out, address=where.value, dry_run=dry_run, yes=yes,
-                   older=None if purge else older)
+                   older=None if purge else older, rtenv_gc=rtenv_gc)
         return
-    if not purge and older is None and keep is None:
-        older = parse_duration("24h")
+    older = store_older
     backend = open_backend(where, token)
     plan = backend.gc(dry_run=True, older_than_s=older, keep_storage=keep, kinds=kinds,
                       purge=purge)
@@ -122,23 +126,25 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
 
 
 def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,
-               older: float | None) -> None:
+               older: float | None, rtenv_gc: dict[str, object]) -> None:
     from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes
     from rtenv_cli.render.cache import render_ray_clean
 
     with out.status(f"measuring the runtime_env caches of every node of {address}"):
-        plan = clean_ray_nodes(address, dry_run=True, older_than_s=older)
-    if dry_run or not plan.removable:
+        plan = clean_ray_nodes(address, dry_run=True, older_than_s=older, rtenv_gc=rtenv_gc)
+    if dry_run or not (plan.removable or plan.rtenv_removable):
         out.result(plan, render_ray_clean)
         _node_errors(out, plan.errors)
         return
     if not out.is_machine:
         render_ray_clean(out, plan)
-    if not out.confirm(f"Delete {len(plan.removable)} old Ray session caches?", yes=yes):
+    what = f"{len(plan.removable)} old Ray session caches and {plan.rtenv_removable} rtenv " \
+        "store entries"
+    if not out.confirm(f"Delete {what}?", yes=yes):
         out.message("Nothing removed")
         raise typer.Exit(1)
     with out.status(f"deleting old sessions' caches on every node of {address}"):
-        done = clean_ray_nodes(address, dry_run=False, older_than_s=older)
+        done = clean_ray_nodes(address, dry_run=False, older_than_s=older, rtenv_gc=rtenv_gc)
     out.result(done, render_ray_clean)
     _node_errors(out, done.errors)
 
@@ -167,8 +173,9 @@ def gc(
     """Remove unreferenced entries, oldest last use first, until the budget holds.
 
     Never removes an entry that is referenced or being built, even when a create races the gc.
-    Shows the plan and asks [y/N] unless --yes. With --address of a Ray cluster, removes only old
-    sessions' caches (never the live session's).
+    Shows the plan and asks [y/N] unless --yes. With --address of a Ray cluster, removes old
+    sessions' caches (never the live session's) and, in each node's rtenv store, the entries
+    the plugin no longer holds (Ray released them: no live worker uses them).
 
     Example:
 

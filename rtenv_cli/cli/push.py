@@ -39,6 +39,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         "--base-dir", help="Resolve relative paths in the runtime_env against this directory. "
         "Default: the current directory, as `ray job submit` does.", show_default=False)] = None,
     dry_run: DryRunOpt = False,
+    rtenv_envs: Annotated[bool, typer.Option(
+        "--rtenv-envs", help="Move `pip:`/`uv:` into `rtenv:` so the nodes build it with "
+        "rtenv's Ray plugin (`rtenv ray-env`); conda and the like are refused.")] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching and re-push on "
                                         "every change until Ctrl-C.")] = False,
     once: Annotated[bool, typer.Option("--once", help="With the watch engine: push once and "
@@ -76,6 +79,8 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ rtenv push . --to file:///shared/pkgs --format json
 
+        $ rtenv push runtime_env.yaml --rtenv-envs -o pushed.yaml   # rtenv builds pip/uv
+
         $ rtenv push --watch runtime_env.yaml --address http://127.0.0.1:8265
     """
     if base_dir is not None and not base_dir.is_dir():
@@ -84,6 +89,12 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         raise UsageError(f"--base-dir {base_dir}: not a directory")
     if watch or once:
         from rtenv_cli.cli.push_watch import run_watch_cli
+
+        if rtenv_envs:
+            from rtenv_cli.core.errors import UsageError
+
+            raise UsageError("--rtenv-envs is not supported with --watch/--once",
+                             hint="push once with --rtenv-envs, or watch without it")
 
         if output is not None and path is not None and output.resolve() == path.resolve():
             from rtenv_cli.core.errors import UsageError
@@ -109,7 +120,8 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     out = Output(fmt.value)
     result = api.push(path, to=to, address=address, token=token, stage_to=stage_to,
                       dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
-                      base_dir=base_dir, outputs=(output,) if output is not None else ())
+                      base_dir=base_dir, outputs=(output,) if output is not None else (),
+                      rtenv_envs=rtenv_envs)
     text = dump_runtime_env(result.runtime_env, output)
     if output is not None and not dry_run:
         write_runtime_env(output, result.runtime_env)

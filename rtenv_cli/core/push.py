@@ -296,13 +296,18 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
          stage_to: Target | None = None, env: Mapping[str, str] | None = None,
          progress: Progress | None = None, cwd: Path | None = None,
          base_dir: Path | None = None, outputs: Sequence[Path] = (),
-         sizes: bool | None = None) -> PushResult:
+         sizes: bool | None = None, rtenv_envs: bool = False) -> PushResult:
     """Validate, package and publish; see the module docstring. `base_dir`: what relative
     paths resolve against (default: `cwd`, the current directory); `outputs`: files this push
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
-    (default: only for a dry run, whose report shows it)."""
+    (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
+    the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
     env = dict(os.environ if env is None else env)
     data, base, label = load_input(path, cwd, base_dir)
+    if rtenv_envs:
+        from rtenv_cli.core.rayplugin.convert import to_rtenv
+
+        data = to_rtenv(data, base)
     # A directory argument means {"working_dir": <it>}: nothing the validator could find (the
     # packaging checks are push's own), so its import and run are skipped.
     generated = path is not None and Path(path).is_dir()

@@ -126,6 +126,9 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
             if rows:
                 _table(out, ["    kind", "entry", "size", "refs", "state"],
                        [["    " + r[0], *r[1:]] for r in rows])
+    for node, store in listing.rtenv_stores():
+        out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}): rtenv's plugin")
+        render_listing(out, store)
     t = data["totals"]
     out.line(f"\nlive sessions: {human_bytes(t['live_bytes'])}; old sessions: "
              f"{human_bytes(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
@@ -143,6 +146,10 @@ def render_ray_clean(out: Output, plan: Any) -> None:
         rows = [[r["node_id"][:12], r["session"], human_bytes(r["size_bytes"]), r["path"]]
                 for r in data["removable"]]
         _table(out, ["node", "session", "size", "path"], rows)
+    for node, result in plan.rtenv_gc():
+        out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}): rtenv store "
+                 f"{node['rtenv']['root']}")
+        render_gc(out, result)
     out.line(f"\nKept: {data['note']}.")
     out.line("Current settings:")
     for key, value in data["settings"].items():

@@ -304,6 +304,8 @@ CASES: list[tuple[str, str, str | bytes]] = [
     ("plugin_unknown", "yaml", "my_plugin: {a: 1}\n"),
     ("plugin_null_only", "yaml", "my_plugin: null\n"),
     ("plugin_null_and_value", "yaml", "my_plugin: null\nother: 1\n"),
+    ("rtenv_plugin_field", "yaml", "rtenv: {pip: [six==1.16.0]}\nenv_vars: {A: '1'}\n"),
+    ("rtenv_plugin_field_bad", "yaml", "rtenv: {pipp: [six]}\npip: [six]\n"),  # plugin's call
     ("mpi", "yaml", "mpi: {args: [-n, '4']}\n"),
     ("typo_env_var", "yaml", "env_var: {A: '1'}\n"),
     ("typo_pypi", "yaml", "pypi: [requests]\n"),

@@ -28,6 +28,8 @@ _VOLATILE = [
     (re.compile(r"/entries/[a-z]+_[0-9a-f]+/"), "/entries/<key>/"),
     (re.compile(r"raysubmit_\w+"), "raysubmit_<id>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+"), "<timestamp>"),
+    (re.compile(r"\b[0-9a-f]{12}\b"), "<node id>"),  # Ray node ids, as rtenv shows them
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b(?!:)"), "<node ip>"),  # a node's own address
 ]
 
 

@@ -7,6 +7,11 @@ reports (reference counts). Only OLD sessions' caches are ever deleted: Ray 2.60
 in-memory URI cache and would hand out a deleted directory of the live session; the live session
 is bounded by the `RAY_RUNTIME_ENV_<PLUGIN>_CACHE_SIZE_GB` settings, which are reported instead.
 
+Where rtenv's runtime_env plugin runs, each node's rtenv store (`$RTENV_HOME/store` of its raylet)
+is reported beside Ray's caches (`rtenv`, see ray_store.py) and `gc`/`purge` collect it with the
+store's own gc: unreferenced entries only, under each entry's lock; the plugin's reference on an
+environment lasts until Ray releases the URI (`delete_uri`), so one a live worker uses stays.
+
 Nodes may share a temp dir (several raylets on one machine, a shared filesystem): each session
 folder is reported by every node that sees it (`nodes`) and counted once (`counted`, on its first
 report), by the folder's identity. A node that fails is one line in `errors`; the others report.
@@ -22,9 +27,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import OperationError, TransportError, UnsupportedError
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.cache.gc import GcResult
+    from rtenv_cli.core.cache.ls import CacheListing
 
 MARKER = "RTENV_SCAN "
 ERROR_MARKER = "RTENV_SCAN_ERROR "
@@ -44,6 +53,13 @@ class RayNodesListing:
     @property
     def errors(self) -> tuple[str, ...]:
         return node_errors(self.nodes)
+
+    def rtenv_stores(self) -> tuple[tuple[dict[str, Any], CacheListing], ...]:
+        """(node, its rtenv store's listing) for each node with rtenv installed."""
+        from rtenv_cli.core.cache.ls import CacheListing
+
+        return tuple((n, CacheListing.from_dict(n["rtenv"])) for n in self.nodes
+                     if _has_store(n))
 
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "nodes": list(self.nodes), "reported": self.reported,
@@ -67,6 +83,17 @@ class RayCleanPlan:
     def errors(self) -> tuple[str, ...]:
         return node_errors(self.nodes)
 
+    def rtenv_gc(self) -> tuple[tuple[dict[str, Any], GcResult], ...]:
+        """(node, what its rtenv store's gc would remove or removed) per node with a store."""
+        from rtenv_cli.core.cache.gc import GcResult
+
+        return tuple((n, GcResult.from_dict(n["rtenv"]["gc"])) for n in self.nodes
+                     if _has_store(n) and n["rtenv"].get("gc"))
+
+    @property
+    def rtenv_removable(self) -> int:
+        return sum(len(r.plan.remove) for _, r in self.rtenv_gc())
+
     def settings(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for node in self.nodes:
@@ -78,6 +105,9 @@ class RayCleanPlan:
         return {"address": self.address, "dry_run": self.dry_run,
                 "removable": list(self.removable), "removed": list(self.removed),
                 "freed_bytes": self.freed_bytes, "settings": self.settings(),
+                "rtenv": [{"node_id": n["node_id"], "node_ip": n["node_ip"],
+                           "root": n["rtenv"]["root"], **r.to_dict()}
+                          for n, r in self.rtenv_gc()],
                 "errors": list(self.errors), "note": LIVE_SESSION_NOTE}
 
 
@@ -89,7 +119,14 @@ def node_errors(nodes: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
         if n.get("error"):
             out.append(f"{where}: {n['error']}")
         out += [f"{where}: {e}" for e in n.get("errors") or []]
+        if (n.get("rtenv") or {}).get("error"):
+            out.append(f"{where}: rtenv store: {n['rtenv']['error']}")
     return tuple(out)
+
+
+def _has_store(node: dict[str, Any]) -> bool:
+    store = node.get("rtenv") or {}
+    return bool(store) and not store.get("error") and not store.get("missing")
 
 
 def mark_shared(nodes: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
@@ -188,9 +225,10 @@ def _failure(output: str) -> str:
     return lines[-1][:500] if lines else "no output"
 
 
-def _scan(address: str, mode: str, older_than_s: float | None,
-          timeout: float = 300) -> tuple[dict[str, Any], ...]:
-    args = [mode, "-" if older_than_s is None else str(older_than_s)]
+def _scan(address: str, mode: str, older_than_s: float | None, timeout: float = 300,
+          rtenv_gc: dict[str, object] | None = None) -> tuple[dict[str, Any], ...]:
+    args = [mode, "-" if older_than_s is None else str(older_than_s),
+            "-" if rtenv_gc is None else json.dumps(rtenv_gc)]
     is_http = address.startswith(("http://", "https://"))
     out = (_via_job if is_http else _via_driver)(address, args, timeout)
     for line in reversed(out.splitlines()):
@@ -235,9 +273,12 @@ def list_ray_nodes(address: str) -> RayNodesListing:
     return RayNodesListing(address, nodes, _reported(address))
 
 
-def clean_ray_nodes(address: str, *, dry_run: bool,
-                    older_than_s: float | None = None) -> RayCleanPlan:
-    nodes = _scan(address, "scan" if dry_run else "clean", older_than_s)
+def clean_ray_nodes(address: str, *, dry_run: bool, older_than_s: float | None = None,
+                    rtenv_gc: dict[str, object] | None = None) -> RayCleanPlan:
+    """Old sessions' caches (older than `older_than_s`) and, with `rtenv_gc` (`purge`,
+    `older_than_s`, `keep_storage`, `kinds`: what `rtenv cache gc|purge` takes), each node's
+    rtenv store: planned (dry run) or removed."""
+    nodes = _scan(address, "scan" if dry_run else "clean", older_than_s, rtenv_gc=rtenv_gc)
     return plan_from(address, nodes, dry_run=dry_run)
 
 

@@ -2,12 +2,17 @@
 one task pinned to each alive node scans that node's Ray temp dir, asks the node's runtime-env
 agent what it holds (`/get_runtime_envs_info`), and optionally deletes old sessions' caches.
 
-    python ray_scan.py scan|clean OLDER_THAN_S|-
+    python ray_scan.py scan|clean OLDER_THAN_S|- [RTENV_GC_JSON|-]
 
 Prints one line `RTENV_SCAN <json>` (a node that fails is one `error` line in it, the others
 still report), or `RTENV_SCAN_ERROR <message>` when the cluster cannot be reached. The file is
 sent as source text (the cluster need not have rtenv installed); it must therefore stay
 self-contained.
+
+Where rtenv is installed on the node (its runtime_env plugin runs there), the node's rtenv
+store is reported too (`rtenv`: rtenv_cli.core.cache.ray_store, imported on the node), and with
+RTENV_GC_JSON ({"purge", "older_than_s", "keep_storage", "kinds"}) its gc planned (scan) or run
+(clean). A node without rtenv reports `rtenv: null`.
 
 Deleting is safe when nodes share a temp dir (several raylets on one machine, a shared
 filesystem) and resumable: see clean_session. Each session dir carries its folder identity
@@ -257,7 +262,11 @@ PLUGINS_VAR = "RAY_RUNTIME_ENV_PLUGINS"
 
 
 def _raylet_pid():
-    """This worker's raylet: the nearest ancestor process running the `raylet` binary."""
+    """This worker's raylet: RAY_RAYLET_PID as Ray sets it in a worker, else the nearest
+    ancestor process running the `raylet` binary."""
+    named = os.environ.get("RAY_RAYLET_PID", "")
+    if named.isdigit():
+        return int(named)
     pid = os.getppid()
     for _ in range(8):  # a worker is the raylet's child, or its grandchild through a wrapper
         try:
@@ -332,7 +341,21 @@ def node_facts(temp):
             "disk": {"path": temp, "total_bytes": usage.total, "free_bytes": usage.free}}
 
 
-def scan_node(mode, older_than_s, node):
+def rtenv_store(mode, gc):
+    """The node's rtenv store, or None when rtenv is not installed on the node."""
+    try:
+        from rtenv_cli.core.cache.ray_store import node_report
+    except ImportError:
+        return None
+    try:
+        raylet_env = raylet_environ()
+        return node_report(gc, clean=mode == "clean",
+                           env=raylet_env if raylet_env is not None else dict(os.environ))
+    except Exception as exc:  # one node's store failing is that node's error line
+        return {"error": one_line(f"{type(exc).__name__}: {exc}"), "entries": []}
+
+
+def scan_node(mode, older_than_s, node, gc=None):
     try:
         from ray._private import worker
 
@@ -352,7 +375,7 @@ def scan_node(mode, older_than_s, node):
                 "removed": [os.path.join(s["path"], "runtime_resources") for s in sessions
                             if s["removed"]],
                 "errors": errors, "agent": agent_states(node), "settings": settings,
-                "facts": node_facts(temp)}
+                "facts": node_facts(temp), "rtenv": rtenv_store(mode, gc)}
     except Exception as exc:
         return failed(node, f"{type(exc).__name__}: {exc}")
 
@@ -371,6 +394,7 @@ def one_line(text):
 def main():
     mode = sys.argv[1]
     older = None if len(sys.argv) < 3 or sys.argv[2] == "-" else float(sys.argv[2])  # noqa: PLR2004 - argv: script, mode, age
+    gc = None if len(sys.argv) < 4 or sys.argv[3] == "-" else json.loads(sys.argv[3])  # noqa: PLR2004 - argv: ..., rtenv gc
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -382,7 +406,7 @@ def main():
         sys.exit(1)
     task = ray.remote(num_cpus=0)(scan_node)
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote(mode, older, n) for n in nodes]
+        n["NodeID"], soft=False)).remote(mode, older, n, gc) for n in nodes]
     ray.wait(refs, num_returns=len(refs), timeout=300)
     results = []
     for node, ref in zip(nodes, refs, strict=True):

@@ -62,6 +62,7 @@ class EnvPreview:
     errors: list[str]
     runtime_env: dict[str, object]
     kind: str = "task"
+    python: str | None = None  # the worker's interpreter when a plugin sets it (rtenv)
 
     def redacted(self) -> EnvPreview:
         env = {k: (REDACTED if v is not None and SECRET_RE.search(k) else v)
@@ -79,7 +80,8 @@ class EnvPreview:
                 "notes": {k: v for k, v in sorted(self.notes.items()) if v},
                 "cwd": self.cwd, "pythonpath": self.pythonpath, "devices": self.devices,
                 "warnings": self.warnings, "errors": self.errors,
-                "runtime_env": self.runtime_env}
+                "runtime_env": self.runtime_env,
+                **({"python": self.python} if self.python else {})}
 
 
 def merge_runtime_envs(job: Mapping[str, object] | None, task: Mapping[str, object] | None
@@ -235,6 +237,12 @@ def predict(req: ExplainRequest) -> EnvPreview:
         notes.setdefault("PYTHONPATH", []).append(
             "env_vars PYTHONPATH replaces the node PYTHONPATH (use ${PYTHONPATH} to keep it)")
 
+    # the `rtenv` field: rtenv's plugin activates its venv in the worker's command prefix
+    from rtenv_cli.core.explain import rtenv_env
+
+    python = rtenv_env.apply(merged, env, sources=sources, notes=notes, errors=errors,
+                            node_env=node)
+
     # 3. accelerators and OMP_NUM_THREADS, written at task start over what the worker started with
     worker_start = {k: v for k, v in env.items() if v is not None}
     devices = _accelerators(req, worker_start, env, sources, notes, warnings, errors)
@@ -257,7 +265,8 @@ def predict(req: ExplainRequest) -> EnvPreview:
     pp = env.get("PYTHONPATH")
     return EnvPreview(env=env, sources=sources, notes=notes, cwd=cwd,
                       pythonpath=pp.split(":") if pp else [], devices=devices,
-                      warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind)
+                      warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind,
+                      python=python)
 
 
 def _note_task_overrides(req: ExplainRequest, ctx: Mapping[str, str], origin: Mapping[str, str],

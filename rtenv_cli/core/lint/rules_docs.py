@@ -381,3 +381,12 @@ _TABLE: tuple[Rule, ...] = (
          "# pip install 'ray[serve]' (the cluster's version)\n"),
 )
 RULES: tuple[Rule, ...] = tuple(sorted(_TABLE, key=lambda rule: rule.code))
+
+
+def _with_plugin_rules(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    from rtenv_cli.core.lint.rtenv_field_docs import DOCS
+
+    return (*rules, *DOCS)
+
+
+RULES = _with_plugin_rules(RULES)  # the `rtenv` field's rules live beside their checks

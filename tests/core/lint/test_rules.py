@@ -55,6 +55,15 @@ CASES = [
     ("RTE141", "pip: [a, 'a==1']\n", 1, True),
     ("RTE142", "uv: ['--index-url x', a]\n", 1, True),
     ("RTE143", "pip: ['git+https://example.com/x.git']\n", 1, True),
+    ("RTE190", "rtenv:\n  pipp: [six]\n", 2, True),  # the plugin's field: rules/rtenv_field.py
+    ("RTE190", "rtenv: [six]\n", 1, True),
+    ("RTE191", "rtenv: {pip: [six]}\npy_executable: python3\n", 2, True),
+    ("RTE192", "rtenv:\n  uv: {packages: reqs.txt}\n", 2, True),
+    ("RTE193", "rtenv:\n  pip: [six]\n  limits: {memory: lots}\n", 3, True),
+    ("RTE193", "rtenv:\n  limits: {cpu: 2}\n", 2, True),
+    ("RTE191", "rtenv: {limits: {cpus: 1}}\ncontainer: {image: x}\n", 2, False),  # Ray: RTE005
+    ("RTE194", "rtenv:\n  pip: [six, 'ray[data]==2.60.0']\n", 2, True),
+    ("RTE141", "rtenv:\n  uv:\n    - six\n    - six==1.16.0\n", 4, True),
     ("RTE144", "pip: [torch]\n", 1, True),
     ("RTE145", "pip: reqs.txt\n", 1, True),
     ("RTE146", "pip: {packages: [a], pip_version: '23.3'}\n", 1, True),

@@ -13,10 +13,12 @@ from rtenv_cli.core.lint.rules import (
     paths,
     requirements,
     resolve,
+    rtenv_field,
     size,
     uris,
 )
 
 CHECKS = (*keys.CHECKS, *paths.CHECKS, *excludes.CHECKS, *env_vars.CHECKS,
           *requirements.CHECKS, *size.CHECKS, *resolve.CHECKS, *fields.CHECKS,
-          *foreign.CHECKS, *env_names.CHECKS, *uris.CHECKS, *excludes_sources.CHECKS)
+          *foreign.CHECKS, *env_names.CHECKS, *uris.CHECKS, *excludes_sources.CHECKS,
+          *rtenv_field.CHECKS)

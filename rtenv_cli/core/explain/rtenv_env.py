@@ -1,0 +1,56 @@
+"""What rtenv's Ray plugin does to a worker with an `rtenv` field (rtenv_cli/ray_plugin.py,
+`modify_context`): like Ray's pip plugin, it sets the worker's interpreter (`py_executable`) to
+the venv's python and prefixes the worker's command with `source <venv>/bin/activate`, so the
+worker (and a job's entrypoint) sees VIRTUAL_ENV, the venv's bin first on PATH and no
+PYTHONHOME. The activate script runs in the worker's shell, after env_vars are applied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rtenv_cli.core.errors import RtenvError
+from rtenv_cli.core.rayplugin import schema
+
+SRC_RTENV = "rtenv plugin"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def venv_dir(node_env: Mapping[str, str]) -> str:
+    """Where the node's plugin keeps the venv: its store is $RTENV_HOME/store (the raylet's
+    RTENV_HOME, `rtenv ray-env`), the venv an entry named by the environment's key."""
+    home = node_env.get("RTENV_HOME")
+    store = f"{home.rstrip('/')}/store" if home else "<node's rtenv store>"
+    return f"{store}/entries/<venv key>/tree/venv"
+
+
+def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
+          sources: dict[str, str], notes: dict[str, list[str]], errors: list[str],
+          node_env: Mapping[str, str]) -> str | None:
+    """Apply the plugin's activate step to `env`; returns the worker's interpreter (None when
+    the runtime_env has no `rtenv` field)."""
+    if schema.FIELD not in runtime_env:
+        return None
+    try:
+        spec = schema.parse(runtime_env[schema.FIELD], runtime_env)
+    except RtenvError as exc:
+        errors.append(f"{exc.message} (the node's plugin refuses it: RuntimeEnvSetupError)")
+        return None
+    venv = venv_dir(node_env)
+    env["VIRTUAL_ENV"] = venv
+    sources["VIRTUAL_ENV"] = SRC_RTENV
+    before = env.get("PATH")
+    env["PATH"] = f"{venv}/bin:{before if before is not None else DEFAULT_PATH}"
+    notes.setdefault("PATH", []).append(
+        "the venv's bin prepended by `source <venv>/bin/activate` (the worker's command prefix)"
+        + ("" if before is not None else "; the rest: the shell's default PATH (node env "
+           "not given)"))
+    sources["PATH"] = SRC_RTENV
+    if env.get("PYTHONHOME") is not None:
+        env["PYTHONHOME"] = None
+        sources["PYTHONHOME"] = SRC_RTENV
+        notes.setdefault("PYTHONHOME", []).append("unset by the venv's activate script")
+    python = f"{venv}/bin/python"
+    notes.setdefault("(general)", []).append(
+        f"rtenv plugin: the worker runs {python} (py_executable), a venv of the node's Python "
+        f"with `{spec.kind}` requirements; it imports the node's ray")
+    return python

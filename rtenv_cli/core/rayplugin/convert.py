@@ -1,0 +1,79 @@
+"""`rtenv push --rtenv-envs`: a runtime_env's `pip:`/`uv:` field moved into `rtenv:`, so Ray's
+nodes build it with rtenv's plugin (schema.py) instead of Ray's pip/uv plugins.
+
+The value carries over as it is (the plugin takes what Ray's `pip`/`uv` fields take), except a
+local requirements file: Ray's driver reads it into a list before submitting, while the plugin
+reads a file on the node, so it is inlined here the same way (`text.strip().split("\\n")`).
+A field the plugin cannot honour beside it (conda, py_executable, container, image_uri) is
+refused: there is nothing to carry it into.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rtenv_cli.core.errors import UnsupportedError, ValidationError
+from rtenv_cli.core.rayplugin import schema
+
+
+def to_rtenv(runtime_env: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
+    """`runtime_env` with its `pip`/`uv` field as `rtenv: {pip|uv: ...}` (unchanged without
+    one); relative requirements files resolve against `base_dir`."""
+    env = dict(runtime_env)
+    if schema.FIELD in env:
+        schema.parse(env[schema.FIELD], env)
+        return env
+    kinds = [k for k in schema.KINDS if env.get(k) is not None]
+    if not kinds:
+        return env
+    if len(kinds) > 1:
+        raise ValidationError("runtime_env sets both `pip` and `uv`",
+                              hint="keep one of them before moving it into `rtenv`", path="uv")
+    other = [f for f in schema.CONFLICTS if f not in schema.KINDS and env.get(f)]
+    if other:
+        raise UnsupportedError(
+            f"runtime_env['{other[0]}'] cannot be carried over into `{schema.FIELD}`: rtenv's "
+            "plugin builds pip/uv requirements in a venv of the node's Python",
+            hint=f"drop `{other[0]}`, or push without --rtenv-envs", path=other[0])
+    kind = kinds[0]
+    value = _inline(env[kind], base_dir, kind)
+    inner = {kind: value}
+    spec = schema.parse(inner, {k: v for k, v in env.items() if k != kind})
+    ray = schema.ray_requirement(_listed(spec.value))
+    if ray is not None:
+        raise ValidationError(f"runtime_env['{kind}'] installs `{ray}`: rtenv's plugin refuses "
+                              "it (a worker must import the node's own Ray)",
+                              hint="remove `ray` from the requirements", path=kind)
+    return {(schema.FIELD if k == kind else k): (inner if k == kind else v)
+            for k, v in env.items()}
+
+
+def _inline(value: Any, base_dir: Path, kind: str) -> Any:
+    if isinstance(value, str):
+        return _read(value, base_dir, kind)
+    if isinstance(value, Mapping) and isinstance(value.get("packages"), str):
+        return {**value, "packages": _read(value["packages"], base_dir, kind)}
+    return value
+
+
+def _read(name: str, base_dir: Path, kind: str) -> list[str]:
+    if name.startswith(schema.WORKING_DIR_VAR):
+        raise ValidationError(f"runtime_env['{kind}']: {name} names a file on the node",
+                              hint="write the requirements file's local path", path=kind)
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"runtime_env['{kind}']: cannot read {name}: {exc.strerror}",
+                              hint="give the requirements file's path relative to --base-dir "
+                              "(default: the current directory)", path=kind) from None
+    return text.strip().split("\n")
+
+
+def _listed(value: Any) -> list[str]:
+    if isinstance(value, Mapping):
+        value = value.get("packages")
+    return [str(v) for v in value] if isinstance(value, list) else []
