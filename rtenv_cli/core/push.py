@@ -145,6 +145,11 @@ def package_runtime_env(runtime_env: Mapping[str, Any], base_dir: Path,
     writing it never changes the package's URI.
     """
     excludes = runtime_env.get("excludes") or ()
+    if not isinstance(excludes, str) and not (
+            isinstance(excludes, list | tuple) and all(isinstance(p, str) for p in excludes)):
+        raise ConfigError(f"runtime_env['excludes'] must be of type List[str], got "
+                          f"{type(excludes).__name__} (Ray refuses it)",
+                          hint='write e.g. excludes: ["*.log", "data/"]')
     excludes = tuple(excludes.split(",") if isinstance(excludes, str) else excludes)
     wanted: list[tuple[str, tuple[Any, ...], str, str]] = []
     wd = runtime_env.get("working_dir")

@@ -74,3 +74,11 @@ def test_an_output_inside_a_source_is_excluded_exactly(tmp_path: Path) -> None:
     elsewhere = package_runtime_env({"working_dir": "app"}, tmp_path,
                                     outputs=[tmp_path / "pushed.yaml"])
     assert elsewhere[0].excludes == ()
+
+
+@pytest.mark.parametrize("excludes", [True, 5, {"a": 1}, ["ok", 3]])
+def test_excludes_of_the_wrong_type_are_refused_as_ray_refuses_them(
+        tmp_path: Path, excludes: object) -> None:
+    # `{"excludes": true}` was an internal TypeError in push (found by the CLI fuzz)
+    with pytest.raises(ConfigError, match=r"excludes'\] must be of type List\[str\]"):
+        package_runtime_env({"working_dir": ".", "excludes": excludes}, tmp_path)

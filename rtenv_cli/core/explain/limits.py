@@ -19,8 +19,8 @@ def limits_notes(runtime_env: Mapping[str, object]) -> tuple[list[str], list[str
         return [], []
     try:
         limits = parse_limits(raw)
-    except RtenvError as exc:
-        return [], [exc.message + (f" (hint: {exc.hint})" if exc.hint else "")]
+    except RtenvError:  # the field's one error is rtenv_env's (the plugin's whole-field parse)
+        return [], []
     written = raw if isinstance(raw, Mapping) else {}
     notes = ["rtenv.limits: the worker runs in its own cgroup rtenv-<worker pid>-<random> "
              "(v2, else v1), removed by the node's agent after the worker exits"]

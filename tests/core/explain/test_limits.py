@@ -18,7 +18,8 @@ def test_limits_are_shown_with_their_bytes_and_cpu_quota() -> None:
 
 def test_bad_limits_are_an_error_and_no_limits_no_section() -> None:
     p = predict(ExplainRequest(task_runtime_env={"rtenv": {"limits": {"cpus": -1}}}))
+    # one error, from the plugin's parse of the whole field (explain/rtenv_env.py)
     assert p.errors == ["runtime_env['rtenv']['limits']['cpus']: -1 is not a positive number "
-                        "of CPUs (hint: write e.g. 2 or 0.5)"]
+                        "of CPUs (the node's plugin refuses it: RuntimeEnvSetupError)"]
     assert SECTION not in predict(ExplainRequest(job_runtime_env={"env_vars": {"A": "1"}}))\
         .to_dict()["notes"]  # type: ignore[operator]
