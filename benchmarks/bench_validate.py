@@ -20,7 +20,7 @@ from benchmarks.common import Row, time_process
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 0.3
 TARGET_RATIO = 3.0
-FILES = ("examples/validate/clean_runtime_env.yaml", "examples/validate/runtime_env.yaml")
+FILES = ("examples/ci/configs/train_runtime_env.yaml", "examples/invalid/runtime_env.yaml")
 
 
 def _rtenv() -> list[str]:
