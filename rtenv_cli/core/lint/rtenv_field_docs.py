@@ -9,14 +9,15 @@ from rtenv_cli.core.lint.rule import Rule
 E = Severity.ERROR
 DOCS: tuple[Rule, ...] = (
     Rule("RTE190", "rtenv-field-schema", E, "an `rtenv` field its plugin refuses",
-         "Checks the `rtenv` field with the plugin's own schema: a mapping with exactly one of "
-         "`pip` and `uv`, no unknown key (with a did-you-mean).",
+         "Checks the `rtenv` field with the plugin's own schema: a mapping with at most one of "
+         "`pip` and `uv`, `limits` beside it or alone, no unknown key (with a did-you-mean).",
          "Ray keeps the field without checking it; the plugin refuses it on each node, after "
          "the job is submitted, as a RuntimeEnvSetupError.",
          "rtenv:\n  pipp: [six]\n", "rtenv:\n  pip: [six]\n"),
     Rule("RTE191", "rtenv-field-conflict", E, "`rtenv` beside pip, uv, conda or py_executable",
-         "Flags a runtime_env that sets `rtenv` and another field choosing the interpreter "
-         "(pip, uv, conda, py_executable, container, image_uri).",
+         "Flags a runtime_env that sets `rtenv` (with pip or uv) and another field choosing "
+         "the interpreter (pip, uv, conda, py_executable, container, image_uri); `limits` "
+         "alone conflicts only with container and image_uri.",
          "Both would set the worker's Python; the plugin refuses the runtime_env.",
          "rtenv:\n  pip: [six]\nconda: env.yml\n", "rtenv:\n  pip: [six]\n"),
     Rule("RTE192", "rtenv-relative-requirements", E, "a relative requirements file in `rtenv`",
