@@ -25,13 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Row
+from rtenv_cli.core.store.files import dir_size
 
 B = "agent"
-
-
-def _du(path: Path) -> int:
-    out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
-    return int(out.stdout.split()[0])
 
 
 def _rtenv_create(root: Path, packages: list[str], holder: str = "bench") -> tuple[float, Path]:
@@ -69,7 +65,7 @@ def _ray_create(plugin: str, packages: list[str]) -> tuple[float, int, str]:
             return seconds, 0, reply.error_message[-300:]
         context = json.loads(reply.serialized_runtime_env_context)
         venv = Path(context["py_executable"]).parent.parent
-        return seconds, _du(venv.parent), ""
+        return seconds, dir_size(venv.parent), ""
 
 
 def _agent(root: Path, port: int, *extra: str, prelude: str = "") -> subprocess.Popen[bytes]:
@@ -219,7 +215,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
     try:
         # -- create: rtenv cold / warm ---------------------------------------------------------
         cold_s, venv = _rtenv_create(work / "home", ["six==1.16.0"])
-        rtenv_bytes = _du(venv)
+        rtenv_bytes = dir_size(venv)
         warm_root = work / "home2"
         (warm_root / "store").mkdir(parents=True)
         shutil.copytree(work / "home" / "store" / "uv-cache", warm_root / "store" / "uv-cache",

@@ -60,23 +60,6 @@ print("BENCH " + json.dumps(ray.get([task.options(runtime_env=env).remote() for 
 '''
 
 
-def _du(path: Path) -> int:
-    """Bytes on disk (allocated blocks, hardlinked files once), as `du` counts them."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-    return total
-
-
 def _env(plugin: str, packages: list[str]) -> dict[str, Any]:
     return {"rtenv": {"pip": packages}} if plugin == "rtenv" else {plugin: packages}
 
@@ -118,6 +101,7 @@ def _env_dir(prefix: str) -> Path:
 
 def run(quick: bool) -> list[Row]:
     from rtenv_cli.core.rayplugin.setup import ray_env_vars
+    from rtenv_cli.core.store.files import dir_size
     from tests.support.ray_head import ray_head
 
     work = Path(tempfile.mkdtemp(prefix="rtenv-bench-plugin-"))
@@ -128,7 +112,7 @@ def run(quick: bool) -> list[Row]:
         with ray_head(num_cpus=2, env=plugin_env) as head:
             for plugin in PLUGINS:
                 info = _driver(head, ACTOR, json.dumps(_env(plugin, ["six==1.16.0"])))
-                info["bytes"] = _du(_env_dir(info["prefix"]))
+                info["bytes"] = dir_size(_env_dir(info["prefix"]))
                 spec = ["six==1.15.0"]
                 info["job_s"] = _job(head, _env(plugin, spec))
                 time.sleep(2.0)  # the job's workers exit and Ray releases the env

@@ -125,9 +125,10 @@ ALLOWED = {
     "watch": BASE | {"spec", "packaging", "transport", "push"},
     "run": BASE | {"spec", "packaging", "transport", "push", "lint", "explain", "store",
                    "cache"},
-    # the top: checks what every other package needs (uv, cgroups, NVML, the store, clusters)
+    # the top: checks what every other package needs (uv, cgroups, NVML, the store, clusters;
+    # rtenv's Ray plugin on each node by rayplugin's verdict, the one `ray-env --check` shows)
     "doctor": BASE | {"spec", "packaging", "transport", "push", "explain", "store", "cache",
-                      "watch", "run"},
+                      "watch", "run", "rayplugin"},
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from rtenv_cli.core.store.files import disk_bytes
 from rtenv_cli.core.store.index import Entry
 
 KIND = "build-cache"
@@ -38,7 +39,7 @@ def entries() -> list[Entry]:
         for path in _files(zip_path):
             with contextlib.suppress(FileNotFoundError):
                 st = path.stat()
-                size += st.st_blocks * 512
+                size += disk_bytes(st)
                 newest = max(newest, st.st_mtime)
                 oldest = st.st_mtime if oldest is None else min(oldest, st.st_mtime)
         stem = zip_path.name.split(".", 1)[0]

@@ -156,7 +156,7 @@ def prune_uv_cache(store: Any) -> int:
     import subprocess
 
     from rtenv_cli.core.store.builders import uv_bin, uv_env
-    from rtenv_cli.core.store.unpack import dir_size
+    from rtenv_cli.core.store.files import dir_size
 
     cache = store.root / "uv-cache"
     if not cache.is_dir():

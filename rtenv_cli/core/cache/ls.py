@@ -54,7 +54,7 @@ class CacheListing:
 def list_store(store: Any, kinds: tuple[str, ...] = ()) -> CacheListing:
     """Everything in `store` (an agent Store), dead holders' references pruned first."""
     store.index.prune_refs()
-    from rtenv_cli.core.store.unpack import dir_size
+    from rtenv_cli.core.store.files import dir_size
 
     entries = tuple(e for e in store.index.all() if not kinds or e.kind in kinds)
     uv_cache = store.root / "uv-cache"

@@ -268,6 +268,12 @@ def _reported(address: str) -> int | None:
         return None
 
 
+def node_facts(address: str, *, timeout: float = 180) -> tuple[dict[str, Any], ...]:
+    """Each alive node's identity and `facts` (Ray, Python, the plugin setting of its `ray
+    start`, free disk), or its `error`: the scan without its caches (`rtenv ray-env --check`)."""
+    return _scan(address, "facts", None, timeout)
+
+
 def list_ray_nodes(address: str) -> RayNodesListing:
     nodes = _scan(address, "scan", None)
     return RayNodesListing(address, nodes, _reported(address))

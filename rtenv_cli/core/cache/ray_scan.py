@@ -1,8 +1,12 @@
 """Runs ON a Ray cluster (as a job's driver or a driver connected to the GCS), stdlib + ray only:
-one task pinned to each alive node scans that node's Ray temp dir, asks the node's runtime-env
-agent what it holds (`/get_runtime_envs_info`), and optionally deletes old sessions' caches.
+one task pinned to each alive node reports what the node runs (`facts`: Ray, Python, the
+RAY_RUNTIME_ENV_PLUGINS its `ray start` had and whether each class imports, free disk), and
+unless the mode is `facts` scans that node's Ray temp dir, asks the node's runtime-env agent
+what it holds (`/get_runtime_envs_info`), and optionally deletes old sessions' caches. This is
+the one per-node probe: `rtenv doctor --address`, `rtenv ray-env --check` and `rtenv cache
+ls|gc|purge --address` all read their nodes through it.
 
-    python ray_scan.py scan|clean OLDER_THAN_S|- [RTENV_GC_JSON|-]
+    python ray_scan.py facts|scan|clean OLDER_THAN_S|- [RTENV_GC_JSON|-]
 
 Prints one line `RTENV_SCAN <json>` (a node that fails is one `error` line in it, the others
 still report), or `RTENV_SCAN_ERROR <message>` when the cluster cannot be reached. The file is
@@ -25,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 
@@ -37,16 +42,27 @@ PLUGINS = ("WORKING_DIR", "PY_MODULES", "PIP", "UV", "CONDA", "JAVA_JARS")
 
 
 def du(path):
-    total = 0
+    """What `path` takes on disk, as `du -s --block-size=1`: allocated blocks, each inode once,
+    links not followed. A copy of rtenv_cli.core.store.files.dir_size (this file runs where
+    rtenv may not be installed); tests/core/store/test_dir_size.py checks they agree."""
+    seen = set()
+
+    def size(entry):
+        try:
+            st = os.lstat(entry)
+        except OSError:  # removed meanwhile
+            return 0, False
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:
+                return 0, False
+            seen.add((st.st_dev, st.st_ino))
+        return st.st_blocks * 512, stat.S_ISDIR(st.st_mode)
+
+    total, is_dir = size(path)
+    if not is_dir:
+        return total
     for root, dirs, files in os.walk(path):
-        for name in files + dirs:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if not os.path.isdir(os.path.join(root, name)) or os.path.islink(
-                    os.path.join(root, name)):
-                total += st.st_blocks * 512
+        total += sum(size(os.path.join(root, name))[0] for name in dirs + files)
     return total
 
 
@@ -296,6 +312,15 @@ def raylet_environ():
     return dict(p.split("=", 1) for p in pairs if "=" in p)
 
 
+def started_env():
+    """(the node's `ray start` environment, where it was read: "raylet", or "worker" when the
+    raylet's cannot be read and this worker's own, inherited from it, stands in)."""
+    raylet_env = raylet_environ()
+    if raylet_env is not None:
+        return raylet_env, "raylet"
+    return dict(os.environ), "worker"
+
+
 def plugin_classes(text):
     """Each plugin class RAY_RUNTIME_ENV_PLUGINS names, and whether this Python can import it."""
     import importlib
@@ -320,42 +345,49 @@ def plugin_classes(text):
     return out
 
 
-def node_facts(temp):
-    """What `rtenv doctor` reports per node: versions, the plugin setting, rtenv, free disk."""
+def node_facts(temp, env, env_from):
+    """What this node runs, the one probe behind `rtenv doctor --address` and `rtenv ray-env
+    --check` (rtenv_cli.core.rayplugin.nodes judges it): Ray, Python, the plugin setting of the
+    node's `ray start` (ENV, read from ENV_FROM) and whether each class it names imports here,
+    rtenv's settings and version, and the free disk of the temp dir."""
     import platform
 
     import ray
 
-    raylet_env = raylet_environ()
-    setting = (raylet_env if raylet_env is not None else os.environ).get(PLUGINS_VAR)
     try:
         import rtenv_cli
 
         rtenv = getattr(rtenv_cli, "__version__", "unknown")
     except ImportError:
         rtenv = None
+    setting = env.get(PLUGINS_VAR)
     usage = shutil.disk_usage(temp)
     return {"ray_version": ray.__version__, "python": platform.python_version(),
-            "plugins_env": setting, "plugins_env_from": "raylet" if raylet_env is not None
-            else "worker", "plugins": plugin_classes(setting), "rtenv_version": rtenv,
+            "python_executable": sys.executable, "raylet_pid": _raylet_pid(),
+            "plugins_env": setting, "plugins_env_from": env_from,
+            "plugins": plugin_classes(setting), "rtenv_version": rtenv,
+            "rtenv_home": env.get("RTENV_HOME"),
+            "rtenv_cache_size_gb": env.get("RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB"),
             "disk": {"path": temp, "total_bytes": usage.total, "free_bytes": usage.free}}
 
 
-def rtenv_store(mode, gc):
-    """The node's rtenv store, or None when rtenv is not installed on the node."""
+def rtenv_store(mode, gc, env):
+    """The node's rtenv store (RTENV_HOME of ENV, the node's `ray start` environment), or None
+    when rtenv is not installed on the node."""
     try:
         from rtenv_cli.core.cache.ray_store import node_report
     except ImportError:
         return None
     try:
-        raylet_env = raylet_environ()
-        return node_report(gc, clean=mode == "clean",
-                           env=raylet_env if raylet_env is not None else dict(os.environ))
+        return node_report(gc, clean=mode == "clean", env=env)
     except Exception as exc:  # one node's store failing is that node's error line
         return {"error": one_line(f"{type(exc).__name__}: {exc}"), "entries": []}
 
 
 def scan_node(mode, older_than_s, node, gc=None):
+    """This node's report: its facts, and unless MODE is `facts` (all `ray-env --check` needs)
+    its Ray caches, the agent's references and the rtenv store (`scan`), or their gc
+    (`clean`)."""
     try:
         from ray._private import worker
 
@@ -364,18 +396,24 @@ def scan_node(mode, older_than_s, node, gc=None):
             raise RuntimeError("this Ray worker is not connected to its node")
         session = ray_node.get_session_dir_path()
         temp = os.path.dirname(session)
+        env, env_from = started_env()
+        report = {"node_id": node["NodeID"], "node_ip": node["NodeManagerAddress"],
+                  "temp_dir": temp, "session": os.path.basename(session),
+                  "facts": node_facts(temp, env, env_from), "sessions": [], "removed": [],
+                  "errors": []}
+        if mode == "facts":
+            return report
         in_use = sessions_in_use() | {os.path.basename(session)}
         tag = f"{node['NodeID'][:8]}-{os.getpid()}"
         sessions, errors = scan_temp(temp, in_use, mode=mode, older_than_s=older_than_s,
                                      tag=tag)
         settings = {f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB":
-                    os.environ.get(f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB") for p in PLUGINS}
-        return {"node_id": node["NodeID"], "node_ip": node["NodeManagerAddress"],
-                "temp_dir": temp, "session": os.path.basename(session), "sessions": sessions,
+                    env.get(f"RAY_RUNTIME_ENV_{p}_CACHE_SIZE_GB") for p in PLUGINS}
+        return {**report, "sessions": sessions,
                 "removed": [os.path.join(s["path"], "runtime_resources") for s in sessions
                             if s["removed"]],
                 "errors": errors, "agent": agent_states(node), "settings": settings,
-                "facts": node_facts(temp), "rtenv": rtenv_store(mode, gc)}
+                "rtenv": rtenv_store(mode, gc, env)}
     except Exception as exc:
         return failed(node, f"{type(exc).__name__}: {exc}")
 

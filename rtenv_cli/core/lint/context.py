@@ -3,7 +3,7 @@ engine share. Rules and the engine both depend on this module; it depends on nei
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +142,18 @@ _STRING_SLOTS = (
     ("py_modules", "#"), ("excludes", "#"), ("config", "log_files", "#"), ("conda",),
     ("container", "image"), ("container", "worker_path"), ("container", "run_options", "#"),
 )
+
+
+def walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every node of a parsed runtime_env value with its JSON path (`path` + keys and list
+    indexes), the value itself first, depth first."""
+    yield path, value
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from walk(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from walk(item, (*path, index))
 
 
 def expects_string(path: Sequence[Any]) -> bool:

@@ -1,20 +1,59 @@
-"""Which nodes of a Ray cluster run rtenv's plugin: a task pinned to each alive node reads the
-environment its runtime-env agent was started with (plugin_probe.py, sent as source). A node
-without it runs `rtenv:` tasks in its base environment after one log line, so a missing plugin
-must be reported, never passed over."""
+"""Which nodes of a Ray cluster run rtenv's plugin. The facts come from the one node probe (the
+`facts` of cache/ray_scan.py, a task pinned to each alive node that reads the environment the
+node's `ray start` gave its raylet, which the runtime-env agent inherits); `judge` is the one
+verdict on them, shown by `rtenv ray-env --check` and by `rtenv doctor --address`. A node
+without the plugin runs `rtenv:` tasks in its base environment after one log line, so a missing
+plugin must be reported, never passed over."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from rtenv_cli.core.errors import OperationError
-from rtenv_cli.core.rayplugin.schema import PLUGIN_CLASS
+from rtenv_cli.core.rayplugin.schema import PLUGIN_CLASS, PLUGINS_ENV
 
-MARKER = "RTENV_PLUGIN "
-ERROR_MARKER = "RTENV_PLUGIN_ERROR "
+LOADED, MISSING, BROKEN, UNKNOWN = "loaded", "missing", "broken", "unknown"
+SOURCES = {"raylet": "the raylet's environment (its runtime-env agent's)",
+           "worker": "a worker's environment (the raylet's could not be read)"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a node's runtime-env agent loads the plugin: `loaded`, `missing` (not in the
+    node's RAY_RUNTIME_ENV_PLUGINS), `broken` (listed, but the node's Python cannot import it:
+    Ray's agent then does not start) or `unknown` (the node did not report); `detail` says why."""
+
+    state: str
+    detail: str
+    importable: bool | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.state == LOADED
+
+
+def judge(node: Mapping[str, Any], class_path: str = PLUGIN_CLASS) -> Verdict:
+    """The verdict on one node of the node scan (`cache.ray_nodes`)."""
+    if node.get("error"):
+        return Verdict(UNKNOWN, f"the node scan failed: {node['error']}")
+    facts = node.get("facts")
+    if not isinstance(facts, Mapping):
+        return Verdict(UNKNOWN, "the node did not report its runtime-env agent's settings")
+    source = SOURCES.get(str(facts.get("plugins_env_from")), SOURCES["worker"])
+    listed = [p for p in facts.get("plugins") or [] if p.get("class") == class_path]
+    if not listed:
+        setting = facts.get("plugins_env")
+        now = f"{PLUGINS_ENV}={setting}" if setting else f"{PLUGINS_ENV} is not set"
+        return Verdict(MISSING, f"{now} in {source}")
+    if not listed[0].get("importable"):
+        return Verdict(BROKEN, f"{class_path} is configured but the node's Python cannot import "
+                       f"it ({listed[0].get('error')}); Ray's runtime-env agent does not start so",
+                       importable=False)
+    version = facts.get("rtenv_version")
+    return Verdict(LOADED, class_path + (f" (rtenv {version})" if version else "")
+                   + ("" if facts.get("plugins_env_from") == "raylet" else f", read from {source}"),
+                   importable=True)
 
 
 @dataclass(frozen=True)
@@ -37,20 +76,25 @@ class PluginStatus:
                 "missing": [n["node_id"] for n in self.missing]}
 
 
+def node_status(node: Mapping[str, Any], class_path: str = PLUGIN_CLASS) -> dict[str, Any]:
+    """One node of `rtenv ray-env --check`: the verdict and the facts it rests on."""
+    verdict = judge(node, class_path)
+    facts = node.get("facts") or {}
+    return {"node_id": node["node_id"], "node_ip": node.get("node_ip", ""),
+            "loaded": verdict.loaded, "state": verdict.state, "importable": verdict.importable,
+            "reason": None if verdict.loaded else verdict.detail,
+            "source": facts.get("plugins_env_from"), "plugins": facts.get("plugins_env"),
+            "cache_size_gb": facts.get("rtenv_cache_size_gb"),
+            "rtenv_home": facts.get("rtenv_home"), "rtenv_version": facts.get("rtenv_version"),
+            "python": facts.get("python_executable"), "raylet_pid": facts.get("raylet_pid")}
+
+
 def plugin_status(address: str, *, class_path: str = PLUGIN_CLASS,
                   timeout: float = 180) -> PluginStatus:
     """Per alive node of the cluster at `address` (a dashboard URL: as a job; a GCS address:
     as a driver), whether its runtime-env agent loads `class_path`."""
-    from rtenv_cli.core.cache.ray_nodes import _via_driver, _via_job
+    from rtenv_cli.core.cache.ray_nodes import node_facts
 
-    script = Path(__file__).with_name("plugin_probe.py").read_text(encoding="utf-8")
-    run = _via_job if address.startswith(("http://", "https://")) else _via_driver
-    out = run(address, [class_path], timeout, script)
-    for line in reversed(out.splitlines()):
-        if line.startswith(MARKER):
-            return PluginStatus(address, tuple(json.loads(line[len(MARKER):])["nodes"]))
-        if line.startswith(ERROR_MARKER):
-            raise OperationError(line[len(ERROR_MARKER):],
-                                 hint="is the Ray cluster reachable at this address?")
-    raise OperationError("the plugin check printed no result",
-                         hint="run it again with the cluster's dashboard URL")
+    return PluginStatus(address, tuple(node_status(n, class_path)
+                                       for n in node_facts(address, timeout=timeout)))
+

@@ -12,11 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rtenv_cli.core.fsutil import fsync_dir
-from rtenv_cli.core.store.files import as_oserror, out_of_space, owner_pid, sync_fs, write_synced
+from rtenv_cli.core.store.files import (
+    as_oserror,
+    dir_size,
+    out_of_space,
+    owner_pid,
+    sync_fs,
+    write_synced,
+)
 from rtenv_cli.core.store.index import Entry, pid_alive
 from rtenv_cli.core.store.layout import Layout
 from rtenv_cli.core.store.locks import safe_key
-from rtenv_cli.core.store.unpack import dir_size
 
 
 class Entries:

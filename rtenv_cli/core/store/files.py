@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -119,6 +120,34 @@ def remove_path(path: Path) -> None:
 def disk_bytes(st: os.stat_result) -> int:
     """A file's size on disk, as du counts it (the allocated blocks)."""
     return st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+
+
+def dir_size(path: Path) -> int:
+    """What `path` takes on disk, as `du -s --block-size=1` counts it: the allocated blocks of
+    `path` and of every directory, file and symlink below it (links are not followed), each
+    inode once, so a file hardlinked twice in the tree counts once. A file also linked from
+    outside the tree (a venv's file from uv's cache) counts here all the same. This is the size
+    `rtenv cache ls` shows; the node scan (cache/ray_scan.py `du`) keeps a stdlib copy, and
+    tests/core/store/test_dir_size.py checks the two agree. 0 when `path` does not exist."""
+    seen: set[tuple[int, int]] = set()
+
+    def size(entry: str) -> tuple[int, bool]:
+        try:
+            st = os.lstat(entry)
+        except OSError:  # removed meanwhile
+            return 0, False
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:
+                return 0, False
+            seen.add((st.st_dev, st.st_ino))
+        return disk_bytes(st), stat.S_ISDIR(st.st_mode)
+
+    total, is_dir = size(os.fspath(path))
+    if not is_dir:  # a file, a symlink (not followed) or nothing
+        return total
+    for root, dirs, files in os.walk(path):
+        total += sum(size(os.path.join(root, name))[0] for name in dirs + files)
+    return total
 
 
 def owner_pid(name: str) -> int | None:

@@ -684,18 +684,5 @@ def _looks_zip(path: Path) -> bool:
                            path=str(path)) from exc
 
 
-def dir_size(path: Path) -> int:
-    """Bytes on disk below `path` (files and links, not following links)."""
-    total = 0
-    for root, dirs, files in os.walk(path):
-        for name in files + dirs:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_blocks * 512 if not stat.S_ISDIR(st.st_mode) else 0
-    return total
-
-
 def rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)

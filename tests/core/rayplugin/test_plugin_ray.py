@@ -248,5 +248,13 @@ def test_plugin_status_reports_a_node_started_without_the_plugin(
         assert not status.ok
         assert [n["node_id"] for n in status.missing] == [bare.node_id]
         assert by_id[head_id]["source"] == "raylet"
+        # the doctor reads the same probe and gives the same verdict per node
+        from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
+        from rtenv_cli.core.doctor.plugin import plugin_status as doctor_plugin
+
+        doctor = {n["node_id"]: doctor_plugin(n) for n in list_ray_nodes(c.head.address).nodes}
+        assert {k: v.status.value for k, v in doctor.items()} == \
+            {k: "ok" if n["loaded"] else "warn" for k, n in by_id.items()}
+        assert doctor[bare.node_id].detail == f"not loaded: {by_id[bare.node_id]['reason']}"
     finally:
         bare.stop()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Mapping
-from typing import Any
 
-from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string
+from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string, walk
 from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.lint.rules.foreign import anyscale_keys, looks_foreign
 from rtenv_cli.core.rayplugin.schema import FIELD as PLUGIN_FIELD
@@ -81,16 +80,6 @@ def unknown_subkeys(ctx: Context) -> Iterator[Diagnostic]:
                                    f"{field} keys: " + ", ".join(known))
 
 
-def _walk(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    yield path, value
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _walk(v, (*path, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _walk(v, (*path, i))
-
-
 def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
     """Unquoted scalars in string-typed places that YAML 1.1 re-typed, where Ray stays silent."""
     if not isinstance(ctx.data, Mapping):
@@ -100,7 +89,7 @@ def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
                   "worker_process_setup_hook", "java_jars", "container"):
         if field not in ctx.data:
             continue
-        for path, value in _walk(ctx.data[field], (field,)):
+        for path, value in walk(ctx.data[field], (field,)):
             if not expects_string(path):
                 continue
             if isinstance(value, (Mapping, list, str)):

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rtenv_cli.core.lint.context import Context
+from rtenv_cli.core.lint.context import Context, walk
 from rtenv_cli.core.lint.diagnostic import Diagnostic
 
 _URL = r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+"
@@ -53,14 +53,7 @@ def credentials(text: str) -> list[tuple[str, str]]:
 
 
 def _strings(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _strings(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, (*path, index))
+    return ((p, v) for p, v in walk(value, path) if isinstance(v, str))
 
 
 def uri_secrets(data: Mapping[Any, Any]) -> set[str]:
