@@ -132,7 +132,9 @@ def test_process_imports_no_ray() -> None:
     assert r.exit_code == 0
     code = ("import sys, runpy; sys.argv=['rtenv','explain','--num-gpus','1','-f','json'];"
             "import rtenv_cli.cli.main as m\ntry:\n    m.main()\nexcept SystemExit: pass\n"
-            "assert 'ray' not in sys.modules and 'pynvml' not in sys.modules, 'heavy import'")
+            "assert 'ray' not in sys.modules and 'pynvml' not in sys.modules, 'heavy import'\n"
+            "assert 'rtenv_cli.core.rayplugin.schema' not in sys.modules, 'no rtenv field'\n"
+            "assert 'rtenv_cli.core.spec.limits' not in sys.modules, 'no rtenv.limits'\n")
     import subprocess
     import sys
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

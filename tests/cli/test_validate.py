@@ -166,10 +166,14 @@ def test_arbitrary_bytes_never_crash(data: bytes) -> None:
 
 def test_validate_keeps_heavy_modules_off_its_import_path(tmp_path: Path) -> None:
     file = tmp_path / "runtime_env.yaml"
-    file.write_text("env_vars: {A: '1'}\npip: [requests]\n")
+    file.write_text("working_dir: s3://bucket/project.zip\nenv_vars: {A: '1'}\npip: [requests]\n")
+    # nor what only some files need: the plugin's schema (an `rtenv` field), packaging (a local
+    # working_dir or py_module)
     code = ("import sys\nfrom rtenv_cli.cli.main import main\n"
             f"main(['validate', {str(file)!r}])\n"
-            "print(sorted(m for m in ('pydantic', 'rich', 'ray', 'requests', 'importlib.metadata')"
+            "print(sorted(m for m in ('pydantic', 'rich', 'ray', 'requests', 'importlib.metadata',"
+            " 'rtenv_cli.core.rayplugin.schema', 'rtenv_cli.core.spec.limits',"
+            " 'rtenv_cli.core.packaging.walk', 'rtenv_cli.core.packaging.ignore')"
             " if m in sys.modules))")
     import subprocess
     import sys

@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rtenv_cli.core.errors import RtenvError
-from rtenv_cli.core.spec.limits import CPU_PERIOD_US, cpu_quota_us, parse_limits
+from rtenv_cli.core.spec.model import RTENV_FIELD
 
 SECTION = "(limits)"
 
 
 def limits_notes(runtime_env: Mapping[str, object]) -> tuple[list[str], list[str]]:
     """(notes, errors) for the merged runtime_env's `rtenv.limits` (both empty without it)."""
-    field = runtime_env.get("rtenv")
+    field = runtime_env.get(RTENV_FIELD)
     raw = field.get("limits") if isinstance(field, Mapping) else None
     if raw is None:
         return [], []
+    from rtenv_cli.core.spec.limits import CPU_PERIOD_US, cpu_quota_us, parse_limits
+
     try:
         limits = parse_limits(raw)
     except RtenvError:  # the field's one error is rtenv_env's (the plugin's whole-field parse)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rtenv_cli.core.errors import RtenvError
-from rtenv_cli.core.rayplugin import schema
+from rtenv_cli.core.spec.model import RTENV_FIELD
 
 SRC_RTENV = "rtenv plugin"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -28,10 +28,12 @@ def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
           node_env: Mapping[str, str]) -> str | None:
     """Apply the plugin's activate step to `env`; returns the worker's interpreter (None when
     the runtime_env has no `rtenv` field)."""
-    if schema.FIELD not in runtime_env:
+    if RTENV_FIELD not in runtime_env:
         return None
+    from rtenv_cli.core.rayplugin import schema  # only for runtime_envs that use the field
+
     try:
-        spec = schema.parse(runtime_env[schema.FIELD], runtime_env)
+        spec = schema.parse(runtime_env[RTENV_FIELD], runtime_env)
     except RtenvError as exc:
         errors.append(f"{exc.message} (the node's plugin refuses it: RuntimeEnvSetupError)")
         return None

@@ -265,8 +265,14 @@ def _as_template(report: FileReport, parse_error: str | None) -> FileReport:
 def _share_scans(data: Any, run: RunCache) -> None:
     """One scan per local package for both pipelines, the size rules and the run's other files;
     packaging is only imported for a runtime_env that has packages (validate must start fast)."""
-    if isinstance(data, dict) and ("working_dir" in data or "py_modules" in data):
-        run.share_package_scans()
+    if not isinstance(data, dict):
+        return
+    from rtenv_cli.core.spec.normalize import is_path
+
+    modules = data.get("py_modules")
+    values = [data.get("working_dir"), *(modules if isinstance(modules, list) else [modules])]
+    if any(not isinstance(v, str) or is_path(v) for v in values if v is not None):
+        run.share_package_scans()  # a local folder (or a value Ray will reject: scan as before)
 
 
 def _secrets(found_in: Sequence[Site]) -> set[str]:

@@ -25,8 +25,9 @@ from typing import Any
 
 from rtenv_cli.core.errors import ValidationError
 from rtenv_cli.core.spec.limits import LimitsField, parse_limits
+from rtenv_cli.core.spec.model import RTENV_FIELD
 
-FIELD = "rtenv"
+FIELD = RTENV_FIELD
 PLUGIN_CLASS = "rtenv_cli.ray_plugin.RtenvPlugin"
 PRIORITY = 10  # Ray's default; working_dir is always set up before every plugin
 KINDS = ("pip", "uv")

@@ -48,6 +48,8 @@ KNOWN_FIELDS = frozenset({
     "excludes", "env_vars", "_ray_release", "_ray_commit", "_inject_current_ray", "config",
     "worker_process_setup_hook", "_nsight", "_rocprof_sys", "image_uri",
 })
+# the field of rtenv's Ray plugin (core/rayplugin/schema.py): Ray keeps it as a plugin name
+RTENV_FIELD = "rtenv"
 # keyword arguments of RuntimeEnv.__init__ that are renamed or are flags
 RENAMED = {"nsight": "_nsight", "rocprof_sys": "_rocprof_sys"}
 FLAGS = frozenset({"_validate"})

@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping
 from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string, walk
 from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.lint.rules.foreign import anyscale_keys, looks_foreign
-from rtenv_cli.core.rayplugin.schema import FIELD as PLUGIN_FIELD
 from rtenv_cli.core.spec import model
 
 # keys users put at the top level that belong elsewhere
@@ -40,7 +39,7 @@ def unknown_fields(ctx: Context) -> Iterator[Diagnostic]:
     explained = {*anyscale_keys(ctx.data), *looks_foreign(ctx.data, near_miss)}  # RTE109/108
     for key in ctx.data:
         if not isinstance(key, str) or key in model.ALL_TOP_LEVEL_KEYS or key == "self" or \
-                key in explained or key == PLUGIN_FIELD:  # the plugin's field: rtenv_field.py
+                key in explained or key == model.RTENV_FIELD:  # the plugin's field: rtenv_field.py
             continue
         if key.startswith("x-"):
             hint = ("YAML anchor holders are shipped to the cluster as unknown fields; move the "

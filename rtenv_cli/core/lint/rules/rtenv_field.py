@@ -17,15 +17,17 @@ from typing import Any
 from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.rayplugin import schema
+from rtenv_cli.core.spec.model import RTENV_FIELD
 
 _KEY = re.compile(r"\['([^']*)'\]")
 
 
 def check_rtenv_field(ctx: Context) -> Iterator[Diagnostic]:
-    if not isinstance(ctx.data, Mapping) or schema.FIELD not in ctx.data:
+    if not isinstance(ctx.data, Mapping) or RTENV_FIELD not in ctx.data:
         return
-    value = ctx.data[schema.FIELD]
+    from rtenv_cli.core.rayplugin import schema  # only for files that use the field
+
+    value = ctx.data[RTENV_FIELD]
     try:
         spec = schema.parse(value)
     except RtenvError as exc:
@@ -35,12 +37,12 @@ def check_rtenv_field(ctx: Context) -> Iterator[Diagnostic]:
     # `limits` alone only with containers (Ray's pip/uv/conda add to the same command prefix)
     for other in schema.CONFLICTS if spec.kind else schema.LIMITS_CONFLICTS:
         if ctx.data.get(other):
-            yield ctx.diag("RTE191", f"`{schema.FIELD}` and `{other}` cannot be combined: "
+            yield ctx.diag("RTE191", f"`{RTENV_FIELD}` and `{other}` cannot be combined: "
                            "rtenv's plugin refuses the runtime_env", (other,),
-                           hint=f"move the requirements into `{schema.FIELD}` and drop "
-                           f"`{other}`" if spec.kind else f"`{schema.FIELD}.limits` cannot "
+                           hint=f"move the requirements into `{RTENV_FIELD}` and drop "
+                           f"`{other}`" if spec.kind else f"`{RTENV_FIELD}.limits` cannot "
                            "reach a worker in a container: drop one of them")
-    sub = replace(ctx, data=spec.to_dict(), prefix=(*ctx.prefix, schema.FIELD))
+    sub = replace(ctx, data=spec.to_dict(), prefix=(*ctx.prefix, RTENV_FIELD))
     from rtenv_cli.core.lint.rules.requirements import check_requirements
 
     for diag in check_requirements(sub):
@@ -61,7 +63,7 @@ def _schema_finding(ctx: Context, exc: RtenvError) -> Diagnostic:
         code = "RTE192"
     else:
         code = "RTE190"
-    return ctx.diag(code, exc.message.split(": ", 1)[-1], (schema.FIELD, *keys), hint=exc.hint,
+    return ctx.diag(code, exc.message.split(": ", 1)[-1], (RTENV_FIELD, *keys), hint=exc.hint,
                     prefer="value" if code == "RTE192" else "key")
 
 
