@@ -15,6 +15,7 @@ of `POST /api/envs` itself. Serving it (sockets, timeouts, worker processes) is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import json
@@ -59,6 +60,7 @@ class AgentConfig:
     file_roots: tuple[Path, ...] = ()  # file:// archives a client may name (else: none)
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every create's client address
 def is_loopback(host: str) -> bool:
     if host in ("localhost", ""):
         return host == "localhost"
@@ -429,12 +431,12 @@ async def _send_json(send: Any, status: int, payload: bytes) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class _Headers(dict[str, str]):
-    """An ASGI scope's headers, enough for read_body (which reads content-length)."""
-
-    def __init__(self, scope: dict[str, Any]) -> None:
-        super().__init__((k.decode("latin-1"), v.decode("latin-1"))
-                         for k, v in scope.get("headers") or ())
+def _length_header(scope: dict[str, Any]) -> dict[str, str]:
+    """An ASGI scope's headers as far as read_body reads them (content-length)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            return {"content-length": value.decode("latin-1")}
+    return {}
 
 
 # Cache hits answered before Starlette's routing (AgentApp). False sends every create through
@@ -456,6 +458,7 @@ class AgentApp:
     def __init__(self, app: Any, state: AgentState) -> None:
         self.app, self.state = app, state
         self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._checked: set[str] = set()  # runtime_envs (as JSON) that passed env_args
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
@@ -464,7 +467,7 @@ class AgentApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not scope["path"].startswith(PUBLIC):
+        if self.state.config.token and not scope["path"].startswith(PUBLIC):
             auth = dict(scope.get("headers") or ()).get(b"authorization", b"")
             refused = self.state.refusal(auth.decode("latin-1"))
             if refused is not None:
@@ -478,9 +481,9 @@ class AgentApp:
 
     async def _create(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         try:
-            body = await read_body(receive, _Headers(scope), self.state.config.limits.json_bytes)
-            client = (scope.get("client") or ("",))[0]
-            args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
+            body = await read_body(receive, _length_header(scope),
+                                   self.state.config.limits.json_bytes)
+            args = self._env_args(body, (scope.get("client") or ("",))[0])
         except RtenvError as exc:
             await _send_json(send, exc.http_status, json.dumps(protocol.error_body(exc)).encode())
             return
@@ -490,6 +493,28 @@ class AgentApp:
             await self.app(scope, receive, send)
             return
         await _send_json(send, 200, json.dumps(handle.to_dict()).encode())
+
+    def _env_args(self, body: bytes, client: str) -> dict[str, Any]:
+        """env_args of a create's body. A runtime_env that passed them before (schema, nesting,
+        local paths) is not walked again: hits ask for the same few environments over and over.
+        With --allow-file-root the local-path check reads the disk, so it is never skipped."""
+        known, data = None, None
+        try:
+            data = json.loads(body)
+            runtime_env = data.get("runtime_env") if type(data) is dict else None
+            if type(runtime_env) is dict:
+                known = json.dumps(runtime_env, sort_keys=True)
+        except (ValueError, TypeError, RecursionError):  # the full check says what is wrong
+            pass
+        if known is not None and known in self._checked and type(data) is dict:
+            protocol.check_but(data, "EnvRequest", "runtime_env")
+            return protocol.env_request(data, trusted_pid=is_loopback(client))
+        args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
+        if known is not None and not self.state.config.file_roots:
+            if len(self._checked) >= 4096:  # noqa: PLR2004 - a bound, not a tuning knob
+                self._checked.clear()
+            self._checked.add(known)
+        return args
 
     async def _hit(self, args: dict[str, Any]) -> Any:
         # group commit: the hits read in one turn of the event loop share one transaction

@@ -205,6 +205,20 @@ def parse_json(body: bytes, schema_name: str) -> dict[str, Any]:
     return data
 
 
+def check_but(data: dict[str, Any], schema_name: str, known: str) -> None:
+    """What parse_json checks of an object already decoded, but for its field `known`, which
+    the caller has seen pass (for this same value) within a body of this schema: the other
+    fields must then be scalars, so the body nests no deeper than it did then."""
+    schema = SCHEMAS[schema_name]
+    if known not in data:
+        raise UsageError(f"{known} is required")
+    rest = {k: v for k, v in data.items() if k != known}
+    if any(isinstance(v, dict | list) for v in rest.values()):
+        check(data, schema)  # a container in another field: checked (and refused) in full
+        return
+    check(rest, {**schema, "required": [n for n in schema.get("required", ()) if n != known]})
+
+
 def check_length(declared: str | None, limit: int) -> int | None:
     """The request's Content-Length, refused (413) over `limit` before the body is read."""
     if declared is None:
