@@ -526,11 +526,29 @@ class AgentApp:
         return await done
 
     def _commit_batch(self) -> None:
+        from rtenv_cli.core.store.index import WriterBusy
+
         batch, self._batch = self._batch, []
+        requests = [args for args, _done in batch]
         try:
-            results = self.state.envs.try_hits([args for args, _done in batch])
+            results = self.state.envs.try_hits(requests, wait=False)
+        except WriterBusy:  # another process's (or thread's) commit: wait for it off the loop
+            waited = asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self.state.envs.try_hits, requests))
+            waited.add_done_callback(lambda fut: _answer(batch, fut))
+            return
         except Exception:  # e.g. SQLite busy: the slow path answers each request properly
             results = [None] * len(batch)
-        for (_args, done), result in zip(batch, results, strict=True):
-            if not done.done():
-                done.set_result(result)
+        _settle(batch, results)
+
+
+def _answer(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
+            fut: asyncio.Future[list[Any]]) -> None:
+    failed = fut.cancelled() or fut.exception() is not None
+    _settle(batch, [None] * len(batch) if failed else fut.result())
+
+
+def _settle(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]], results: list[Any]) -> None:
+    for (_args, done), result in zip(batch, results, strict=True):
+        if not done.done():
+            done.set_result(result)

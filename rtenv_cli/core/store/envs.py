@@ -213,11 +213,13 @@ class Environments:
         raise AgentError("environment entries kept disappearing during creation",
                          hint="a garbage collection is racing this create; retry")
 
-    def try_hits(self, requests: Sequence[Mapping[str, Any]]) -> list[EnvHandle | None]:
+    def try_hits(self, requests: Sequence[Mapping[str, Any]], *,
+                 wait: bool = True) -> list[EnvHandle | None]:
         """For each request (`runtime_env`, `holder`, `pid`, `lease_s`), the environment if
         every entry is already built (no build, no wait), else None (a miss, an error): all in
         one short transaction, cheap enough for the server's event loop, which batches the hits
-        that arrive together so they share one commit."""
+        that arrive together so they share one commit. With `wait=False`, index.WriterBusy
+        when another writer holds the index (nothing is held then)."""
         claims: list[tuple[_Plan, str, int | None, float | None] | None] = []
         for req in requests:
             try:
@@ -229,7 +231,7 @@ class Environments:
         valid = [c for c in claims if c is not None]
         if not valid:
             return [None] * len(claims)
-        with self.store.index.tx() as db:
+        with self.store.index.tx(wait=wait) as db:
             held, touched = self._hold(db, valid)
         self._remember_touched(touched)
         answers = iter(held)
