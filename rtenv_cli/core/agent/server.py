@@ -506,8 +506,8 @@ class AgentApp:
                 known = json.dumps(runtime_env, sort_keys=True)
         except (ValueError, TypeError, RecursionError):  # the full check says what is wrong
             pass
-        if known is not None and known in self._checked and type(data) is dict:
-            protocol.check_but(data, "EnvRequest", "runtime_env")
+        if (known is not None and known in self._checked and type(data) is dict
+                and protocol.check_but(data, "EnvRequest", "runtime_env")):
             return protocol.env_request(data, trusted_pid=is_loopback(client))
         args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
         if known is not None and not self.state.config.file_roots:

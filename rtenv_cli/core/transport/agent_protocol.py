@@ -159,14 +159,16 @@ def check(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...] = ()) -> 
         _check_object(value, schema, path)
 
 
-def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: tuple[Any, ...]
-                  ) -> None:
+def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: tuple[Any, ...],
+                  skip: str | None = None) -> None:
     props = schema.get("properties", {})
     for name in schema.get("required", ()):
         if name not in value:
             raise UsageError(f"{_where((*path, name))} is required")
     extra = schema.get("additionalProperties", True)
     for name, item in value.items():
+        if name == skip:
+            continue
         if name in props:
             check(item, props[name], (*path, name))
         elif extra is False:
@@ -205,18 +207,16 @@ def parse_json(body: bytes, schema_name: str) -> dict[str, Any]:
     return data
 
 
-def check_but(data: dict[str, Any], schema_name: str, known: str) -> None:
-    """What parse_json checks of an object already decoded, but for its field `known`, which
-    the caller has seen pass (for this same value) within a body of this schema: the other
-    fields must then be scalars, so the body nests no deeper than it did then."""
-    schema = SCHEMAS[schema_name]
-    if known not in data:
-        raise UsageError(f"{known} is required")
-    rest = {k: v for k, v in data.items() if k != known}
-    if any(isinstance(v, dict | list) for v in rest.values()):
-        check(data, schema)  # a container in another field: checked (and refused) in full
-        return
-    check(rest, {**schema, "required": [n for n in schema.get("required", ()) if n != known]})
+def check_but(data: dict[str, Any], schema_name: str, known: str) -> bool:
+    """What parse_json checks of a body already decoded, but for its field `known`, which the
+    caller has seen pass within a body of this schema (the same value). Only when every other
+    field is a scalar (the body then nests no deeper than that one did): False, and nothing
+    checked, otherwise."""
+    for name, value in data.items():
+        if name != known and isinstance(value, dict | list):
+            return False
+    _check_object(data, SCHEMAS[schema_name], (), skip=known)
+    return True
 
 
 def check_length(declared: str | None, limit: int) -> int | None:
