@@ -442,6 +442,7 @@ def _length_header(scope: dict[str, Any]) -> dict[str, str]:
 # Cache hits answered before Starlette's routing (AgentApp). False sends every create through
 # the route: the agent benchmark flips it for its ablation row, which shows what the path buys.
 HIT_PATH = True
+BUSY_RETRIES = 5  # 1 ms apart, on the event loop, before a batch waits in a thread
 
 
 class AgentApp:
@@ -458,6 +459,7 @@ class AgentApp:
     def __init__(self, app: Any, state: AgentState) -> None:
         self.app, self.state = app, state
         self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._busy = 0  # tries in a row that found the index's write lock taken
         self._checked: set[str] = set()  # runtime_envs (as JSON) that passed env_args
 
     def __getattr__(self, name: str) -> Any:
@@ -533,12 +535,22 @@ class AgentApp:
         try:
             results = self.state.envs.try_hits(requests, wait=False)
         except WriterBusy:  # another process's (or thread's) commit: wait for it off the loop
-            waited = asyncio.get_running_loop().run_in_executor(
+            loop = asyncio.get_running_loop()
+            self._busy += 1
+            if self._busy <= BUSY_RETRIES:
+                # a commit takes a fraction of a millisecond: try again in one, with the hits
+                # that arrive meanwhile (a thread would wait for the GIL behind this loop)
+                self._batch = batch
+                loop.call_later(0.001, self._commit_batch)
+                return
+            self._busy = 0  # a long holder (a WAL truncation, a gc): wait in a thread
+            waited = loop.run_in_executor(
                 None, functools.partial(self.state.envs.try_hits, requests))
             waited.add_done_callback(lambda fut: _answer(batch, fut))
             return
         except Exception:  # e.g. SQLite busy: the slow path answers each request properly
             results = [None] * len(batch)
+        self._busy = 0
         _settle(batch, results)
 
 
