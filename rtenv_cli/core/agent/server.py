@@ -451,7 +451,10 @@ class AgentApp:
 
     A hit is the agent's hot path (raylets and `rtenv run`s asking for environments that
     exist), and Starlette's stack costs about as much as the hit itself. Hits read in the same
-    turn of the event loop are committed together (one SQLite transaction). A request refused
+    turn of the event loop are committed together (one SQLite transaction), and answered once
+    it has committed (each holder's reference is on disk before its reply); the loop never
+    sleeps on another writer's lock (`_commit_batch`). A runtime_env checked once is not
+    walked again (`_env_args`), nor planned again (`Environments.try_hits`). A request refused
     (bad body, too large) gets the same error reply Starlette's handler would give; a miss goes
     to Starlette's route with its checked arguments, so it is built there. Other attributes
     (routes, state) are the Starlette app's."""
