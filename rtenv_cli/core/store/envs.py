@@ -324,13 +324,7 @@ class Environments:
         written, to be remembered once the transaction commits). One query and one insert for
         all the claims: the server's batch of hits costs little more than one."""
         now = time.time()
-        wanted = sorted({k for claim in claims for k in claim[0].keys})
-        present: set[str] = set()
-        for i in range(0, len(wanted), 500):  # SQLite's limit on host parameters
-            part = wanted[i:i + 500]
-            present.update(r[0] for r in db.execute(
-                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
-                part))
+        present = self.store.index.present(db, (k for claim in claims for k in claim[0].keys))
         starts: dict[int, str | None] = {}  # a pid's start time, read once per transaction
         held: list[bool] = []
         rows: list[tuple[Any, ...]] = []

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -283,6 +283,16 @@ class Index:
                               "(expires_at IS NULL OR expires_at >= ?)", (key, time.time()))
                    .fetchone()[0])
 
+    def present(self, db: sqlite3.Connection, keys: Iterable[str]) -> set[str]:
+        """Which of `keys` have an entry (in `db`'s transaction)."""
+        wanted, found = sorted(set(keys)), set[str]()
+        for i in range(0, len(wanted), 500):  # SQLite's limit on host parameters
+            part = wanted[i:i + 500]
+            found.update(r[0] for r in db.execute(
+                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
+                part))
+        return found
+
     def pin(self, db: sqlite3.Connection, keys: list[str], seconds: float) -> list[str]:
         """Keep the entries of `keys` that exist from gc for `seconds` (a lease held by no one,
         like Ray's temporary URI reference); returns the keys that exist. A pin is a reference
@@ -290,12 +300,8 @@ class Index:
         if not keys:
             return []
         now = time.time()
-        present: list[str] = []
-        for i in range(0, len(keys), 500):  # SQLite's limit on host parameters
-            part = keys[i:i + 500]
-            present += [r[0] for r in db.execute(
-                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
-                part)]
+        found = self.present(db, keys)
+        present = list(dict.fromkeys(key for key in keys if key in found))
         db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,NULL,NULL,?,?)",
                        [(PIN_ENV, key, PIN_HOLDER, now + seconds, now) for key in present])
         return present
