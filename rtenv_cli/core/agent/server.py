@@ -15,6 +15,7 @@ of `POST /api/envs` itself. Serving it (sockets, timeouts, worker processes) is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import json
@@ -59,6 +60,7 @@ class AgentConfig:
     file_roots: tuple[Path, ...] = ()  # file:// archives a client may name (else: none)
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every create's client address
 def is_loopback(host: str) -> bool:
     if host in ("localhost", ""):
         return host == "localhost"
@@ -429,17 +431,18 @@ async def _send_json(send: Any, status: int, payload: bytes) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class _Headers(dict[str, str]):
-    """An ASGI scope's headers, enough for read_body (which reads content-length)."""
-
-    def __init__(self, scope: dict[str, Any]) -> None:
-        super().__init__((k.decode("latin-1"), v.decode("latin-1"))
-                         for k, v in scope.get("headers") or ())
+def _length_header(scope: dict[str, Any]) -> dict[str, str]:
+    """An ASGI scope's headers as far as read_body reads them (content-length)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            return {"content-length": value.decode("latin-1")}
+    return {}
 
 
 # Cache hits answered before Starlette's routing (AgentApp). False sends every create through
 # the route: the agent benchmark flips it for its ablation row, which shows what the path buys.
 HIT_PATH = True
+BUSY_RETRIES = 5  # 1 ms apart, on the event loop, before a batch waits in a thread
 
 
 class AgentApp:
@@ -448,7 +451,10 @@ class AgentApp:
 
     A hit is the agent's hot path (raylets and `rtenv run`s asking for environments that
     exist), and Starlette's stack costs about as much as the hit itself. Hits read in the same
-    turn of the event loop are committed together (one SQLite transaction). A request refused
+    turn of the event loop are committed together (one SQLite transaction), and answered once
+    it has committed (each holder's reference is on disk before its reply); the loop never
+    sleeps on another writer's lock (`_commit_batch`). A runtime_env checked once is not
+    walked again (`_env_args`), nor planned again (`Environments.try_hits`). A request refused
     (bad body, too large) gets the same error reply Starlette's handler would give; a miss goes
     to Starlette's route with its checked arguments, so it is built there. Other attributes
     (routes, state) are the Starlette app's."""
@@ -456,6 +462,8 @@ class AgentApp:
     def __init__(self, app: Any, state: AgentState) -> None:
         self.app, self.state = app, state
         self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._busy = 0  # tries in a row that found the index's write lock taken
+        self._checked: set[str] = set()  # runtime_envs (as JSON) that passed env_args
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
@@ -464,7 +472,7 @@ class AgentApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not scope["path"].startswith(PUBLIC):
+        if self.state.config.token and not scope["path"].startswith(PUBLIC):
             auth = dict(scope.get("headers") or ()).get(b"authorization", b"")
             refused = self.state.refusal(auth.decode("latin-1"))
             if refused is not None:
@@ -478,9 +486,9 @@ class AgentApp:
 
     async def _create(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         try:
-            body = await read_body(receive, _Headers(scope), self.state.config.limits.json_bytes)
-            client = (scope.get("client") or ("",))[0]
-            args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
+            body = await read_body(receive, _length_header(scope),
+                                   self.state.config.limits.json_bytes)
+            args = self._env_args(body, (scope.get("client") or ("",))[0])
         except RtenvError as exc:
             await _send_json(send, exc.http_status, json.dumps(protocol.error_body(exc)).encode())
             return
@@ -490,6 +498,28 @@ class AgentApp:
             await self.app(scope, receive, send)
             return
         await _send_json(send, 200, json.dumps(handle.to_dict()).encode())
+
+    def _env_args(self, body: bytes, client: str) -> dict[str, Any]:
+        """env_args of a create's body. A runtime_env that passed them before (schema, nesting,
+        local paths) is not walked again: hits ask for the same few environments over and over.
+        With --allow-file-root the local-path check reads the disk, so it is never skipped."""
+        known, data = None, None
+        try:
+            data = json.loads(body)
+            runtime_env = data.get("runtime_env") if type(data) is dict else None
+            if type(runtime_env) is dict:
+                known = json.dumps(runtime_env, sort_keys=True)
+        except (ValueError, TypeError, RecursionError):  # the full check says what is wrong
+            pass
+        if (known is not None and known in self._checked and type(data) is dict
+                and protocol.check_but(data, "EnvRequest", "runtime_env")):
+            return protocol.env_request(data, trusted_pid=is_loopback(client))
+        args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
+        if known is not None and not self.state.config.file_roots:
+            if len(self._checked) >= 4096:  # noqa: PLR2004 - a bound, not a tuning knob
+                self._checked.clear()
+            self._checked.add(known)
+        return args
 
     async def _hit(self, args: dict[str, Any]) -> Any:
         # group commit: the hits read in one turn of the event loop share one transaction
@@ -501,11 +531,39 @@ class AgentApp:
         return await done
 
     def _commit_batch(self) -> None:
+        from rtenv_cli.core.store.index import WriterBusy
+
         batch, self._batch = self._batch, []
+        requests = [args for args, _done in batch]
         try:
-            results = self.state.envs.try_hits([args for args, _done in batch])
+            results = self.state.envs.try_hits(requests, wait=False)
+        except WriterBusy:  # another process's (or thread's) commit: wait for it off the loop
+            loop = asyncio.get_running_loop()
+            self._busy += 1
+            if self._busy <= BUSY_RETRIES:
+                # a commit takes a fraction of a millisecond: try again in one, with the hits
+                # that arrive meanwhile (a thread would wait for the GIL behind this loop)
+                self._batch = batch
+                loop.call_later(0.001, self._commit_batch)
+                return
+            self._busy = 0  # a long holder (a WAL truncation, a gc): wait in a thread
+            waited = loop.run_in_executor(
+                None, functools.partial(self.state.envs.try_hits, requests))
+            waited.add_done_callback(lambda fut: _answer(batch, fut))
+            return
         except Exception:  # e.g. SQLite busy: the slow path answers each request properly
             results = [None] * len(batch)
-        for (_args, done), result in zip(batch, results, strict=True):
-            if not done.done():
-                done.set_result(result)
+        self._busy = 0
+        _settle(batch, results)
+
+
+def _answer(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
+            fut: asyncio.Future[list[Any]]) -> None:
+    failed = fut.cancelled() or fut.exception() is not None
+    _settle(batch, [None] * len(batch) if failed else fut.result())
+
+
+def _settle(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]], results: list[Any]) -> None:
+    for (_args, done), result in zip(batch, results, strict=True):
+        if not done.done():
+            done.set_result(result)

@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,12 +77,34 @@ def _archive_kind(uri: str) -> str:
 _TOUCH_EVERY_S = 1.0
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a runtime_env resolves to before anything is built: its entries' keys, the
+    environment's key and where each entry lives (a function of the runtime_env alone, so the
+    cache-hit path works it out once)."""
+
+    env_key: str
+    keys: tuple[str, ...]
+    env_vars: dict[str, str]
+    shown: str  # the envs row's spec: entries and env var names, no values
+    working_dir: str | None
+    py_modules: tuple[str, ...]
+    venv: str | None
+
+    def handle(self, holder: str, built: tuple[str, ...] = ()) -> EnvHandle:
+        return EnvHandle(key=self.env_key, holder=holder, working_dir=self.working_dir,
+                         py_modules=self.py_modules, venv=self.venv,
+                         env_vars=dict(self.env_vars), entries=self.keys, built=built)
+
+
 class Environments:
     def __init__(self, store: Store) -> None:
         self.store = store
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
         self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
+        # runtime_env as JSON -> (the runtime_env, its plan): what a cache hit reuses
+        self._plans: dict[str, tuple[Any, _Plan]] = {}
 
     def uv_cache(self) -> Path:
         """uv's cache, shared by every venv of this store (its files are hardlinked into them,
@@ -172,39 +195,74 @@ class Environments:
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
                       base_dir: Path | None = None) -> EnvHandle:
+        _check_holder(pid, lease_s)
         token = f"{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}"
         try:
-            handle = self._get_or_create(runtime_env, holder=holder, pid=pid, lease_s=lease_s,
-                                         base_dir=base_dir, build=True, hold=token)
+            # attempt 0 only looks keys up (a cache hit is one transaction); later ones build
+            for attempt in range(6):  # a gc may remove a just-built entry before we hold it
+                built: list[str] = []
+                if attempt == 0:
+                    plan = self._plan(runtime_env, base_dir)
+                else:
+                    plan, built = self._resolve(runtime_env, base_dir, ensure=True, hold=token)
+                if self._acquire(plan, holder, pid=pid, lease_s=lease_s):
+                    return plan.handle(holder, tuple(built))
         finally:  # what was held for this create, now referenced by its environment (or not)
             with self.store.index.tx() as db:
                 self.store.index.drop_create_holds(db, token)
-        assert handle is not None  # noqa: S101 - build=True never returns None
-        return handle
+        raise AgentError("environment entries kept disappearing during creation",
+                         hint="a garbage collection is racing this create; retry")
 
-    def try_hits(self, requests: Sequence[Mapping[str, Any]]) -> list[EnvHandle | None]:
+    def try_hits(self, requests: Sequence[Mapping[str, Any]], *,
+                 wait: bool = True) -> list[EnvHandle | None]:
         """For each request (`runtime_env`, `holder`, `pid`, `lease_s`), the environment if
         every entry is already built (no build, no wait), else None (a miss, an error): all in
         one short transaction, cheap enough for the server's event loop, which batches the hits
-        that arrive together so they share one commit."""
-        results: list[EnvHandle | None] = []
-        touched: list[str] = []
-        with self.store.index.tx() as db:
-            for req in requests:
-                try:
-                    results.append(self._get_or_create(**req, base_dir=None, build=False,
-                                                       db=db, touched=touched))
-                except RtenvError:
-                    results.append(None)
+        that arrive together so they share one commit. With `wait=False`, index.WriterBusy
+        when another writer holds the index (nothing is held then)."""
+        claims: list[tuple[_Plan, str, int | None, float | None] | None] = []
+        for req in requests:
+            try:
+                _check_holder(req["pid"], req["lease_s"])
+                claims.append((self._plan(req["runtime_env"]), req["holder"], req["pid"],
+                               req["lease_s"]))
+            except RtenvError:
+                claims.append(None)
+        valid = [c for c in claims if c is not None]
+        if not valid:
+            return [None] * len(claims)
+        with self.store.index.tx(wait=wait) as db:
+            held, touched = self._hold(db, valid)
         self._remember_touched(touched)
-        return results
+        answers = iter(held)
+        return [c[0].handle(c[1]) if c is not None and next(answers) else None for c in claims]
 
-    def _get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
-                       pid: int | None, lease_s: float | None, base_dir: Path | None,
-                       build: bool, db: sqlite3.Connection | None = None,
-                       touched: list[str] | None = None,
-                       hold: str | None = None) -> EnvHandle | None:
-        _check_holder(pid, lease_s)
+    def _plan(self, runtime_env: Mapping[str, Any], base_dir: Path | None = None) -> _Plan:
+        """`runtime_env`'s plan without building anything, remembered when it is a function of
+        the runtime_env alone (no requirement files, so `base_dir` plays no part): a cache hit
+        reuses it."""
+        try:
+            memo_key: str | None = json.dumps(runtime_env, sort_keys=True)
+        except (TypeError, ValueError, RecursionError):  # not JSON: computed every time
+            memo_key = None
+        if memo_key is not None:
+            known = self._plans.get(memo_key)
+            # equal JSON with equal values: a tuple for a list (JSON cannot tell) is not the same
+            if known is not None and known[0] == runtime_env:
+                return known[1]
+        plan, _built = self._resolve(runtime_env, base_dir, ensure=False)
+        if memo_key is not None and all(
+                _memo_key(kind, runtime_env[kind]) is not None
+                for kind in ("pip", "uv") if runtime_env.get(kind)):
+            if len(self._plans) > 4096:  # noqa: PLR2004 - a bound, not a tuning knob
+                self._plans.clear()
+            self._plans[memo_key] = (json.loads(memo_key), plan)  # a copy the caller cannot change
+        return plan
+
+    def _resolve(self, runtime_env: Mapping[str, Any], base_dir: Path | None, *, ensure: bool,
+                 hold: str | None = None) -> tuple[_Plan, list[str]]:
+        """The plan of `runtime_env`, and (with `ensure`) its entries built or found, each held
+        for the create `hold`: (plan, keys of the entries this call built)."""
         bad = [k for k in runtime_env if k in UNSUPPORTED]
         if bad:
             raise UnsupportedError(
@@ -215,90 +273,90 @@ class Environments:
         env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         if runtime_env.get("pip") and runtime_env.get("uv"):
             raise ValidationError("`pip` and `uv` cannot both be set", hint="keep one of them")
-        # attempt 0 only looks keys up (a cache hit is one transaction); later ones build
-        for attempt in range(6):  # a gc may remove a just-built entry before we hold it
-            ensure = attempt > 0
-            if ensure and not build:
-                return None
-            keys: list[str] = []
-            built: list[str] = []
-            wd = runtime_env.get("working_dir")
-            if wd:
-                key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure,
-                                                 hold=hold)
-                keys.append(key)
-                built += [key] if fresh else []
-            mods = []
-            for uri in runtime_env.get("py_modules") or []:
-                key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure,
-                                                 hold=hold)
-                keys.append(key)
-                mods.append(key)
-                built += [key] if fresh else []
-            venv_key = None
-            for kind in ("pip", "uv"):
-                if runtime_env.get(kind):
-                    venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir,
-                                                       env_vars, ensure=ensure, hold=hold)
-                    keys.append(venv_key)
-                    built += [venv_key] if fresh else []
-            spec = {"entries": keys, "env_vars": env_vars}
-            env_key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
-            if self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s, db=db,
-                             touched=touched):
-                root = self.store.root
-                return EnvHandle(
-                    key=env_key, holder=holder,
-                    working_dir=str(root / "entries" / _dirname(keys[0]) / "tree" / "d")
-                    if wd else None,
-                    py_modules=tuple(str(root / "entries" / _dirname(k) / "tree" / "d")
-                                     for k in mods),
-                    venv=str(root / "entries" / _dirname(venv_key) / "tree" / "venv")
-                    if venv_key else None,
-                    env_vars=env_vars, entries=tuple(keys), built=tuple(built))
-        raise AgentError("environment entries kept disappearing during creation",
-                         hint="a garbage collection is racing this create; retry")
+        keys: list[str] = []
+        built: list[str] = []
+        wd = runtime_env.get("working_dir")
+        if wd:
+            key, fresh = self._package_entry("working_dir", str(wd), ensure=ensure, hold=hold)
+            keys.append(key)
+            built += [key] if fresh else []
+        mods = []
+        for uri in runtime_env.get("py_modules") or []:
+            key, fresh = self._package_entry("py_modules", str(uri), ensure=ensure, hold=hold)
+            keys.append(key)
+            mods.append(key)
+            built += [key] if fresh else []
+        venv_key = None
+        for kind in ("pip", "uv"):
+            if runtime_env.get(kind):
+                venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir, env_vars,
+                                                   ensure=ensure, hold=hold)
+                keys.append(venv_key)
+                built += [venv_key] if fresh else []
+        spec = {"entries": keys, "env_vars": env_vars}
+        env_key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+        entries = self.store.root / "entries"
+        return _Plan(
+            env_key=env_key, keys=tuple(keys), env_vars=env_vars,
+            shown=json.dumps({"entries": keys, "env_var_keys": sorted(env_vars)},
+                             sort_keys=True),
+            working_dir=str(entries / _dirname(keys[0]) / "tree" / "d") if wd else None,
+            py_modules=tuple(str(entries / _dirname(k) / "tree" / "d") for k in mods),
+            venv=str(entries / _dirname(venv_key) / "tree" / "venv") if venv_key else None,
+        ), built
 
-    def _acquire(self, env_key: str, spec: dict[str, Any], keys: list[str], holder: str, *,
-                 pid: int | None, lease_s: float | None, db: sqlite3.Connection | None = None,
-                 touched: list[str] | None = None) -> bool:
-        """Hold `keys` for `holder` if they all exist, in one transaction (`db`'s, when the
-        caller has one open: then the keys whose last use was written go to `touched`, to be
-        remembered once it commits)."""
+    def _acquire(self, plan: _Plan, holder: str, *, pid: int | None, lease_s: float | None,
+                 db: sqlite3.Connection | None = None) -> bool:
+        """Hold `plan`'s entries for `holder` if they all exist, in one transaction (`db`'s,
+        when the caller has one open)."""
         if db is None:
-            done: list[str] = []
             with self.store.index.tx() as own:
-                held = self._acquire(env_key, spec, keys, holder, pid=pid, lease_s=lease_s,
-                                     db=own, touched=done)
-            self._remember_touched(done)
-            return held
+                held, touched = self._hold(own, [(plan, holder, pid, lease_s)])
+            self._remember_touched(touched)
+            return held[0]
+        return self._hold(db, [(plan, holder, pid, lease_s)])[0][0]
+
+    def _hold(self, db: sqlite3.Connection,
+              claims: Sequence[tuple[_Plan, str, int | None, float | None]]
+              ) -> tuple[list[bool], list[str]]:
+        """Reference each claim's entries for its holder (plan, holder, pid, lease_s) if they
+        all exist, in `db`'s transaction: (held or not, per claim; the keys whose last use was
+        written, to be remembered once the transaction commits). One query and one insert for
+        all the claims: the server's batch of hits costs little more than one."""
         now = time.time()
-        start = pid_start_time(pid) if pid is not None else None
-        expires = now + lease_s if lease_s else None
+        present = self.store.index.present(db, (k for claim in claims for k in claim[0].keys))
+        starts: dict[int, str | None] = {}  # a pid's start time, read once per transaction
+        held: list[bool] = []
+        rows: list[tuple[Any, ...]] = []
+        used: dict[str, _Plan] = {}
+        for plan, holder, pid, lease_s in claims:
+            if not present.issuperset(plan.keys):
+                held.append(False)
+                continue
+            held.append(True)
+            if pid is not None and pid not in starts:
+                starts[pid] = pid_start_time(pid)
+            start = starts[pid] if pid is not None else None
+            expires = now + lease_s if lease_s else None
+            rows += [(plan.env_key, key, holder, pid, start, expires, now) for key in plan.keys]
+            used[plan.env_key] = plan
         # last use is kept to the second: a hit within a second of this process's previous write
         # of it adds only its references (fewer pages per commit on the hot path); envs rows are
         # never deleted, so one this process wrote is still there
-        stale = [k for k in (env_key, *keys) if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S
-                 and k not in (touched or ())]
-        present = {r[0] for r in db.execute(
-            f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(keys))})",  # noqa: S608 - placeholders only
-            keys)} if keys else set()
-        if present != set(keys):
-            return False
-        if env_key in stale:  # what `list_envs` shows: entries and env var names, no values
-            shown = {"entries": spec["entries"], "env_var_keys": sorted(spec["env_vars"])}
-            db.execute("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                       "spec=excluded.spec, last_used_at=excluded.last_used_at",
-                       (env_key, json.dumps(shown, sort_keys=True), now, now))
-        db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)",
-                       [(env_key, key, holder, pid, start, expires, now) for key in keys])
-        touch = [k for k in keys if k in stale]
-        if touch:
+        envs = [p for k, p in used.items() if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S]
+        if envs:  # what `list_envs` shows: entries and env var names, no values
+            db.executemany("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                           "spec=excluded.spec, last_used_at=excluded.last_used_at",
+                           [(p.env_key, p.shown, now, now) for p in envs])
+        if rows:
+            db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)", rows)
+        touch = sorted({k for p in used.values() for k in p.keys
+                        if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S})
+        for i in range(0, len(touch), 500):
+            part = touch[i:i + 500]
             db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
-                       f"({','.join('?' * len(touch))})", (now, *touch))
-        if touched is not None:
-            touched.extend(stale)
-        return True
+                       f"({','.join('?' * len(part))})", (now, *part))
+        return held, [p.env_key for p in envs] + touch
 
     def _remember_touched(self, keys: list[str]) -> None:
         if len(self._touched) > 65536:  # noqa: PLR2004 - a bound, not a tuning knob

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,12 +94,19 @@ def pid_alive(pid: int, start: str | None) -> bool:
     return current is None or current == start
 
 
+class WriterBusy(Exception):
+    """Another writer holds the index's write lock (`Index.tx(wait=False)`)."""
+
+
 @contextmanager
-def _flocked(fd: int) -> Iterator[None]:
+def _flocked(fd: int, *, wait: bool = True) -> Iterator[None]:
     if fcntl is None:  # not POSIX: SQLite's own locking alone
         yield
         return
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise WriterBusy from None
     try:
         yield
     finally:
@@ -199,16 +206,25 @@ class Index:
         threading.Thread(target=loop, name="rtenv-wal-checkpoint", daemon=True).start()
 
     @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
+    def tx(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction. With `wait=False`, WriterBusy at once when another writer (a
+        thread of this process, or another process) holds the write lock: an event loop never
+        sleeps on it (a writer in a process the scheduler has just preempted would hold the
+        whole loop for a time slice)."""
         db = self.conn()
-        with self._write_lock, _flocked(self._lock_fd):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        if not self._write_lock.acquire(blocking=wait):
+            raise WriterBusy
+        try:
+            with _flocked(self._lock_fd, wait=wait):
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+        finally:
+            self._write_lock.release()
 
     # -- entries ----------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
@@ -267,6 +283,16 @@ class Index:
                               "(expires_at IS NULL OR expires_at >= ?)", (key, time.time()))
                    .fetchone()[0])
 
+    def present(self, db: sqlite3.Connection, keys: Iterable[str]) -> set[str]:
+        """Which of `keys` have an entry (in `db`'s transaction)."""
+        wanted, found = sorted(set(keys)), set[str]()
+        for i in range(0, len(wanted), 500):  # SQLite's limit on host parameters
+            part = wanted[i:i + 500]
+            found.update(r[0] for r in db.execute(
+                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
+                part))
+        return found
+
     def pin(self, db: sqlite3.Connection, keys: list[str], seconds: float) -> list[str]:
         """Keep the entries of `keys` that exist from gc for `seconds` (a lease held by no one,
         like Ray's temporary URI reference); returns the keys that exist. A pin is a reference
@@ -274,31 +300,30 @@ class Index:
         if not keys:
             return []
         now = time.time()
-        present: list[str] = []
-        for i in range(0, len(keys), 500):  # SQLite's limit on host parameters
-            part = keys[i:i + 500]
-            present += [r[0] for r in db.execute(
-                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
-                part)]
+        found = self.present(db, keys)
+        present = list(dict.fromkeys(key for key in keys if key in found))
         db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,NULL,NULL,?,?)",
                        [(PIN_ENV, key, PIN_HOLDER, now + seconds, now) for key in present])
         return present
 
     def prune_refs(self) -> int:
         """Drop references whose holder process died or whose lease (or pin) expired; rows
-        whose pid or lease is not a number (stored by older code) go too."""
+        whose pid or lease is not a number (stored by older code) go too. Each holder process
+        is looked at once, however many references it holds (the agent runs this beside its
+        event loop: a walk over every row in Python would hold the GIL for as long)."""
         now = time.time()
-        rows = self.conn().execute(
-            "SELECT DISTINCT env_key, holder, pid, pid_start, expires_at FROM refs").fetchall()
-        dead = [(r["env_key"], r["holder"]) for r in rows if _ended(r, now)]
-        if dead:
-            with self.tx() as db:
-                db.executemany("DELETE FROM refs WHERE env_key=? AND holder=?", dead)
-        return len(dead)
-
-
-def _ended(row: sqlite3.Row, now: float) -> bool:
-    expires, pid = row["expires_at"], row["pid"]
-    if expires is not None and (not isinstance(expires, (int, float)) or expires < now):
-        return True
-    return pid is not None and not pid_alive(pid, row["pid_start"])
+        db = self.conn()
+        dead_pids = [(r[0], r[1]) for r in db.execute(
+            "SELECT DISTINCT pid, pid_start FROM refs WHERE pid IS NOT NULL")
+            if not pid_alive(r[0], r[1])]
+        ended = {(r[0], r[1]) for r in db.execute(
+            "SELECT DISTINCT env_key, holder FROM refs WHERE expires_at IS NOT NULL AND "
+            "(typeof(expires_at) NOT IN ('integer', 'real') OR expires_at < ?)", (now,))}
+        for pid, start in dead_pids:
+            ended.update((r[0], r[1]) for r in db.execute(
+                "SELECT DISTINCT env_key, holder FROM refs WHERE pid=? AND pid_start IS ?",
+                (pid, start)))
+        if ended:
+            with self.tx() as tx:
+                tx.executemany("DELETE FROM refs WHERE env_key=? AND holder=?", sorted(ended))
+        return len(ended)

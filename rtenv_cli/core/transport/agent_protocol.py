@@ -159,14 +159,16 @@ def check(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...] = ()) -> 
         _check_object(value, schema, path)
 
 
-def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: tuple[Any, ...]
-                  ) -> None:
+def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: tuple[Any, ...],
+                  skip: str | None = None) -> None:
     props = schema.get("properties", {})
     for name in schema.get("required", ()):
         if name not in value:
             raise UsageError(f"{_where((*path, name))} is required")
     extra = schema.get("additionalProperties", True)
     for name, item in value.items():
+        if name == skip:
+            continue
         if name in props:
             check(item, props[name], (*path, name))
         elif extra is False:
@@ -203,6 +205,18 @@ def parse_json(body: bytes, schema_name: str) -> dict[str, Any]:
         raise UsageError("request body must be a JSON object")
     check(data, SCHEMAS[schema_name])
     return data
+
+
+def check_but(data: dict[str, Any], schema_name: str, known: str) -> bool:
+    """What parse_json checks of a body already decoded, but for its field `known`, which the
+    caller has seen pass within a body of this schema (the same value). Only when every other
+    field is a scalar (the body then nests no deeper than that one did): False, and nothing
+    checked, otherwise."""
+    for name, value in data.items():
+        if name != known and isinstance(value, dict | list):
+            return False
+    _check_object(data, SCHEMAS[schema_name], (), skip=known)
+    return True
 
 
 def check_length(declared: str | None, limit: int) -> int | None:

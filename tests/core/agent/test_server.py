@@ -384,3 +384,64 @@ def test_a_create_error_is_the_same_on_the_hit_path_and_the_route(tmp_path: Path
     assert front.status_code == inner.status_code == 400
     assert front.json() == inner.json()
     assert front.json()["error"]["code"] == "usage"
+
+
+def test_a_hit_waits_for_another_writer_without_stopping_the_agent(tmp_path: Path) -> None:
+    """While another process holds the store's write lock (a CLI gc, another --workers
+    process), a cache hit waits for it off the event loop: the agent keeps answering, and the
+    hit is answered (its reference recorded) once the lock is free."""
+    import fcntl
+    import os
+
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "A = 1\n"}), tmp_path)
+    with agent_process(tmp_path / "s") as agent:
+        AgentTarget(agent.url).upload(uri, zpath)
+        url = f"{agent.url}/api/envs"
+        body = {"runtime_env": {"working_dir": uri}, "holder": "first"}
+        assert requests.post(url, json=body, timeout=30).status_code == 200
+        fd = os.open(tmp_path / "s" / "index.sqlite.wlock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(requests.post, url, json={**body, "holder": "second"},
+                                      timeout=30)
+                time.sleep(0.3)  # the hit has reached the lock
+                assert not waiting.done()
+                # the event loop is free: another request is answered meanwhile
+                assert requests.get(f"{agent.url}/api/agent", timeout=5).status_code == 200
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                assert waiting.result().status_code == 200
+        finally:
+            os.close(fd)
+        envs = requests.get(url, timeout=30).json()["envs"]
+        assert [e["holders"] for e in envs] == [2]
+
+
+@pytest.mark.parametrize("change", [
+    {"holder": ""}, {"holder": 5}, {"holder": ["h"]}, {"pid": "abc"}, {"pid": 0},
+    {"lease_s": -1}, {"extra": 1}, {"extra": {"a": 1}}])
+def test_a_known_runtime_env_still_has_its_request_checked(tmp_path: Path,
+                                                           change: dict) -> None:
+    """The hit path checks a runtime_env once; the rest of every request is checked every
+    time, with the same answer as Starlette's route gives."""
+    import asyncio
+
+    import httpx
+
+    app = create_app(AgentConfig(root=tmp_path / "s"))
+    good = {"runtime_env": {"env_vars": {"A": "1"}}, "holder": "h"}
+    bad = {**good, **change}
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as front, \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app.app),
+                                  base_url="http://t") as inner:
+            ok = await front.post("/api/envs", json=good)
+            return ok, await front.post("/api/envs", json=bad), \
+                await inner.post("/api/envs", json=bad)
+
+    ok, front, inner = asyncio.run(run())
+    assert ok.status_code == 200
+    assert front.status_code == inner.status_code == 400
+    assert front.json() == inner.json()

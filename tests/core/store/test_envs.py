@@ -16,6 +16,7 @@ from rtenv_cli.core.cache.gc import plan_gc, run_gc
 from rtenv_cli.core.cache.ls import list_store
 from rtenv_cli.core.errors import AgentError, UnsupportedError
 from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.index import pid_start_time
 from rtenv_cli.core.store.store import Store
 from tests.support.packages import make_tree, ray_package
 
@@ -150,6 +151,7 @@ _CREATE = """
 import json, sys
 from pathlib import Path
 from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.index import pid_start_time
 from rtenv_cli.core.store.store import Store
 h = Environments(Store(Path(sys.argv[1]))).get_or_create({"uv": ["six==1.16.0"]},
                                                           holder=sys.argv[2])
@@ -281,3 +283,44 @@ def test_uv_check_runs_uv_pip_check(tmp_path: Path) -> None:
         Environments(store).get_or_create(broken, holder="h")
     unchecked = {"uv": {**broken["uv"], "uv_check": False}}
     assert Environments(store).get_or_create(unchecked, holder="h").venv
+
+
+def test_a_remembered_plan_is_not_taken_for_another_runtime_env(tmp_path: Path) -> None:
+    """The hit path remembers a runtime_env's plan by its JSON; a value JSON cannot tell from
+    it (a tuple for a list) is still worked out on its own."""
+    store = Store(tmp_path / "store")
+    _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    spec = {"py_modules": [f"file://{zpath}"]}
+    built = envs.get_or_create(spec, holder="a")
+    [hit] = envs.try_hits([{"runtime_env": spec, "holder": "b", "pid": None, "lease_s": None}])
+    assert hit is not None
+    assert hit.key == built.key
+    spec["py_modules"].append(f"file://{tmp_path}/other.zip")  # the caller's dict, changed
+    [miss] = envs.try_hits([{"runtime_env": spec, "holder": "c", "pid": None,
+                             "lease_s": None}])
+    assert miss is None  # not the remembered plan: the new module is not built
+    as_tuple = {"py_modules": (f"file://{zpath}",)}
+    [same] = envs.try_hits([{"runtime_env": as_tuple, "holder": "d", "pid": None,
+                             "lease_s": None}])
+    assert same is not None
+    assert same.key == built.key
+
+
+def test_a_batch_of_hits_holds_each_present_environment_once_per_holder(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    spec = {"working_dir": f"file://{zpath}", "env_vars": {"X": "1"}}
+    envs.get_or_create(spec, holder="seed")
+    absent = {"working_dir": f"file://{tmp_path}/absent.zip"}
+    reqs = [{"runtime_env": absent if i % 3 == 0 else spec, "holder": f"h{i}",
+             "pid": os.getpid(), "lease_s": None} for i in range(30)]
+    answers = envs.try_hits(reqs)
+    assert [a is None for a in answers] == [i % 3 == 0 for i in range(30)]
+    [env] = envs.list_envs()
+    assert env["holders"] == 1 + 20
+    rows = store.index.conn().execute("SELECT DISTINCT pid, pid_start FROM refs "
+                                      "WHERE holder != 'seed'").fetchall()
+    assert [tuple(r) for r in rows] == [(os.getpid(), pid_start_time(os.getpid()))]

@@ -279,3 +279,62 @@ def test_without_them_it_is_refused_with_the_cause(tmp_path: Path) -> None:
     with pytest.raises(PackagingError, match="escapes the tree"):
         store.put_package(name, pkg, extra_dirs=["../data"])
     assert not store.has_package(name)
+
+
+def test_a_write_that_must_not_wait_is_refused_while_another_writer_holds_the_lock(
+        tmp_path: Path) -> None:
+    import fcntl
+
+    from rtenv_cli.core.store.index import WriterBusy
+
+    store = Store(tmp_path / "store")
+    index = store.index
+    other = os.open(tmp_path / "store" / "index.sqlite.wlock", os.O_RDWR)  # another process's
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(WriterBusy), index.tx(wait=False):
+            pass
+        fcntl.flock(other, fcntl.LOCK_UN)
+    finally:
+        os.close(other)
+    held, go = threading.Event(), threading.Event()
+
+    def writer() -> None:  # a thread of this process holding the lock
+        with index.tx():
+            held.set()
+            go.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(WriterBusy), index.tx(wait=False):
+            pass
+    finally:
+        go.set()
+        thread.join(30)
+    with index.tx(wait=False) as db:  # free again: nothing was left held
+        db.execute("SELECT 1")
+
+
+def test_prune_drops_the_references_of_dead_holders_and_ended_leases(tmp_path: Path) -> None:
+    from rtenv_cli.core.store.index import pid_start_time
+
+    store = Store(tmp_path / "store")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    now = time.time()
+    me = os.getpid()
+    start = pid_start_time(me)
+    rows = [("e1", "k1", f"live{i}", me, start, None, now) for i in range(50)]
+    rows += [("e1", "k1", f"dead{i}", dead.pid, "1", None, now) for i in range(50)]
+    rows += [("e1", "k2", "dead0", dead.pid, "1", None, now)]  # a second entry of a dead one
+    rows += [("e1", "k1", "recycled", me, "not-its-start", None, now)]
+    rows += [("e2", "k1", "lease-over", None, None, now - 1, now),
+             ("e2", "k1", "lease-on", None, None, now + 3600, now),
+             ("e2", "k1", "lease-bad", None, None, "soon", now)]
+    with store.index.tx() as db:
+        db.executemany("INSERT INTO refs VALUES (?,?,?,?,?,?,?)", rows)
+    assert store.index.prune_refs() == 50 + 1 + 2
+    left = {r[0] for r in store.index.conn().execute("SELECT holder FROM refs")}
+    assert left == {f"live{i}" for i in range(50)} | {"lease-on"}
