@@ -158,18 +158,18 @@ class RayHead:
     def stop(self) -> None:
         """Kill the process group we started (SIGTERM, then SIGKILL).
 
-        Ray's processes exit on SIGTERM, but `ray start --block` itself does not (it sits in its
-        monitor loop until killed), so waiting long for it only costs time: a few seconds' grace
-        for the rest of the group, then SIGKILL.
+        Ray's processes exit on SIGTERM within a fraction of a second, but `ray start --block`
+        itself does not (it sits in its monitor loop until killed), nor do the raylet and the
+        autoscaler's monitor (not within 10 s here), so waiting for them only costs time: the
+        group gets SIGTERM and up to 3 s to shrink, and SIGKILL once it stops shrinking.
         """
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
+            _wait_group_settled(self.proc.pid, grace=3.0)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
         # children of `ray start` that outlived it are still in its process group
         if self.proc is not None:
@@ -186,6 +186,37 @@ class RayHead:
         env["RAY_ADDRESS"] = self.address
         return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd,
                               capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _group_members(pgid: int) -> set[int]:
+    """The live (not zombie) processes of process group `pgid`, from /proc."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.add(int(entry.name))
+    return members
+
+
+def _wait_group_settled(pgid: int, grace: float, settle: float = 0.5) -> None:
+    """Wait until group `pgid` has no member but its leader, or has not shrunk for `settle`
+    seconds, at most `grace` seconds."""
+    deadline = time.monotonic() + grace
+    last, since = _group_members(pgid), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = _group_members(pgid)
+        if now <= {pgid}:
+            return
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= settle:
+            return
 
 
 @contextlib.contextmanager
@@ -273,8 +304,8 @@ class RayWorkerNode:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=3)
+            if self.proc.poll() is None:
+                _wait_group_settled(self.proc.pid, grace=3.0)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):

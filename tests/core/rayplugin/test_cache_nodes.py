@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes, list_ray_nodes
+from rtenv_cli.core.store.store import Store
 from tests.core.rayplugin.conftest import PluginCluster
 from tests.core.rayplugin.test_plugin_ray import PROBE
 
@@ -26,6 +27,15 @@ class Holder:
         import six
         return six.__version__
 '''
+
+
+def _worker_refs(c: PluginCluster) -> dict[str, int]:
+    """The worker node's rtenv store as its index has it: label -> references."""
+    store = Store(c.worker_home / "store", recover=False)  # read only: the node owns it
+    try:
+        return {e.label: e.refs for e in store.index.all() if (store.root / e.path).exists()}
+    finally:
+        store.close()
 
 
 def _labels(listing_nodes: tuple, node_id: str) -> dict[str, int]:
@@ -72,8 +82,9 @@ def test_cache_ls_gc_purge_address_see_both_nodes_and_spare_a_live_actors_env(
                                  rtenv_gc={"purge": True, "kinds": ["pip"]})
         gone = {n["node_id"]: [e.label for e in r.removed] for n, r in purged.rtenv_gc()}
         assert LABEL not in gone[c.worker.node_id]
-        after = list_ray_nodes(c.head.dashboard_url)
-        assert LABEL in _labels(after.nodes, c.worker.node_id)
+        # and it is still there: read from the worker node's store itself (a scan job costs
+        # ~6 s; the listing above already shows the store as the scan reports it)
+        assert _worker_refs(c).get(LABEL, 0) >= 1
     finally:
         kill = c.head.run_driver(textwrap.dedent('''
             import ray
@@ -82,11 +93,12 @@ def test_cache_ls_gc_purge_address_see_both_nodes_and_spare_a_live_actors_env(
         '''), timeout=120)
         assert kill.returncode == 0, kill.stderr[-2000:]
 
-    # the actor is gone: Ray releases the URI (delete_uri), and gc removes the env
+    # the actor is gone: Ray releases the URI (delete_uri), and gc removes the env. Polled on
+    # the worker node's store, whose index the scans report (a scan job per poll cost ~6 s)
     deadline = time.monotonic() + 60
-    while _labels(list_ray_nodes(c.head.dashboard_url).nodes, c.worker.node_id).get(LABEL):
+    while _worker_refs(c).get(LABEL):
         assert time.monotonic() < deadline, "delete_uri did not release rtenv's reference"
-        time.sleep(1)
+        time.sleep(0.5)
     cli = subprocess.run([sys.executable, "-m", "rtenv_cli", "cache", "gc", "--address",
                           c.head.dashboard_url, "--keep-storage", "0", "--kind", "pip", "--yes",
                           "--format", "json"], capture_output=True, text=True, timeout=300,
