@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--per-connection", type=int, default=250)
+    parser.add_argument("--per-connection", type=int, default=bench_agent.HITS_PER_CONNECTION)
     args = parser.parse_args(argv)
     trees = [t.resolve() for t in args.tree or [Path(__file__).resolve().parent.parent]]
     work = Path(tempfile.mkdtemp(prefix="rtenv-bench-hits-"))
