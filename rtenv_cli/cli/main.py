@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,8 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stdout is None:  # started with standard output closed (`>&-`)
         _closed_stdout()
     try:
-        app(args=argv, prog_name="rtenv")
-        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        code = _run(app, argv)
+        # what the command left in stdout's buffer: a closed pipe or a full disk shows here,
+        # not at interpreter exit (exit 120 and "Exception ignored"); a command that returns
+        # normally still ends in SystemExit (click's standalone mode), so this is the one flush
+        sys.stdout.flush()
     except BrokenPipeError:
         from rtenv_cli.cli.group import silence_stdout
 
@@ -25,11 +29,17 @@ def main(argv: list[str] | None = None) -> int:
         if not stdout_failed(exc):
             raise
         return 1
+    return code
+
+
+def _run(app: Callable[..., object], argv: list[str] | None) -> int:
+    """The app's exit code (click ends every run with SystemExit)."""
+    try:
+        app(args=argv, prog_name="rtenv")
     except SystemExit as exc:
-        code = exc.code
-        if code is None:
+        if exc.code is None:
             return 0
-        return code if isinstance(code, int) else 1
+        return exc.code if isinstance(exc.code, int) else 1
     return 0
 
 

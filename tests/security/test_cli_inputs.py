@@ -25,13 +25,22 @@ def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
+def user_env(*, buffered: bool = True) -> dict[str, str]:
+    """This environment as a user's shell has it: stdout buffered (this machine exports
+    PYTHONUNBUFFERED, which would let a failed write surface at once and hide a failure of the
+    final flush at exit), no colour."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return {**env, "NO_COLOR": "1", **({} if buffered else {"PYTHONUNBUFFERED": "1"})}
+
+
 def run_limited(args: list[str], *, stdin: int | None = subprocess.DEVNULL,
                 stdout: int | None = subprocess.PIPE, timeout: float = 120,
-                cwd: Path | None = None, pass_fds: tuple[int, ...] = ()) -> CliResult:
+                cwd: Path | None = None, pass_fds: tuple[int, ...] = (),
+                buffered: bool = True) -> CliResult:
     proc = subprocess.run(
         [sys.executable, "-m", "rtenv_cli", *args], stdin=stdin, stdout=stdout,
         stderr=subprocess.PIPE, timeout=timeout, preexec_fn=_limited, check=False, cwd=cwd,
-        env={**os.environ, "NO_COLOR": "1"}, pass_fds=pass_fds)
+        env=user_env(buffered=buffered), pass_fds=pass_fds)
     out = proc.stdout.decode(errors="replace") if proc.stdout else ""
     return CliResult(proc.returncode, out, proc.stderr.decode(errors="replace"))
 
@@ -124,15 +133,17 @@ def test_validate_with_standard_input_closed() -> None:
     assert "internal error" not in proc.stderr
 
 
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("fmt", ["text", "json", "sarif"])
-def test_validate_with_standard_output_closed(tmp_path: Path, fmt: str) -> None:
+def test_validate_with_standard_output_closed(tmp_path: Path, fmt: str, buffered: bool) -> None:
     path = tmp_path / "runtime_env.yaml"
     path.write_text("env_vars:\n  A: '1'\n")
     proc = subprocess.run(
         [sys.executable, "-c", "import os, runpy, sys; os.close(1); sys.argv = ['rtenv', "
          f"'validate', '--format', '{fmt}', {str(path)!r}]; "
          "runpy.run_module('rtenv_cli', run_name='__main__')"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        env=user_env(buffered=buffered))
     assert proc.returncode == 1, proc
     assert "cannot write to standard output" in proc.stderr
     assert "internal error" not in proc.stderr
@@ -141,11 +152,13 @@ def test_validate_with_standard_output_closed(tmp_path: Path, fmt: str) -> None:
 
 @pytest.mark.parametrize("args", [["validate", "{path}"], ["validate", "-f", "json", "{path}"],
                                   ["explain", "{path}", "--no-gpu-map", "-f", "json"]])
-def test_standard_output_on_dev_full(tmp_path: Path, args: list[str]) -> None:
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_standard_output_on_dev_full(tmp_path: Path, args: list[str], buffered: bool) -> None:
     path = tmp_path / "runtime_env.yaml"
     path.write_text("env_vars:\n  A: '1'\n")
     with open("/dev/full", "wb") as full:
-        result = run_limited([a.format(path=path) for a in args], stdout=full.fileno())
+        result = run_limited([a.format(path=path) for a in args], stdout=full.fileno(),
+                             buffered=buffered)
     assert result.exit_code == 1, result
     assert "cannot write to standard output: No space left on device" in result.stderr
     assert_clean(result)
