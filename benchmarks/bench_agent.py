@@ -240,7 +240,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                 ">= 5x faster than Ray's pip plugin", ray_pip_s >= 5 * warm_s and not pip_err),
             Row(B, "env size on disk vs Ray pip plugin", "MB", rtenv_bytes / 1e6,
                 ray_pip_bytes / 1e6, ">= 10x smaller", ray_pip_bytes >= 10 * rtenv_bytes,
-                "du -sb of the venv; Ray clones its base venv"),
+                "the blocks the venv takes (store.files.dir_size: du -s --block-size=1, each "
+                "inode once); Ray clones its base venv"),
             Row(B, "env size on disk vs Ray uv plugin", "MB", rtenv_bytes / 1e6,
                 ray_uv_bytes / 1e6, ">= 10x smaller", ray_uv_bytes >= 10 * rtenv_bytes),
         ]
