@@ -27,6 +27,7 @@ class Debouncer:
     early_after_s: float = 0.03
     _events: int = 0  # events added in this batch
     _early_events: int = 0  # how many of them `early` has seen
+    last_batch_events: int = 0  # events behind the batch `wait_batch` returned last
 
     def add(self, *paths: str) -> None:
         now = time.monotonic()
@@ -68,6 +69,7 @@ class Debouncer:
                     ready_at = min(self._last + self.quiet_s, self._first + self.max_wait_s)
                     if now >= ready_at:
                         batch, self._paths, self._first = self._paths, set(), None
+                        self.last_batch_events = self._events
                         self._events = self._early_events = 0
                         return batch
                     wait = ready_at - now

@@ -14,6 +14,14 @@ from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.watch.debounce import Debouncer
 from rtenv_cli.core.watch.events import Watcher, WatchNotice
 
+# A batch of this many events is a storm (`git checkout`, a build, an unpacked archive): the
+# kernel's inotify queue (fs.inotify.max_queued_events, 16,384 by default) may have overflowed
+# while it came, and the events lost then include the last edits. watchdog drops them without
+# telling its handlers, so a storm's batch is followed by a reconcile scan (a stat walk that
+# rehashes only what changed) STORM_RECONCILE_S after it is pushed, not at the next `reconcile_s`.
+STORM_EVENTS = 1000
+STORM_RECONCILE_S = 1.0
+
 
 class BatchHandler(Protocol):
     """What the loop drives (the session)."""
@@ -90,6 +98,8 @@ class WatchLoop:
                 if batch and self.handler.handle_batch(batch) is not None:
                     pushes += 1
                 now = time.monotonic()
+                if batch and self.debouncer.last_batch_events >= STORM_EVENTS:
+                    next_reconcile = min(next_reconcile, now + STORM_RECONCILE_S)
                 if now >= next_reconcile:
                     next_reconcile = now + self.reconcile_s
                     if self.handler.handle_batch(set(), trigger="reconcile") is not None:
