@@ -36,6 +36,7 @@ from rtenv_cli.core.errors import (
     UsageError,
     from_os_error,
 )
+from rtenv_cli.core.store.envs import MEMO_MAX_JSON
 from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport import agent_protocol as protocol
 from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, Limits
@@ -515,7 +516,7 @@ class AgentApp:
                 and protocol.check_but(data, "EnvRequest", "runtime_env")):
             return protocol.env_request(data, trusted_pid=is_loopback(client))
         args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
-        if known is not None and not self.state.config.file_roots:
+        if known is not None and len(known) <= MEMO_MAX_JSON and not self.state.config.file_roots:
             if len(self._checked) >= 4096:  # noqa: PLR2004 - a bound, not a tuning knob
                 self._checked.clear()
             self._checked.add(known)
@@ -547,8 +548,12 @@ class AgentApp:
                 loop.call_later(0.001, self._commit_batch)
                 return
             self._busy = 0  # a long holder (a WAL truncation, a gc): wait in a thread
-            waited = loop.run_in_executor(
-                None, functools.partial(self.state.envs.try_hits, requests))
+            try:
+                waited = loop.run_in_executor(
+                    None, functools.partial(self.state.envs.try_hits, requests))
+            except RuntimeError:  # the executor is shut down (the agent is stopping)
+                _settle(batch, [None] * len(batch))  # the slow path answers each request
+                return
             waited.add_done_callback(lambda fut: _answer(batch, fut))
             return
         except Exception:  # e.g. SQLite busy: the slow path answers each request properly

@@ -56,6 +56,12 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
     return [str(p) for p in value["packages"]], options
 
 
+
+# a runtime_env remembered by its JSON (a plan here, a checked request in the agent) is at most
+# this long: the memos are bounded by count (4,096), and a client sending large runtime_envs
+# must not make them hold gigabytes (a hit of a large one is worked out afresh each time)
+MEMO_MAX_JSON = 16 * 1024
+
 def _memo_key(kind: str, value: Any) -> str | None:
     """A memo key for literal requirement lists; None when files are involved (they change)."""
     items = value if isinstance(value, list) else (value or {}).get("packages") \
@@ -251,7 +257,7 @@ class Environments:
             if known is not None and known[0] == runtime_env:
                 return known[1]
         plan, _built = self._resolve(runtime_env, base_dir, ensure=False)
-        if memo_key is not None and all(
+        if memo_key is not None and len(memo_key) <= MEMO_MAX_JSON and all(
                 _memo_key(kind, runtime_env[kind]) is not None
                 for kind in ("pip", "uv") if runtime_env.get(kind)):
             if len(self._plans) > 4096:  # noqa: PLR2004 - a bound, not a tuning knob

@@ -39,6 +39,12 @@ WAL_LIMIT = 64 << 20  # the WAL is truncated once it has grown past this
 PIN_ENV, PIN_HOLDER = "pin", "upload"  # the reference row of a pin
 CREATING_ENV = "creating"  # rows holding what a create in progress built or found
 
+# references whose lease (or pin) ended, or whose lease is not a number (older code's rows)
+_ANY_LEASE_ENDED = ("SELECT 1 FROM refs WHERE expires_at IS NOT NULL AND (typeof(expires_at) "
+                    "NOT IN ('integer', 'real') OR expires_at < ?) LIMIT 1")
+_DROP_LEASES_ENDED = ("DELETE FROM refs WHERE expires_at IS NOT NULL AND (typeof(expires_at) "
+                      "NOT IN ('integer', 'real') OR expires_at < ?)")
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -308,22 +314,21 @@ class Index:
 
     def prune_refs(self) -> int:
         """Drop references whose holder process died or whose lease (or pin) expired; rows
-        whose pid or lease is not a number (stored by older code) go too. Each holder process
-        is looked at once, however many references it holds (the agent runs this beside its
-        event loop: a walk over every row in Python would hold the GIL for as long)."""
+        whose pid or lease is not a number (stored by older code) go too. Returns the rows
+        dropped. Each holder process is looked at once, however many references it holds (the
+        agent runs this beside its event loop: a walk over every row in Python would hold the
+        GIL for as long). The deletes name the dead process (pid and start time) and the ended
+        lease themselves, inside the transaction: a reference taken meanwhile under the same
+        holder (a restarted raylet, a renewed lease) is never the one dropped."""
         now = time.time()
         db = self.conn()
         dead_pids = [(r[0], r[1]) for r in db.execute(
             "SELECT DISTINCT pid, pid_start FROM refs WHERE pid IS NOT NULL")
             if not pid_alive(r[0], r[1])]
-        ended = {(r[0], r[1]) for r in db.execute(
-            "SELECT DISTINCT env_key, holder FROM refs WHERE expires_at IS NOT NULL AND "
-            "(typeof(expires_at) NOT IN ('integer', 'real') OR expires_at < ?)", (now,))}
-        for pid, start in dead_pids:
-            ended.update((r[0], r[1]) for r in db.execute(
-                "SELECT DISTINCT env_key, holder FROM refs WHERE pid=? AND pid_start IS ?",
-                (pid, start)))
-        if ended:
-            with self.tx() as tx:
-                tx.executemany("DELETE FROM refs WHERE env_key=? AND holder=?", sorted(ended))
-        return len(ended)
+        if not dead_pids and db.execute(_ANY_LEASE_ENDED, (now,)).fetchone() is None:
+            return 0
+        with self.tx() as tx:
+            before = tx.total_changes
+            tx.executemany("DELETE FROM refs WHERE pid=? AND pid_start IS ?", dead_pids)
+            tx.execute(_DROP_LEASES_ENDED, (now,))
+            return tx.total_changes - before

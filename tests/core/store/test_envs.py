@@ -324,3 +324,24 @@ def test_a_batch_of_hits_holds_each_present_environment_once_per_holder(
     rows = store.index.conn().execute("SELECT DISTINCT pid, pid_start FROM refs "
                                       "WHERE holder != 'seed'").fetchall()
     assert [tuple(r) for r in rows] == [(os.getpid(), pid_start_time(os.getpid()))]
+
+
+def test_a_large_runtime_env_is_a_hit_but_not_remembered(tmp_path: Path) -> None:
+    """The plan memo holds runtime_envs by their JSON, bounded by count: one much larger than a
+    real runtime_env (a client sending megabytes per request) is worked out afresh instead of
+    held, so 4,096 of them cannot make the agent hold gigabytes."""
+    from rtenv_cli.core.store.envs import MEMO_MAX_JSON
+
+    store = Store(tmp_path / "store")
+    _uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a": "b"}), tmp_path)
+    envs = Environments(store)
+    small = {"py_modules": [f"file://{zpath}"]}
+    large = {**small, "env_vars": {"BIG": "x" * MEMO_MAX_JSON}}
+    for spec in (small, large):
+        envs.get_or_create(spec, holder="a")
+        [hit] = envs.try_hits([{"runtime_env": spec, "holder": "b", "pid": None,
+                                "lease_s": None}])
+        assert hit is not None  # both are hits
+    remembered = [json.loads(k) for k in envs._plans]
+    assert small in remembered
+    assert large not in remembered

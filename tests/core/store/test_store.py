@@ -335,6 +335,23 @@ def test_prune_drops_the_references_of_dead_holders_and_ended_leases(tmp_path: P
              ("e2", "k1", "lease-bad", None, None, "soon", now)]
     with store.index.tx() as db:
         db.executemany("INSERT INTO refs VALUES (?,?,?,?,?,?,?)", rows)
-    assert store.index.prune_refs() == 50 + 1 + 2
+    assert store.index.prune_refs() == 50 + 1 + 1 + 2  # rows: the dead one's k2 row too
     left = {r[0] for r in store.index.conn().execute("SELECT holder FROM refs")}
     assert left == {f"live{i}" for i in range(50)} | {"lease-on"}
+
+
+def test_prune_keeps_a_reference_taken_again_under_the_same_holder(tmp_path: Path) -> None:
+    """A holder whose process died and which holds the env again from a new process (a restarted
+    raylet) keeps its new reference: prune drops the dead process's rows, not the holder's."""
+    from rtenv_cli.core.store.index import pid_start_time
+
+    store = Store(tmp_path / "store")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    now, me = time.time(), os.getpid()
+    with store.index.tx() as db:
+        db.executemany("INSERT INTO refs VALUES (?,?,?,?,?,?,?)", [
+            ("e1", "k1", "raylet", dead.pid, "1", None, now),
+            ("e1", "k2", "raylet", me, pid_start_time(me), None, now)])
+    assert store.index.prune_refs() == 1
+    assert [r[0] for r in store.index.conn().execute("SELECT entry_key FROM refs")] == ["k2"]
