@@ -56,11 +56,11 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
     return [str(p) for p in value["packages"]], options
 
 
-
 # a runtime_env remembered by its JSON (a plan here, a checked request in the agent) is at most
 # this long: the memos are bounded by count (4,096), and a client sending large runtime_envs
 # must not make them hold gigabytes (a hit of a large one is worked out afresh each time)
 MEMO_MAX_JSON = 16 * 1024
+
 
 def _memo_key(kind: str, value: Any) -> str | None:
     """A memo key for literal requirement lists; None when files are involved (they change)."""
@@ -311,16 +311,13 @@ class Environments:
             venv=str(entries / _dirname(venv_key) / "tree" / "venv") if venv_key else None,
         ), built
 
-    def _acquire(self, plan: _Plan, holder: str, *, pid: int | None, lease_s: float | None,
-                 db: sqlite3.Connection | None = None) -> bool:
-        """Hold `plan`'s entries for `holder` if they all exist, in one transaction (`db`'s,
-        when the caller has one open)."""
-        if db is None:
-            with self.store.index.tx() as own:
-                held, touched = self._hold(own, [(plan, holder, pid, lease_s)])
-            self._remember_touched(touched)
-            return held[0]
-        return self._hold(db, [(plan, holder, pid, lease_s)])[0][0]
+    def _acquire(self, plan: _Plan, holder: str, *, pid: int | None,
+                 lease_s: float | None) -> bool:
+        """Hold `plan`'s entries for `holder` if they all exist, in a transaction of its own."""
+        with self.store.index.tx() as db:
+            held, touched = self._hold(db, [(plan, holder, pid, lease_s)])
+        self._remember_touched(touched)
+        return held[0]
 
     def _hold(self, db: sqlite3.Connection,
               claims: Sequence[tuple[_Plan, str, int | None, float | None]]
@@ -347,8 +344,9 @@ class Environments:
             rows += [(plan.env_key, key, holder, pid, start, expires, now) for key in plan.keys]
             used[plan.env_key] = plan
         # last use is kept to the second: a hit within a second of this process's previous write
-        # of it adds only its references (fewer pages per commit on the hot path); envs rows are
-        # never deleted, so one this process wrote is still there
+        # of it adds only its references (fewer pages per commit on the hot path); a gc that
+        # removed the envs row meanwhile (forget_dead_envs) leaves `list_envs` without it until
+        # the next write, at most a second later: the references, which gc reads, are written
         envs = [p for k, p in used.items() if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S]
         if envs:  # what `list_envs` shows: entries and env var names, no values
             db.executemany("INSERT INTO envs VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
