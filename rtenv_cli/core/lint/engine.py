@@ -264,15 +264,14 @@ def _as_template(report: FileReport, parse_error: str | None) -> FileReport:
 
 def _share_scans(data: Any, run: RunCache) -> None:
     """One scan per local package for both pipelines, the size rules and the run's other files;
-    packaging is only imported for a runtime_env that has packages (validate must start fast)."""
+    packaging is only imported for a runtime_env with a local working_dir or py_module
+    (validate must start fast: a URI is never scanned)."""
     if not isinstance(data, dict):
         return
-    from rtenv_cli.core.spec.normalize import is_path
+    from rtenv_cli.core.lint.rules.paths import local_paths  # the rules' own "local path"
 
-    modules = data.get("py_modules")
-    values = [data.get("working_dir"), *(modules if isinstance(modules, list) else [modules])]
-    if any(not isinstance(v, str) or is_path(v) for v in values if v is not None):
-        run.share_package_scans()  # a local folder (or a value Ray will reject: scan as before)
+    if any(where[0] in ("working_dir", "py_modules") for where, _path in local_paths(data)):
+        run.share_package_scans()
 
 
 def _secrets(found_in: Sequence[Site]) -> set[str]:
