@@ -356,10 +356,7 @@ class Environments:
             db.executemany("INSERT OR REPLACE INTO refs VALUES (?,?,?,?,?,?,?)", rows)
         touch = sorted({k for p in used.values() for k in p.keys
                         if now - self._touched.get(k, 0.0) >= _TOUCH_EVERY_S})
-        for i in range(0, len(touch), 500):
-            part = touch[i:i + 500]
-            db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN "  # noqa: S608 - placeholders only
-                       f"({','.join('?' * len(part))})", (now, *part))
+        self.store.index.mark_used(db, touch, now)
         return held, [p.env_key for p in envs] + touch
 
     def _remember_touched(self, keys: list[str]) -> None:

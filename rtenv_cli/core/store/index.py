@@ -100,6 +100,13 @@ def pid_alive(pid: int, start: str | None) -> bool:
     return current is None or current == start
 
 
+def _parts(keys: list[str]) -> Iterator[tuple[list[str], str]]:
+    """`keys` in parts SQLite takes as host parameters (its limit), each with its `?,?,...`."""
+    for i in range(0, len(keys), 500):
+        part = keys[i:i + 500]
+        yield part, ",".join("?" * len(part))
+
+
 class WriterBusy(Exception):
     """Another writer holds the index's write lock (`Index.tx(wait=False)`)."""
 
@@ -291,13 +298,17 @@ class Index:
 
     def present(self, db: sqlite3.Connection, keys: Iterable[str]) -> set[str]:
         """Which of `keys` have an entry (in `db`'s transaction)."""
-        wanted, found = sorted(set(keys)), set[str]()
-        for i in range(0, len(wanted), 500):  # SQLite's limit on host parameters
-            part = wanted[i:i + 500]
+        found = set[str]()
+        for part, marks in _parts(sorted(set(keys))):
             found.update(r[0] for r in db.execute(
-                f"SELECT key FROM entries WHERE key IN ({','.join('?' * len(part))})",  # noqa: S608 - placeholders only
-                part))
+                f"SELECT key FROM entries WHERE key IN ({marks})", part))  # noqa: S608 - placeholders only
         return found
+
+    def mark_used(self, db: sqlite3.Connection, keys: list[str], now: float) -> None:
+        """`touch` for many entries at once, at `now`, in `db`'s transaction."""
+        for part, marks in _parts(keys):
+            db.execute(f"UPDATE entries SET last_used_at=? WHERE key IN ({marks})",  # noqa: S608 - placeholders only
+                       (now, *part))
 
     def pin(self, db: sqlite3.Connection, keys: list[str], seconds: float) -> list[str]:
         """Keep the entries of `keys` that exist from gc for `seconds` (a lease held by no one,
