@@ -19,16 +19,22 @@ def _setup_commands() -> list[str]:
     return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
 
 
-# what .ci/run runs after the README's test command: the static gates and the dependency floors
-GATES = ["ruff check rtenv_cli tests benchmarks scripts", "mypy", "bash .ci/lowest.sh"]
+# what .ci/run runs between the install and the test run of the README's second command (the
+# static gates: they fail in seconds), and after it (the dependency floors)
+BEFORE_TESTS = ["ruff check rtenv_cli tests benchmarks scripts", "mypy"]
+AFTER_TESTS = ["bash .ci/lowest.sh"]
+TEST_RUN = "python -m pytest"
 
 
 def test_setup_is_two_commands_and_ci_runs_the_second() -> None:
     commands = _setup_commands()
     assert len(commands) == 2
+    install, sep, tests = commands[1].rpartition(" && ")
+    assert sep, commands[1]
+    assert tests == TEST_RUN, commands[1]
     ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line and not line.startswith(("#", "set ", "cd "))]
-    assert ci_lines == [commands[1], *GATES]
+    assert ci_lines == [install, *BEFORE_TESTS, tests, *AFTER_TESTS]
 
 
 def test_first_command_runs_the_quickstart_on_the_embedded_store() -> None:
