@@ -243,8 +243,19 @@ def configuration_page() -> str:
         lines.append("")
 
     tables = CommandTables(_root())
+    own = [name for name in tables if hasattr(tables[name], "param")]  # the root's options
+    if own:
+        lines.extend(["## Top level", "", "Options of `rtenv` itself (`rtenv --color never "
+                      "validate`), as keys outside any table.", "",
+                      "| key | type | default | flag |", "|---|---|---|---|"])
+        for key in own:
+            param = tables[key].param
+            lines.append(f"| `{key}` | {_cell(toml_type(param))} | {default_text(param)} | "
+                         f"`--{key}` |")
+        lines.append("")
     for name in tables:
-        table((name,), tables[name])
+        if name not in own:
+            table((name,), tables[name])
     return "\n".join(lines)
 
 
