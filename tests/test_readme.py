@@ -61,3 +61,22 @@ def test_validate_section_lists_every_file_form_rtenv_reads() -> None:
     shown = {m for f in corpus.glob("*.yaml")
              for m in re.findall(r"^# check: .*kind=([a-z_-]+)", f.read_text(), re.M)}
     assert shown >= set(KINDS)
+
+
+def test_the_parity_corpus_is_the_size_the_readme_says() -> None:
+    from tests.parity.corpus import CASES
+    from tests.parity.test_random_parity import COUNT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"Ray's own code on (\d+) crafted files and (\d+) seeded random ones", text)
+    assert m, "README's validate section no longer says how large the parity corpus is"
+    assert (int(m.group(1)), int(m.group(2))) == (len(CASES), COUNT)
+
+
+def test_the_routes_without_a_token_are_the_ones_the_readme_names() -> None:
+    from rtenv_cli.core.agent.server import PUBLIC
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"Every route but (.*?) needs a bearer token", text)
+    assert m, "README's agent section no longer says which routes need the token"
+    assert tuple(re.findall(r"`(/[^`]*)`", m.group(1))) == PUBLIC
