@@ -37,9 +37,12 @@ from rtenv_cli.core.packaging.ignore import (
 _PY_SEARCH_LIMIT = 20_000  # entries looked at per ignored directory when searching for .py
 
 
-class Entry(NamedTuple):  # a tuple: built 10,000 times per scan, ~3x cheaper than a dataclass
+# A tuple, with a str path: built once per entry of every scan, it costs a fraction of a
+# dataclass or of a Path object per entry (benchmarks/results/
+# fastpaths.json: "build 10,000 walk entries as NamedTuples", and the ablation rows after it).
+class Entry(NamedTuple):
     relpath: str  # "." for the root; "/"-separated (Linux os.sep, as Ray hashes it)
-    fspath: str  # the absolute path (a str: building 10,000 Path objects costs ~0.1 s)
+    fspath: str  # the absolute path (`path` makes the Path when one is needed)
     is_dir: bool
     size: int
     mode: int  # st_mode (following symlinks)
