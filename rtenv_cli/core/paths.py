@@ -24,7 +24,7 @@ def rtenv_home() -> Path:
     absent; refused if it is not this user's alone, see `private_dir`)."""
     override = os.environ.get(HOME_ENV)
     if override:
-        return private_dir(Path(override).expanduser(), f"RTENV_HOME ({HOME_ENV})")
+        return private_dir(Path(override).expanduser(), HOME_ENV)
     from platformdirs import user_cache_dir
 
     return private_dir(Path(user_cache_dir("rtenv", appauthor=False)), "rtenv's home")
@@ -78,27 +78,32 @@ def private_dir(path: Path, what: str) -> Path:
     try:
         _make_private(path)
         st = os.stat(path)
+        key = (str(path), st.st_dev, st.st_ino, st.st_uid, st.st_mode)
+        if key not in _TRUSTED:
+            _check(path, what, st)
+            _TRUSTED.add(key)
     except OSError as exc:
         raise UsageError(f"cannot use {what} {path}: {exc.strerror or exc}", path=str(path),
                          hint=f"choose a directory this user can create and write (set "
                          f"{HOME_ENV}, or --root for `rtenv agent`)") from None
-    key = (str(path), st.st_dev, st.st_ino, st.st_uid, st.st_mode)
-    if key in _TRUSTED:
-        return path
+    return path
+
+
+def _check(path: Path, what: str, st: os.stat_result) -> None:
+    """private_dir's rule for the directory `path` (`st`) and its ancestors."""
     me = os.geteuid()
+    elsewhere = f"choose another directory (set {HOME_ENV}, or --root for `rtenv agent`)"
     if not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"{what} {path} is not a directory", path=str(path),
-                         hint=f"remove it, or choose another directory (set {HOME_ENV}, or "
-                         "--root for `rtenv agent`)")
+                         hint=f"remove it, or {elsewhere}")
     if st.st_uid != me or _writable_by_others(st):
         raise UsageError(
             f"{what} {path} is not this user's alone: owned by {owner_name(st.st_uid)}, mode "
             f"{stat.S_IMODE(st.st_mode):04o}; another user could change what rtenv runs",
             path=str(path),
-            hint=f"`chown {user_name(me)} {path} && chmod 700 {path}` if it is "
-            f"yours, or choose another directory (set {HOME_ENV}, or --root for `rtenv agent`)")
-    real = Path(os.path.realpath(path))
-    for parent in real.parents:
+            hint=f"`chown {user_name(me)} {path} && chmod 700 {path}` if it is yours, or "
+            f"{elsewhere}")
+    for parent in Path(os.path.realpath(path)).parents:
         pst = os.stat(parent)
         if pst.st_uid not in (me, 0) or (_writable_by_others(pst)
                                          and not pst.st_mode & stat.S_ISVTX):
@@ -106,10 +111,8 @@ def private_dir(path: Path, what: str) -> Path:
                 f"{what} {path} is in {parent}, which another user can change: owned by "
                 f"{owner_name(pst.st_uid)}, mode {stat.S_IMODE(pst.st_mode):04o} (it could "
                 "replace the directory)", path=str(path),
-                hint=f"choose a directory under one only this user and root can write (set "
-                f"{HOME_ENV}, or --root for `rtenv agent`), e.g. under $HOME")
-    _TRUSTED.add(key)
-    return path
+                hint=f"{elsewhere}, under one that only this user and root can write, e.g. "
+                "under $HOME")
 
 
 def _make_private(path: Path) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.errors import TransportError, UsageError
+from rtenv_cli.core.errors import RtenvError, TransportError, UsageError
 from rtenv_cli.core.paths import rtenv_home
 from rtenv_cli.core.store.layout import SUBDIRS
 from rtenv_cli.core.store.store import Store
@@ -240,8 +240,10 @@ def test_the_plugin_refuses_another_users_home(other_user: User, tmp_path: Path,
 
     home = _foreign_dir(tmp_path / "node-home", other_user, 0o777)
     monkeypatch.setenv("RTENV_HOME", str(home))
-    with pytest.raises(UsageError, match="not this user's alone"):
-        Engine().environments()
+    with pytest.raises(RtenvError, match="not this user's alone") as err:
+        Engine().environments()  # create() reports it as the setup's RuntimeEnvSetupError
+    assert err.value.hint
+    assert "RTENV_HOME" in err.value.hint
 
 
 def test_a_home_in_another_users_directory_is_refused(other_user: User, tmp_path: Path,
