@@ -92,7 +92,8 @@ def agent(
 
     \b
         srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --overlap \\
-             bash -c 'rtenv agent --root "$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX")"' &
+             bash -c 'root=$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX") &&
+                      rtenv agent --root "$root"' &
 
     Example:
 
