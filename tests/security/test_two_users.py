@@ -314,3 +314,21 @@ def test_agent_root_newdir_is_made_0700(tmp_path: Path) -> None:
         assert stat.S_IMODE(root.stat().st_mode) == 0o700
         for sub in SUBDIRS:
             assert stat.S_IMODE((root / sub).stat().st_mode) == 0o700, sub
+
+
+def test_read_only_commands_work_beside_an_untrusted_home_and_touch_nothing(
+        tmp_path: Path) -> None:
+    """A command that needs no store only loses its caches (the ignore-pattern cache): it
+    neither reads nor writes them."""
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / ".gitignore").write_text("*.log\n")
+    (tmp_path / "proj" / "main.py").write_text("print(1)\n")
+    (tmp_path / "re.yaml").write_text("working_dir: proj\n")
+    for args in (["validate", "re.yaml"], ["ls-files", "proj"],
+                 ["check-ignore", "proj/x.log"]):
+        res = run_process(args, env={"RTENV_HOME": str(home)}, cwd=str(tmp_path))
+        assert res.exit_code == 0, (args, res.stderr)
+    assert list(home.iterdir()) == []
