@@ -56,8 +56,8 @@ class _Http:
         if resp.status_code in (401, 403) and "token" in resp.text[:500]:
             if withheld := self.bearer.withheld if self.bearer else None:
                 raise TransportError(f"the rtenv agent at {self.url} requires a token (HTTP "
-                                     f"{resp.status_code}); this user's token file was not sent, "
-                                     f"for {withheld}",
+                                     f"{resp.status_code}); this user's token file was not sent: "
+                                     f"{withheld}",
                                      hint=f"pass --token or set {TOKEN_ENV}")
             raise TransportError(f"the rtenv agent at {self.url} refused the token "
                                  f"(HTTP {resp.status_code})",
