@@ -195,6 +195,21 @@ def test_this_users_own_listener_gets_the_token(tmp_path: Path) -> None:
         assert AgentClient(agent.url).info()["agent"] == "rtenv"
 
 
+def test_where_owners_cannot_be_read_the_token_file_is_withheld(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system without socket owners (not Linux): the file's token stays home, and the agent's
+    401 says why and what to pass instead."""
+    from rtenv_cli.core.transport import listeners
+
+    with agent_process(tmp_path / "s", user_token=True) as agent:
+        monkeypatch.setattr(listeners, "_listening", lambda: None)
+        with pytest.raises(TransportError, match="token file was not sent: this system does "
+                           "not show who owns a listening port") as err:
+            AgentClient(agent.url).info()
+        assert err.value.hint == "pass --token or set RTENV_AGENT_TOKEN"
+        assert AgentClient(agent.url, agent.token).info()["agent"] == "rtenv"
+
+
 # -- H2: a home or store is this user's alone -------------------------------------------------
 def _foreign_dir(path: Path, user: User, mode: int) -> Path:
     path.mkdir()
