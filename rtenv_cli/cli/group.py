@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer import Context
 from typer.core import TyperGroup
 
 from rtenv_cli.core.errors import ExitCode, RtenvError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class RtenvContext(Context):
@@ -162,12 +165,10 @@ def _internal(exc: Exception) -> BaseException:
     """Report an unexpected exception (`internal error`) and return the exit to raise."""
     if os.environ.get("RTENV_DEBUG") == "1":
         return exc
-    from rtenv_cli.core.paths import log_path
-
-    _log_internal_error(exc)
+    logged = _log_internal_error(exc)
     sys.stderr.write(f"error: internal error: {type(exc).__name__}: {exc}\n")
-    sys.stderr.write(f"\nhint: this is a bug in rtenv; rerun with RTENV_DEBUG=1 for the "
-                     f"traceback (also written to {log_path()})\n")
+    sys.stderr.write("\nhint: this is a bug in rtenv; rerun with RTENV_DEBUG=1 for the "
+                     "traceback" + (f" (also written to {logged})" if logged else "") + "\n")
     return typer.Exit(int(ExitCode.USAGE))
 
 
@@ -232,15 +233,17 @@ def _report(exc: RtenvError, ctx: Any) -> None:
     Output(str(getattr(fmt, "value", fmt or "text"))).error(exc)
 
 
-def _log_internal_error(exc: Exception) -> None:
+def _log_internal_error(exc: Exception) -> Path | None:
+    """Append the traceback to the log in RTENV_HOME; the log's path, or None when the home is
+    not usable (not writable, or not this user's alone: nothing is written there)."""
     import traceback
 
     from rtenv_cli.core.paths import log_path
 
     try:
         path = log_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as fh:
             fh.write("".join(traceback.format_exception(exc)))
-    except OSError:
-        pass
+    except (OSError, RtenvError):
+        return None
+    return path

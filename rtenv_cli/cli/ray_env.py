@@ -43,11 +43,13 @@ def ray_env(
         $ rtenv ray-env --format yaml      # KubeRay: under the container's env
         $ rtenv ray-env --check http://127.0.0.1:8265
 
-    On each node of a Slurm allocation (one task per node):
+    On each node of a Slurm allocation (one task per node; mktemp -d makes the node's store a
+    fresh directory of this user's alone, 0700, that nobody could have made first):
 
     \b
         srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --overlap \\
-             bash -c 'eval "$(rtenv ray-env --root /tmp/rtenv-$SLURM_JOB_ID)" &&
+             bash -c 'home=$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX") &&
+                      eval "$(rtenv ray-env --root "$home")" &&
                       ray start --address=$HEAD:6379 --block' &
     """
     from rtenv_cli.core.errors import UsageError

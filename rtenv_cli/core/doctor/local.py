@@ -279,8 +279,8 @@ def check_store() -> list[Check]:
     from rtenv_cli.core.errors import RtenvError
     from rtenv_cli.core.paths import store_root
 
-    root = store_root()
     try:
+        root = store_root()  # the home is made (0700) and checked: this user's alone
         from rtenv_cli.core.run import embedded_budget
 
         budget = embedded_budget()

@@ -98,10 +98,14 @@ class _Translations:
             import marshal
             from importlib.util import find_spec
 
+            from rtenv_cli.core.errors import RtenvError
             from rtenv_cli.core.paths import rtenv_home
 
             self._data = {}
-            self._path = rtenv_home() / "ignore-patterns.marshal"
+            try:
+                self._path = rtenv_home() / "ignore-patterns.marshal"
+            except RtenvError:  # no home this user alone can write: no cache, read or kept
+                return self._data
             with contextlib.suppress(Exception):  # no pathspec: translating raises later
                 spec = find_spec("pathspec")
                 origin = spec.origin if spec is not None else None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.errors import AgentError, RtenvError, ValidationError
+from rtenv_cli.core.errors import AgentError, RtenvError, UsageError, ValidationError
 from rtenv_cli.core.rayplugin import schema
 
 if TYPE_CHECKING:
@@ -83,9 +83,14 @@ class Engine:
                 from rtenv_cli.core.store.envs import Environments
                 from rtenv_cli.core.store.store import Store
 
-                root = store_root()
                 try:
+                    root = store_root()
                     self._envs = Environments(Store(root))
+                except UsageError as exc:  # a home or store not this user's alone, or no dir
+                    raise AgentError(f"cannot open the rtenv store: {exc.message}",
+                                     hint="set RTENV_HOME on `ray start` to a directory this "
+                                     "user owns and no one else can write (rtenv ray-env --root "
+                                     "DIR prints it)", path=exc.path) from None
                 except OSError as exc:
                     raise AgentError(f"cannot open the rtenv store at {root}: {exc.strerror}",
                                      hint="set RTENV_HOME on `ray start` to a writable directory "

@@ -72,16 +72,17 @@ class Store:
 
     def __init__(self, root: Path | None = None, *, recover: bool = True,
                  pin_s: float | None = None) -> None:
-        from rtenv_cli.core.paths import store_root
+        from rtenv_cli.core.paths import private_dir, store_root
 
         private = root is None  # the per-user default under RTENV_HOME: nobody else's business
         self.root = (Path(root) if root is not None else store_root()).absolute()
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
+        # what the store holds runs as this user: it must be this user's alone (made 0700)
+        private_dir(self.root, "the store")
         if private and self.root.stat().st_mode & 0o077:
-            with contextlib.suppress(OSError):  # e.g. not its owner: it stays as it is
+            with contextlib.suppress(OSError):  # readable by others (an older rtenv's 0755)
                 self.root.chmod(0o700)
         for sub in SUBDIRS:
-            (self.root / sub).mkdir(exist_ok=True)
+            (self.root / sub).mkdir(exist_ok=True, mode=0o700)
         self._owners = Owners(self.root)
         alone = self._owners.claim()
         self.layout = Layout(self.root, recovery.open_index(self.root),

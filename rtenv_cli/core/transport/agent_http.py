@@ -33,12 +33,15 @@ class _Http:
                                  "out the agent URL to use the embedded store")
         self.url = self.client.url
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
-        if not self.token:  # this user's loopback agent: its token file (agent_token)
-            from rtenv_cli.core.transport.agent_token import token_for
-
-            self.token = token_for(self.url)
-        if self.token:
+        self.bearer = None
+        if self.token:  # given: it goes where it is told
             self.client.headers["Authorization"] = f"Bearer {self.token}"
+        else:  # this user's loopback agent: its token file, only to a socket this user owns
+            from rtenv_cli.core.transport.agent_token import file_bearer
+
+            self.bearer = file_bearer(self.url)
+            self.token = self.bearer.token if self.bearer else None
+            self.client.per_request = self.bearer
 
     def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200,),
              idempotent: bool = False, **kw: Any) -> Reply:
@@ -51,6 +54,11 @@ class _Http:
         except ValueError:
             body = None
         if resp.status_code in (401, 403) and "token" in resp.text[:500]:
+            if withheld := self.bearer.withheld if self.bearer else None:
+                raise TransportError(f"the rtenv agent at {self.url} requires a token (HTTP "
+                                     f"{resp.status_code}); this user's token file was not sent: "
+                                     f"{withheld}",
+                                     hint=f"pass --token or set {TOKEN_ENV}")
             raise TransportError(f"the rtenv agent at {self.url} refused the token "
                                  f"(HTTP {resp.status_code})",
                                  hint=f"pass --token or set {TOKEN_ENV} (this user's own "

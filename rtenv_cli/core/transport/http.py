@@ -108,6 +108,9 @@ class HttpClient:
         self.hint = hint
         self.timeouts = timeouts or DEFAULT_TIMEOUTS
         self.headers: dict[str, str] = {}
+        # headers decided before each request, e.g. a token that goes only to a listener its
+        # user owns (agent_token.FileBearer); it may refuse the request with a TransportError
+        self.per_request: Callable[[], dict[str, str]] | None = None
         self._session: Any = None
 
     @property
@@ -191,7 +194,8 @@ class HttpClient:
               data: Iterable[bytes] | None, size: int, end: float, read: float,
               kw: dict[str, Any]) -> Any:
         timeout = (self.timeouts.connect, read)
-        headers = {**self.headers, **kw.pop("headers", {})}
+        extra = self.per_request() if self.per_request is not None else {}
+        headers = {**self.headers, **extra, **kw.pop("headers", {})}
         args = {"timeout": timeout, "stream": True, "headers": headers, **kw}
         if body_path is not None:
             with body_path.open("rb") as fh:
