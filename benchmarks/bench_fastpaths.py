@@ -212,13 +212,29 @@ def _pool_rows(repeat: int) -> list[Row]:
                  "what packaging/build.py saves with threads below _PROCESS_MIN_FILES")]
 
 
+def _listener_rows(repeat: int) -> list[Row]:
+    import socket
+
+    from rtenv_cli.core.transport import listeners
+
+    def diag() -> object:
+        return [*listeners._diag(socket.AF_INET), *listeners._diag(socket.AF_INET6)]
+
+    ours = _median(diag, repeat)
+    return [_row("find the owners of listening sockets (sock_diag)", ours,
+                 "transport/listeners.py: the listening table only, as `ss -ltn`"),
+            _row("ablation: find the owners of listening sockets (/proc/net/tcp)",
+                 _median(listeners._tables, repeat), "every connection of the machine, printed",
+                 ablation_of=ours)]
+
+
 def run(quick: bool) -> list[Row]:
     repeat = 3 if quick else 15
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rtenv-bench-fast-") as tmp:
         rows = [*_imports(repeat), *_fold_rows(repeat), *_entry_rows(repeat),
                 *_cache_rows(repeat, Path(tmp)), *_zip_rows(repeat, Path(tmp)),
-                *_pool_rows(repeat)]
+                *_pool_rows(repeat), *_listener_rows(repeat)]
     for row in rows:
         row.notes += (f"; median of {repeat}; load avg {load:.2f} -> {os.getloadavg()[0]:.2f} "
                       f"on {os.cpu_count()} cores")
