@@ -4,6 +4,7 @@
 
 _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a value
     case "$1 $2" in
+        " --color") return 0 ;;
         " validate --api"|" validate --base-dir"|" validate --fail-on"|" validate --glob"|" validate --ray-version"|" validate --format"|" validate -f") return 0 ;;
         " rules --format"|" rules -f") return 0 ;;
         " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
@@ -51,6 +52,7 @@ _rtenv() {
         esac
     done
     case "$path $prev" in
+        " --color") COMPREPLY=($(compgen -W 'auto always never' -- "$cur")); return ;;
         " validate --api") COMPREPLY=($(compgen -W 'job-submit ray-init' -- "$cur")); return ;;
         " validate --base-dir") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " validate --fail-on") COMPREPLY=($(compgen -W 'error warning' -- "$cur")); return ;;
@@ -135,7 +137,7 @@ _rtenv() {
     esac
     if [[ "$cur" == -* ]]; then
         case "$path" in
-            "") COMPREPLY=($(compgen -W '--version -V --help -h' -- "$cur")) ;;
+            "") COMPREPLY=($(compgen -W '--version -V --quiet -q --color --help -h' -- "$cur")) ;;
             " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
             " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;

@@ -14,6 +14,8 @@ complete -c rtenv -n '__fish_use_subcommand' -f -a ray-env -d 'Print the environ
 complete -c rtenv -n '__fish_use_subcommand' -f -a doctor -d 'Check this machine and a cluster for what rtenv'\''s commands need, with the fix for each problem.'
 complete -c rtenv -n '__fish_use_subcommand' -f
 complete -c rtenv -n '__fish_use_subcommand' -l version -s V -d 'Print the version and exit.'
+complete -c rtenv -n '__fish_use_subcommand' -l quiet -s q -d 'Print data, warnings and errors only: no progress or status messages.'
+complete -c rtenv -n '__fish_use_subcommand' -l color -x -a 'auto always never' -d 'Colour: auto (on a terminal, unless NO_COLOR is set), always or never.'
 complete -c rtenv -n '__fish_use_subcommand' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l api -x -a 'job-submit ray-init' -d 'Which Ray entry point to match: `ray job submit --runtime-env` or `ray.init(runtime_env=...)`.'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l base-dir -r -F -d 'Resolve relative paths against this directory instead of the current one (Ray uses the current directory).'

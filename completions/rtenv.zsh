@@ -261,6 +261,9 @@ _rtenv() {
     _arguments -C \
         '--version[Print the version and exit.]' \
         '-V[Print the version and exit.]' \
+        '--quiet[Print data, warnings and errors only\: no progress or status messages.]' \
+        '-q[Print data, warnings and errors only\: no progress or status messages.]' \
+        '--color[Colour\: auto (on a terminal, unless NO_COLOR is set), always or never.]:value:(auto always never)' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]' \
         '1: :->cmd' '*:: :->args'

@@ -82,7 +82,8 @@ def use_rtenv_context(command: Any) -> Any:
 
 
 class RtenvGroup(TyperGroup):
-    """The root group. The only place that catches exceptions.
+    """The root group: the one boundary where an exception that escapes a command becomes a
+    message and an exit code (code below it catches only what it can handle or report itself).
 
     - RtenvError: its message and hint, exit with its code (1 failure, 2 usage);
     - KeyboardInterrupt: exit 130, no traceback;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -107,8 +106,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
                              token=token, fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
                              base_dir=base_dir, output=output,
-                             polling=polling or
-                             os.environ.get("RTENV_WATCH_POLLING") == "1")
+                             polling=polling)  # --poll or RTENV_WATCH_POLLING: typer reads both
         if code:
             raise typer.Exit(code)
         return

@@ -19,8 +19,6 @@ from typing import Any
 from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 
-_PLACEHOLDER_NAME = "_ray_pkg_0000000000000000"
-_PLACEHOLDER = f"gcs://{_PLACEHOLDER_NAME}.zip"
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 
@@ -108,19 +106,22 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
     """Refuse what Ray would refuse; return warnings. Size findings are push's own business."""
     from rtenv_cli.core.lint.diagnostic import Severity
     from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
+    from rtenv_cli.core.spec.model import PLACEHOLDER_URI
 
     # Local working_dir/py_modules are packaged (and checked) by push itself with Ray's exact
     # rules; the validator would walk and hash each tree again (seconds on a 10k-file tree), so
     # it sees them as already-uploaded packages.
     data = copy.deepcopy(data)
     for plan in package_runtime_env(data, base_dir):
-        _set(data, plan.json_path, _PLACEHOLDER)
+        _set(data, plan.json_path, PLACEHOLDER_URI)
     report = validate_runtime_env(data, base_dir=base_dir, source=label,
                                   options=ValidateOptions(api="ray-init", env=dict(env),
                                                           compare_apis=False))
+    placeholder = PLACEHOLDER_URI.removeprefix("gcs://").removesuffix(".zip")
+
     def ours(d: Any) -> bool:  # findings about packaging, which push reports itself
         return d.code in ("RTE150", "RTE151") or ((bool(d.json_path) and d.json_path[0] in (
-            "excludes", "working_dir", "py_modules") and _PLACEHOLDER_NAME in d.message)
+            "excludes", "working_dir", "py_modules") and placeholder in d.message)
                                                    or d.json_path[:1] == ("excludes",))
 
     errors = [d for d in report.diagnostics if d.severity == Severity.ERROR and not ours(d)]

@@ -6,17 +6,13 @@ import time
 from typing import Any
 
 from rtenv_cli.render.output import Output
-from rtenv_cli.render.units import human_bytes
+from rtenv_cli.render.units import human_bytes, human_duration
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
     if not ts:
         return "-"
-    delta = max(0.0, (now or time.time()) - ts)
-    for limit, unit, div in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
-        if delta < limit:
-            return f"{int(delta // div)}{unit} ago"
-    return f"{int(delta // 86400)}d ago"
+    return f"{human_duration(max(0.0, (now or time.time()) - ts), exact=False)} ago"
 
 
 def _table(out: Output, headers: list[str], rows: list[list[str]]) -> None:

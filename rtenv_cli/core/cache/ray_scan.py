@@ -39,6 +39,7 @@ SESSION_RE = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
 MARKER = "RTENV_SCAN "
 ERROR_MARKER = "RTENV_SCAN_ERROR "
 PLUGINS = ("WORKING_DIR", "PY_MODULES", "PIP", "UV", "CONDA", "JAVA_JARS")
+log = logging.getLogger("rtenv.cache.ray_scan")
 
 
 def du(path):
@@ -100,8 +101,8 @@ def agent_states(node):
         )
 
         headers = get_auth_headers_if_auth_enabled(headers)
-    except Exception:  # noqa: S110 - older Ray: no token auth helper
-        pass
+    except Exception as exc:  # older Ray: no token auth helper
+        log.debug("no Ray token auth helper, asking without a token: %r", exc)
     url = f"http://{node['NodeManagerAddress']}:{port}/get_runtime_envs_info"
     try:
         http_req = urllib.request.Request(url, data=req.SerializeToString(), headers=headers)
@@ -135,8 +136,8 @@ def uris_of(env):
             names.append(("pip", ray_pip.get_uri(env)))
         if env.get("uv"):
             names.append(("uv", ray_uv.get_uri(env)))
-    except Exception:  # noqa: S110 - a Ray without these helpers: no pip/uv mapping
-        pass
+    except Exception as exc:  # a Ray without these helpers: no pip/uv mapping
+        log.debug("no pip/uv URI from Ray's helpers: %r", exc)
     out = []
     for kind, uri in names:
         if not uri:

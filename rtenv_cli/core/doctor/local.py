@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.doctor.model import Check, fail, ok, warn
-from rtenv_cli.core.units import human_bytes
+from rtenv_cli.core.units import human_bytes, human_duration
 
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
 RAY_PIN = "pip install 'ray[default]==2.60.0'"
@@ -270,8 +270,7 @@ def _budget_text(budget: object) -> str:
     if max_bytes is not None:
         parts.append(f"max-size {human_bytes(max_bytes)}")
     if max_age is not None:
-        parts.append(f"max-age {max_age / 86400:g}d" if max_age >= 86400 else  # noqa: PLR2004 - a day
-                     f"max-age {max_age:g}s")
+        parts.append(f"max-age {human_duration(max_age)}")
     return ", ".join(parts)
 
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +23,21 @@ from tests.support.agent import AgentProc, agent_process
 from tests.support.packages import make_tree, ray_package
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
+
+
+def _until(what: str, pred: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll PRED until it holds (a generous deadline: a loaded box is slow, not wrong)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.01)
+
+
+def _flock_waiters(path: Path) -> int:
+    """How many flock(2) calls wait for PATH's lock (/proc/locks marks them `->`)."""
+    inode = f":{path.stat().st_ino}"
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines()
+               if "->" in line.split() and any(f.endswith(inode) for f in line.split()))
 
 
 def test_ray_package_protocol(agent: AgentProc, tmp_path: Path) -> None:
@@ -59,7 +75,9 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     sha = hashlib.sha256(b"good").hexdigest()
     assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
                         timeout=10).status_code == 422
-    time.sleep(0.2)
+    # the hung-up upload's temp file goes once the agent sees the connection close
+    _until("the truncated upload's temp file removed",
+           lambda: not any((agent.root / "tmp").iterdir()))
     assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
     assert not (agent.root / "blobs" / sha[:2] / sha).exists()
     assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
@@ -405,7 +423,8 @@ def test_a_hit_waits_for_another_writer_without_stopping_the_agent(tmp_path: Pat
             with ThreadPoolExecutor(1) as pool:
                 waiting = pool.submit(requests.post, url, json={**body, "holder": "second"},
                                       timeout=30)
-                time.sleep(0.3)  # the hit has reached the lock
+                _until("the hit waiting for the write lock",
+                       lambda: _flock_waiters(tmp_path / "s" / "index.sqlite.wlock") > 0)
                 assert not waiting.done()
                 # the event loop is free: another request is answered meanwhile
                 assert requests.get(f"{agent.url}/api/agent", timeout=5).status_code == 200
