@@ -122,9 +122,10 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
                       dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
                       base_dir=base_dir, outputs=(output,) if output is not None else (),
                       rtenv_envs=rtenv_envs)
-    text = dump_runtime_env(result.runtime_env, output)
+    text = result.document if result.document is not None else dump_runtime_env(
+        result.runtime_env, output)
     if output is not None and not dry_run:
-        write_runtime_env(output, result.runtime_env)
+        write_runtime_env(output, result.runtime_env, text)
     if out.is_machine:
         out.json(result.to_dict())
         return

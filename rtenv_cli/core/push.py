@@ -67,6 +67,7 @@ class PushResult:
     dry_run: bool
     pin_seconds: int | None = None
     notes: tuple[str, ...] = field(default=())
+    document: str | None = None  # a Serve config or KubeRay manifest written back (push_carrier)
 
     @property
     def bytes_uploaded(self) -> int:
@@ -75,7 +76,8 @@ class PushResult:
     def to_dict(self) -> dict[str, Any]:
         return {"packages": [p.to_dict() for p in self.packages], "runtime_env": self.runtime_env,
                 "target": self.target, "dry_run": self.dry_run, "pin_seconds": self.pin_seconds,
-                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes)}
+                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes),
+                "document": self.document}
 
 
 def load_input(path: Path | str | None, cwd: Path | None = None,
@@ -89,7 +91,7 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     from rtenv_cli.core.spec.locate import load_runtime_env_file
 
     cwd = Path.cwd() if cwd is None else cwd
-    base = Path(os.path.abspath(cwd if base_dir is None else cwd / base_dir))
+    base = base_path(cwd, base_dir)
     if path is None:
         path = cwd / "runtime_env.yaml"
         if not path.is_file():
@@ -102,6 +104,12 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
         raise ConfigError(f"{path}: no such file or directory",
                           hint="pass a runtime_env YAML/JSON file or a directory")
     return load_runtime_env_file(full).runtime_env, base, str(path)
+
+
+def base_path(cwd: Path | None, base_dir: Path | None) -> Path:
+    """What relative paths in a runtime_env resolve against: `base_dir`, by default `cwd`."""
+    cwd = Path.cwd() if cwd is None else cwd
+    return Path(os.path.abspath(cwd if base_dir is None else cwd / base_dir))
 
 
 def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str, str]) -> list[str]:
@@ -307,7 +315,16 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
     (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
     the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
+    from rtenv_cli.core.push_carrier import push_carrier, read_carrier
+    from rtenv_cli.core.rayplugin.convert import inline_files
+
     env = dict(os.environ if env is None else env)
+    carrier = read_carrier(path, Path.cwd() if cwd is None else cwd)
+    if carrier is not None:  # a Serve config or KubeRay manifest: the whole file is pushed
+        return push_carrier(carrier, str(path), base_path(cwd, base_dir), target=target,
+                            dry_run=dry_run, stage_to=stage_to, env=env, progress=progress,
+                            outputs=outputs, sizes=dry_run if sizes is None else sizes,
+                            rtenv_envs=rtenv_envs)
     data, base, label = load_input(path, cwd, base_dir)
     if rtenv_envs:
         from rtenv_cli.core.rayplugin.convert import to_rtenv
@@ -317,6 +334,9 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     # packaging checks are push's own), so its import and run are skipped.
     generated = path is not None and Path(path).is_dir()
     notes = [] if generated else validate(data, base, label, env)
+    data, inlined = inline_files(data, base)
+    notes += [f"{'.'.join(p)}: inlined {name}, so the pushed runtime_env works from any "
+              "directory" for p, name in inlined]
     result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
                      progress=progress, outputs=outputs,
                      sizes=dry_run if sizes is None else sizes)
@@ -393,9 +413,11 @@ def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -
     return yaml.safe_dump(dict(runtime_env), sort_keys=False, allow_unicode=True)
 
 
-def write_runtime_env(path: Path, runtime_env: Mapping[str, Any]) -> None:
-    """Write a pushed runtime_env to `path` (`push -o`), atomically: a reader (or `ray job
-    submit`) never sees half a file, even while --watch rewrites it."""
+def write_runtime_env(path: Path, runtime_env: Mapping[str, Any], text: str | None = None
+                      ) -> None:
+    """Write a pushed runtime_env (or `text`, a pushed Serve config or manifest) to `path`
+    (`push -o`), atomically: a reader (or `ray job submit`) never sees half a file, even while
+    --watch rewrites it."""
     from rtenv_cli.core.fsutil import atomic_write_text
 
-    atomic_write_text(path, dump_runtime_env(runtime_env, path))
+    atomic_write_text(path, dump_runtime_env(runtime_env, path) if text is None else text)
