@@ -38,7 +38,8 @@ class Vendor(str, Enum):
 
 def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     runtime_env: Annotated[Path | None, typer.Argument(
-        help="runtime_env YAML/JSON (the task's when --job-runtime-env is given, else the job's).",
+        help="runtime_env YAML/JSON (the task's when --job-runtime-env is given, else the job's). "
+        "Default: runtime_env.yaml in the current directory, if there is one.",
         show_default=False)] = None,
     kind: Annotated[Kind, typer.Option("--kind", help="task or actor.")] = Kind.task,
     num_cpus: Annotated[float | None, typer.Option("--num-cpus", help="CPUs requested.")] = None,
@@ -106,6 +107,12 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         "gpu_vendor": gpu_vendor.value, "accelerator_type": accelerator_type,
         "node_env": node, "app": app}
     out = Output("json" if fmt is ExplainFormat.json else "text")
+    if runtime_env is None and job_runtime_env is None:
+        from rtenv_cli.core.spec.locate import default_file
+
+        runtime_env = default_file()
+        if runtime_env is not None:
+            out.message(f"using {runtime_env} (no runtime_env file given)")
     if verify:
         if not address:
             raise UsageError("--verify needs --address", hint="pass the head's GCS address "

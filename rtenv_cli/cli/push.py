@@ -64,14 +64,19 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     Validates first, computes Ray's own gcs://_ray_pkg_<hash>.zip URI per package, uploads only
     what the target lacks (deflate-compressed, size checked before sending), then prints the
     runtime_env with local paths replaced by URIs, ready for `ray job submit --runtime-env` or
-    `ray.init(runtime_env=...)`. The summary (stderr) lists ignored directories holding .py
-    files. Without --to/--address the embedded local store is used.
+    `ray.init(runtime_env=...)`. A Serve config or a KubeRay manifest is pushed whole: every
+    application's and deployment's runtime_env, and the same file written back (comments
+    kept) ready for `serve deploy` / `kubectl apply`. Local requirements files are inlined, so
+    the output works from any directory. The summary (stderr) lists ignored directories
+    holding .py files. Without --to/--address the embedded local store is used.
 
     Example:
 
         $ rtenv push runtime_env.yaml --address http://127.0.0.1:8265 -o pushed.yaml
 
         $ rtenv push runtime_env.yaml --address head:6379   # straight to the GCS, like ray.init
+
+        $ rtenv push serve_config.yaml -o deploy.yaml   # then: serve deploy deploy.yaml
 
         $ rtenv push src/ --dry-run
 

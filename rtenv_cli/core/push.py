@@ -93,8 +93,10 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     cwd = Path.cwd() if cwd is None else cwd
     base = base_path(cwd, base_dir)
     if path is None:
-        path = cwd / "runtime_env.yaml"
-        if not path.is_file():
+        from rtenv_cli.core.spec.locate import default_file
+
+        path = default_file(cwd)
+        if path is None:
             raise ConfigError("no runtime_env.yaml in the current directory",
                               hint="pass a runtime_env file or a directory: rtenv push src/")
     full = cwd / path
