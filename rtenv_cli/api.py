@@ -145,6 +145,7 @@ def explain(runtime_env: RuntimeEnvSource | None = None, *,
     variable to its value and its origin; `errors` of its `preview` say what Ray would reject.
     """
     from rtenv_cli.core.explain import service
+    from rtenv_cli.core.lint.secrets import is_secret
 
     def source(value: RuntimeEnvSource | None) -> Any:
         if value is None or isinstance(value, Mapping):
@@ -155,7 +156,8 @@ def explain(runtime_env: RuntimeEnvSource | None = None, *,
         runtime_env=source(runtime_env), job_runtime_env=source(job_runtime_env), kind=kind,
         num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=list(resources),
         gpu_vendor=gpu_vendor, accelerator_type=accelerator_type, node_env=node_env, app=app)
-    return service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
+    return service.explain(req, compare=compare, gpu_map=gpu_map,
+                           is_secret=None if show_secrets else is_secret)
 
 
 def doctor(*, address: str | None = None, path: str | os.PathLike[str] | None = None
