@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from rtenv_cli.core.store.envs import Environments
 from rtenv_cli.core.store.store import Store
 from tests.support.cli import run_cli
@@ -176,3 +178,22 @@ def test_build_cache_goes_least_recently_used_first(tmp_path: Path) -> None:
     assert res.exit_code == 0
     assert len(res.json["removed"]) == 1
     assert len(list(last.glob("*.zip"))) == 1
+
+
+@pytest.mark.ray
+def test_a_gcs_address_without_the_ray_package_says_so(ray_cluster, tmp_path: Path) -> None:
+    """The driver that scans the nodes needs `ray`: a Python without it (here, one whose `ray`
+    fails to import as a missing package does) is told so, not asked whether the cluster is up."""
+    from tests.support.cli import run_process
+
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    root = Path(__file__).resolve().parents[2]
+    res = run_process(["cache", "ls", "--address", ray_cluster.address],
+                      env={"PYTHONPATH": os.pathsep.join([str(shadow.parent), str(root)])})
+    assert res.exit_code != 0
+    assert "the `ray` package is not installed" in res.stderr, res.stderr
+    assert "pip install 'ray[default]" in res.stderr
+    assert "reachable" not in res.stderr
