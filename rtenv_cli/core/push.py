@@ -272,7 +272,8 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             if stage is None:
                 from rtenv_cli.core.transport.ray_dashboard import too_large_error
 
-                raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label)
+                raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label,
+                                      route=getattr(target, "larger_route", ""))
             if not stage.exists(uri):
                 if stage.layout != built.layout:
                     built.path.unlink(missing_ok=True)
