@@ -43,3 +43,29 @@ def test_a_package_over_the_dashboards_limit_suggests_the_gcs(tmp_path: Path) ->
     with pytest.raises(PackageTooLargeError) as caught:
         target.upload("gcs://_ray_pkg_00000000000000ff.zip", sparse)
     assert "--address 127.0.0.1:6379" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", "--format", "json", "--bogus"],
+    ["cache", "ls", "--format=json", "--older-than"],
+    ["explain", "-f", "json", "--num-cpus", "many"],
+    ["bogus", "--format", "json"],
+])
+def test_click_usage_errors_follow_format_json(args: list[str]) -> None:
+    from tests.support.cli import run_process
+
+    result = run_process(args)
+    assert result.exit_code == 2
+    error = result.json["error"]
+    assert error["code"] == "usage"
+    assert error["message"]
+    assert error["hint"].startswith("see `rtenv")
+
+
+def test_click_usage_errors_stay_text_without_format_json() -> None:
+    from tests.support.cli import run_process
+
+    result = run_process(["validate", "--bogus", "--", "--format", "json"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "No such option: --bogus" in result.stderr
