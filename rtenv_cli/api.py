@@ -119,11 +119,16 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     env = os.environ if env is None else env
     target = None if dry_run else resolve_target(to, address, env, token=token)
     stage = target_for(stage_to, env) if stage_to and not dry_run else None
-    return core_push(Path(source) if source is not None else None, target=target,
-                     dry_run=dry_run, stage_to=stage, env=env, progress=progress,
-                     base_dir=Path(base_dir) if base_dir is not None else None,
-                     outputs=tuple(Path(o) for o in outputs), sizes=sizes,
-                     rtenv_envs=rtenv_envs)
+    result = core_push(Path(source) if source is not None else None, target=target,
+                       dry_run=dry_run, stage_to=stage, env=env, progress=progress,
+                       base_dir=Path(base_dir) if base_dir is not None else None,
+                       outputs=tuple(Path(o) for o in outputs), sizes=sizes,
+                       rtenv_envs=rtenv_envs)
+    if any(p.uploaded for p in result.packages):  # a zip was built: the build cache grew
+        from rtenv_cli.core.run import enforce_embedded_budget
+
+        enforce_embedded_budget()
+    return result
 
 
 def explain(runtime_env: RuntimeEnvSource | None = None, *,
