@@ -105,6 +105,9 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     the target lacks, as `rtenv push` does.
 
     SOURCE is a runtime_env file or a directory (the working_dir); default ./runtime_env.yaml.
+    A Serve config or KubeRay manifest is pushed whole: the result's `document` is that file
+    with every local path replaced by its URI (comments kept); local requirements files are
+    inlined.
     The target is TO (`http(s)://` dashboard or agent, `file:///dir`, `local`), else ADDRESS
     (a Ray GCS `host:6379`, a dashboard URL, `auto`, an rtenv agent), else RAY_ADDRESS, else the
     embedded local store; TOKEN overrides the target's own token variable. STAGE_TO takes what
@@ -113,7 +116,7 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     The result's `runtime_env` has the URIs in place of local paths; each `PackageOutcome` says
     its URI, file count, bytes and whether it was `uploaded`.
     """
-    from rtenv_cli.core.push import push as core_push
+    from rtenv_cli.core.push_carrier import push_file as core_push
     from rtenv_cli.core.transport.resolve import resolve_target, target_for
 
     env = os.environ if env is None else env

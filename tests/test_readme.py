@@ -19,6 +19,8 @@ def _setup_commands() -> list[str]:
     return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
 
 
+# what .ci/run runs before the README's test command: the shells the completion tests drive
+PREREQUISITES = ["bash .ci/shells.sh"]
 # what .ci/run runs after the README's test command: the static gates and the dependency floors
 GATES = ["ruff check rtenv_cli tests benchmarks scripts", "mypy", "bash .ci/lowest.sh"]
 
@@ -28,7 +30,7 @@ def test_setup_is_two_commands_and_ci_runs_the_second() -> None:
     assert len(commands) == 2
     ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line and not line.startswith(("#", "set ", "cd "))]
-    assert ci_lines == [commands[1], *GATES]
+    assert ci_lines == [*PREREQUISITES, commands[1], *GATES]
 
 
 def test_first_command_runs_the_quickstart_on_the_embedded_store() -> None:

@@ -318,16 +318,9 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
     (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
     the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
-    from rtenv_cli.core.push_carrier import push_carrier, read_carrier
     from rtenv_cli.core.rayplugin.convert import inline_files
 
     env = dict(os.environ if env is None else env)
-    carrier = read_carrier(path, Path.cwd() if cwd is None else cwd)
-    if carrier is not None:  # a Serve config or KubeRay manifest: the whole file is pushed
-        return push_carrier(carrier, str(path), base_path(cwd, base_dir), target=target,
-                            dry_run=dry_run, stage_to=stage_to, env=env, progress=progress,
-                            outputs=outputs, sizes=dry_run if sizes is None else sizes,
-                            rtenv_envs=rtenv_envs)
     data, base, label = load_input(path, cwd, base_dir)
     if rtenv_envs:
         from rtenv_cli.core.rayplugin.convert import to_rtenv

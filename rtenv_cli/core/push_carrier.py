@@ -38,6 +38,29 @@ def read_carrier(path: Path | str | None, cwd: Path) -> Form | None:
     return form if form is not None and form.kind in CARRIERS else None
 
 
+def push_file(path: Path | str | None, *, target: Target | None, dry_run: bool = False,
+              stage_to: Target | None = None, env: Mapping[str, str] | None = None,
+              progress: Any = None, cwd: Path | None = None, base_dir: Path | None = None,
+              outputs: Sequence[Path] = (), sizes: bool | None = None,
+              rtenv_envs: bool = False) -> Any:
+    """`rtenv push PATH`: a Serve config or KubeRay manifest pushed whole (see the module
+    docstring), anything else by core/push.py's `push`; the same arguments."""
+    import os
+
+    from rtenv_cli.core.push import base_path, push
+
+    env = dict(os.environ if env is None else env)
+    carrier = read_carrier(path, Path.cwd() if cwd is None else cwd)
+    if carrier is None:
+        return push(path, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
+                    progress=progress, cwd=cwd, base_dir=base_dir, outputs=outputs,
+                    sizes=sizes, rtenv_envs=rtenv_envs)
+    return push_carrier(carrier, str(path), base_path(cwd, base_dir), target=target,
+                        dry_run=dry_run, stage_to=stage_to, env=env, progress=progress,
+                        outputs=outputs, sizes=dry_run if sizes is None else sizes,
+                        rtenv_envs=rtenv_envs)
+
+
 def push_carrier(form: Form, label: str, base: Path, *, target: Target | None,
                  dry_run: bool, stage_to: Target | None, env: Mapping[str, str],
                  progress: Any, outputs: Sequence[Path], sizes: bool,
