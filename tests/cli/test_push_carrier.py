@@ -74,8 +74,8 @@ def test_serve_config_is_written_back_with_every_path_pushed(project: Path) -> N
     assert "inlined req.txt" in result.stderr
     written = (project / "deploy.yaml").read_text()
     expected = (SERVE.replace("working_dir: app  #", f"working_dir: {app}  #")
-                .replace('working_dir: "app"', f"working_dir: {app}")
-                .replace('py_modules: ["lib"]', f"py_modules: [{lib}]")
+                .replace('working_dir: "app"', f'working_dir: "{app}"')  # quoting kept
+                .replace('py_modules: ["lib"]', f'py_modules: ["{lib}"]')
                 .replace("pip: req.txt", 'pip: ["requests==2.32.3", "numpy"]')
                 .replace('      excludes:\n        - "*.log"\n', ""))
     assert written == expected  # every other byte, comments included, as the user wrote it
@@ -121,3 +121,16 @@ def test_push_o_inlines_requirements_so_the_file_works_from_anywhere(project: Pa
         assert result.exit_code == 0, result.stderr
         assert yaml.safe_load((project / "pushed.yaml").read_text()) == pushed
         assert f"{next(iter(pushed))}: inlined req.txt" in result.stderr
+
+
+def test_a_json_serve_config_stays_json(project: Path) -> None:
+    import json
+
+    config = {"applications": [{"name": "a", "import_path": "m:app",
+                                "runtime_env": {"working_dir": "app", "pip": "req.txt"}}]}
+    (project / "serve.json").write_text(json.dumps(config, indent=2) + "\n")
+    result = run_cli(["push", "serve.json", "-o", "deploy.json"])
+    assert result.exit_code == 0, result.stderr
+    pushed = json.loads((project / "deploy.json").read_text())  # still JSON
+    env = pushed["applications"][0]["runtime_env"]
+    assert env == {"working_dir": _uri(project, "app"), "pip": ["requests==2.32.3", "numpy"]}

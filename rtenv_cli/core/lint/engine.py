@@ -339,7 +339,8 @@ def validate_bytes(raw: bytes, name: str, options: ValidateOptions) -> FileRepor
 
 def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
     """Files to validate; directories are searched recursively (lint/discover.py: by name,
-    Serve configs and job specs by content, .gitignore respected); `-` is standard input."""
+    Serve configs, job specs and other runtime_envs by content, .gitignore respected); `-` is
+    standard input."""
     out: list[str] = []
     for raw in paths:
         if raw == "-":

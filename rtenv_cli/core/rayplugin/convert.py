@@ -6,6 +6,9 @@ local requirements file: Ray's driver reads it into a list before submitting, wh
 reads a file on the node, so it is inlined here the same way (`text.strip().split("\\n")`).
 A field the plugin cannot honour beside it (conda, py_executable, container, image_uri) is
 refused: there is nothing to carry it into.
+
+`inline_files` is the same reading for any pushed runtime_env (`push -o`): every local file Ray's
+driver reads at submit is replaced by its content, so the pushed file works from any directory.
 """
 
 from __future__ import annotations

@@ -26,10 +26,13 @@ _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:@+=~-]*")  # a URI or path YAML 
 _BASE64_FIELDS = ("runtimeEnv",)  # KubeRay's older RayJob field: base64 of the YAML
 
 
-def scalar_text(value: Any) -> str:
-    """`value` as YAML (and JSON) on one line: a plain scalar when YAML reads it back as the same
-    string, else JSON."""
-    if isinstance(value, str) and _PLAIN.fullmatch(value) and _reads_back(value):
+def scalar_text(value: Any, quote: str = "") -> str:
+    """`value` as YAML (and JSON) on one line, in the quoting of the value it replaces (`quote`:
+    `"`, `'` or none): a plain scalar when YAML reads it back as the same string, else JSON
+    (what a JSON file needs, and YAML reads)."""
+    if isinstance(value, str) and quote == "'":
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, str) and not quote and _PLAIN.fullmatch(value) and _reads_back(value):
         return value
     return json.dumps(value, ensure_ascii=False)
 
@@ -86,7 +89,9 @@ def rewrite(doc: LoadedDoc, values: Mapping[JsonPath, Any], drop: Sequence[JsonP
                                   "rewrite", path=doc.path)
             whole.add(holder)
             continue
-        text.replace(span, scalar_text(value))
+        start = text.offset(span.line, span.column)
+        quote = text.text[start:start + 1] if text.text[start:start + 1] in ("'", '"') else ""
+        text.replace(span, scalar_text(value, quote))
     for path in drop:
         holder = next((p for p, _d in embedded if path[:len(p)] == p), None)
         if holder not in whole:
