@@ -38,35 +38,34 @@ def read_carrier(path: Path | str | None, cwd: Path) -> Form | None:
     return form if form is not None and form.kind in CARRIERS else None
 
 
-def push_file(path: Path | str | None, *, target: Target | None, dry_run: bool = False,
-              stage_to: Target | None = None, env: Mapping[str, str] | None = None,
-              progress: Any = None, cwd: Path | None = None, base_dir: Path | None = None,
-              outputs: Sequence[Path] = (), sizes: bool | None = None,
-              rtenv_envs: bool = False) -> Any:
+def push_file(path: Path | str | None, **options: Any) -> Any:
     """`rtenv push PATH`: a Serve config or KubeRay manifest pushed whole (see the module
-    docstring), anything else by core/push.py's `push`; the same arguments."""
-    import os
+    docstring), anything else by core/push.py's `push`; `options` are `push`'s."""
+    from rtenv_cli.core.push import push
 
-    from rtenv_cli.core.push import base_path, push
-
-    env = dict(os.environ if env is None else env)
+    cwd = options.get("cwd")
     carrier = read_carrier(path, Path.cwd() if cwd is None else cwd)
     if carrier is None:
-        return push(path, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
-                    progress=progress, cwd=cwd, base_dir=base_dir, outputs=outputs,
-                    sizes=sizes, rtenv_envs=rtenv_envs)
-    return push_carrier(carrier, str(path), base_path(cwd, base_dir), target=target,
-                        dry_run=dry_run, stage_to=stage_to, env=env, progress=progress,
-                        outputs=outputs, sizes=dry_run if sizes is None else sizes,
-                        rtenv_envs=rtenv_envs)
+        return push(path, **options)
+    return push_carrier(carrier, str(path), **options)
 
 
-def push_carrier(form: Form, label: str, base: Path, *, target: Target | None,
-                 dry_run: bool, stage_to: Target | None, env: Mapping[str, str],
-                 progress: Any, outputs: Sequence[Path], sizes: bool,
-                 rtenv_envs: bool) -> Any:
-    """Push every runtime_env of `form`; the result's `document` is the file written back."""
-    from rtenv_cli.core.push import PushResult, package_runtime_env, publish, validate
+def push_carrier(form: Form, label: str, *, target: Target | None, dry_run: bool = False,
+                 stage_to: Target | None = None, env: Mapping[str, str] | None = None,
+                 progress: Any = None, cwd: Path | None = None, base_dir: Path | None = None,
+                 outputs: Sequence[Path] = (), sizes: bool | None = None,
+                 rtenv_envs: bool = False, **publish_options: Any) -> Any:
+    """Push every runtime_env of `form` (`push`'s options; the rest go to `publish`); the
+    result's `document` is the file written back."""
+    import os
+
+    from rtenv_cli.core.push import (
+        PushResult,
+        base_path,
+        package_runtime_env,
+        publish,
+        validate,
+    )
     from rtenv_cli.core.rayplugin.convert import inline_files
     from rtenv_cli.core.spec.rewrite import rewrite
 
@@ -78,6 +77,9 @@ def push_carrier(form: Form, label: str, base: Path, *, target: Target | None,
         raise ConfigError(f"{label}: {'.'.join(map(str, path))}: cannot parse: "
                           f"{error.message}", path=label,
                           hint=f"run `rtenv validate {label}` for where")
+    env = dict(os.environ if env is None else env)
+    base = base_path(cwd, base_dir)
+    sizes = dry_run if sizes is None else sizes
     values: dict[tuple[Any, ...], Any] = {}
     drop: list[tuple[Any, ...]] = []
     packages, notes = [], []
@@ -98,10 +100,11 @@ def push_carrier(form: Form, label: str, base: Path, *, target: Target | None,
         if not plans:
             continue
         result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to,
-                         env=env, progress=progress, outputs=outputs, sizes=sizes)
+                         env=env, progress=progress, outputs=outputs, sizes=sizes,
+                         **publish_options)
         packages += [replace(p, field=f"{where}.{p.field}") for p in result.packages]
         for plan in plans:
-            values[site.prefix + plan.json_path] = _get(result.runtime_env, plan.json_path)
+            values[site.prefix + plan.json_path] = _published(result.runtime_env, plan, label)
         if "excludes" in data:
             drop.append((*site.prefix, "excludes"))
         first = first or result.runtime_env
@@ -115,6 +118,16 @@ def push_carrier(form: Form, label: str, base: Path, *, target: Target | None,
     return PushResult(tuple(packages), first, target.label if target is not None else
                       "(dry run)", dry_run, PIN_SECONDS if pins else None, tuple(notes),
                       document=document)
+
+
+def _published(runtime_env: Any, plan: Any, label: str) -> Any:
+    """The URI a plan's local path became, where the path was."""
+    try:
+        return _get(runtime_env, plan.json_path)
+    except (KeyError, IndexError, TypeError):
+        raise ConfigError(f"{label}: {plan.field} was published where a Serve config or "
+                          "manifest cannot point to it", path=label,
+                          hint="push its runtime_env from a file of its own") from None
 
 
 def _get(data: Any, path: Sequence[Any]) -> Any:
