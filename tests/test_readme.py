@@ -19,6 +19,8 @@ def _setup_commands() -> list[str]:
     return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
 
 
+# what .ci/run runs before the README's second command: the shells the completion tests drive
+PREREQUISITES = ["bash .ci/shells.sh"]
 # what .ci/run runs between the install and the test run of the README's second command (the
 # static gates: they fail in seconds), and after it (the dependency floors)
 BEFORE_TESTS = ["ruff check rtenv_cli tests benchmarks scripts", "mypy"]
@@ -34,7 +36,7 @@ def test_setup_is_two_commands_and_ci_runs_the_second() -> None:
     assert tests == TEST_RUN, commands[1]
     ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line and not line.startswith(("#", "set ", "cd "))]
-    assert ci_lines == [install, *BEFORE_TESTS, tests, *AFTER_TESTS]
+    assert ci_lines == [*PREREQUISITES, install, *BEFORE_TESTS, tests, *AFTER_TESTS]
 
 
 def test_first_command_runs_the_quickstart_on_the_embedded_store() -> None:

@@ -133,11 +133,18 @@ class Budget:
     max_bytes: int | None = None
     max_age_s: float | None = None
 
-    def enforce(self, store: Any) -> GcResult | None:
+    def enforce(self, store: Any, *, with_build_cache: bool = False) -> GcResult | None:
+        """`with_build_cache`: count (and collect) this machine's build cache too, as `rtenv
+        cache gc` does for the embedded store (build_cache.py)."""
         if self.max_bytes is None and self.max_age_s is None:
             return None
         store.index.prune_refs()
-        plan = plan_gc(store.index.all(), older_than_s=self.max_age_s,
+        extra: list[Entry] = []
+        if with_build_cache:  # (the caller waits for zips still being filed: run.py)
+            from rtenv_cli.core.cache import build_cache
+
+            extra = build_cache.entries()
+        plan = plan_gc([*store.index.all(), *extra], older_than_s=self.max_age_s,
                        keep_storage=self.max_bytes)
         return run_gc(store, plan) if plan.remove else None
 

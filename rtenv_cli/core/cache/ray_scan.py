@@ -374,7 +374,11 @@ def node_facts(temp, env, env_from):
 
 def rtenv_store(mode, gc, env):
     """The node's rtenv store (RTENV_HOME of ENV, the node's `ray start` environment), or None
-    when rtenv is not installed on the node."""
+    when rtenv is not installed on the node or its Ray does not load rtenv's plugin (then no
+    store is the node's: the one RTENV_HOME names is some user's own, e.g. this machine's)."""
+    configured = plugin_classes(env.get(PLUGINS_VAR))
+    if not any(str(p.get("class") or "").startswith("rtenv_cli.") for p in configured):
+        return None
     try:
         from rtenv_cli.core.cache.ray_store import node_report
     except ImportError:

@@ -253,12 +253,13 @@ def watched_sources(path: Path | None, cwd: Path | None = None) -> tuple[list[Pa
     """The sources `push --watch PATH` watches: PATH's working_dir and py_modules (a directory
     is the working_dir); without PATH, those of ./runtime_env.yaml when there is one."""
     from rtenv_cli.core.push import load_input, package_runtime_env
+    from rtenv_cli.core.spec.locate import default_file
 
     cwd = Path.cwd() if cwd is None else cwd
     if path is None:
-        if not (cwd / "runtime_env.yaml").is_file():
+        path = default_file(cwd)
+        if path is None:
             return [], None
-        path = Path("runtime_env.yaml")
     data, base, label = load_input(path, cwd)
     return [plan.source for plan in package_runtime_env(data, base)], label
 
