@@ -15,6 +15,8 @@ everywhere.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
 import shutil
 import signal
@@ -270,6 +272,56 @@ def test_a_home_in_another_users_directory_is_refused(other_user: User, tmp_path
     monkeypatch.setenv("RTENV_HOME", str(parent / "mine"))
     with pytest.raises(UsageError, match=f"is in {parent}, which another user can change"):
         rtenv_home()
+
+
+def _link_as(user: User, link: Path, target: Path) -> None:
+    """`link` -> `target`, made (or swapped in, atomically) as `user` would: a link of theirs."""
+    tmp = link.with_name(link.name + ".new")
+    os.symlink(target, tmp)
+    os.lchown(tmp, user.uid, user.gid)
+    os.replace(tmp, link)
+
+
+def test_a_store_named_through_another_users_link_stays_where_it_was_checked(
+        other_user: User, tmp_path: Path) -> None:
+    """`--root /tmp/rtenv-agent` where another user made that name a link to a directory of
+    this user's (the default home, say): checked where it points, the store keeps using that
+    directory. Were it reached through the link, the other user could point the link at a
+    store of theirs while the agent runs, and the agent would hand out their files to run."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: the link's owner may replace it
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    theirs = _foreign_dir(tmp_path / "theirs", other_user, 0o777)
+    link = sticky / "rtenv-agent"
+    _link_as(other_user, link, mine)
+    store = Store(link)
+    try:
+        _link_as(other_user, link, theirs)
+        blob = b"written after the link moved"
+        store.put_blob(hashlib.sha256(blob).hexdigest(), io.BytesIO(blob))
+        assert os.path.realpath(store.entry_dir("working_dir:k")).startswith(str(mine) + "/")
+    finally:
+        store.close()
+    assert list(theirs.iterdir()) == []
+    assert any(blob == p.read_bytes() for p in (mine / "blobs").rglob("*") if p.is_file())
+
+
+def test_a_home_named_through_a_link_is_used_where_it_was_checked(
+        other_user: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = sticky / "rtenv-home"
+    _link_as(other_user, link, mine)
+    monkeypatch.setenv("RTENV_HOME", str(link))
+    assert rtenv_home() == mine
+    _link_as(other_user, link, _foreign_dir(tmp_path / "theirs", other_user, 0o777))
+    with pytest.raises(UsageError, match="owned by " + other_user.name):
+        rtenv_home()  # the next look follows the link again, and refuses where it now points
 
 
 # -- one user: modes --------------------------------------------------------------------------
