@@ -91,7 +91,7 @@ class Squatter:
         return any("\nauthorization:" in b.lower() for b in self.requests())
 
 
-def _serve_as(user: User, ready: int, reports: int) -> None:
+def _serve_as(user: User, ready: int, reports: int, body: bytes) -> None:
     """In the forked child: become `user`, then listen and record (only modules already loaded:
     the new uid may not read this interpreter's files)."""
     os.setgroups([])
@@ -117,11 +117,14 @@ def _serve_as(user: User, ready: int, reports: int) -> None:
             os.write(reports, head.split(b"\r\n\r\n")[0] + b"\0")
             with contextlib.suppress(OSError):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(body), body))
 
 
 @pytest.fixture
-def squatter(other_user: User) -> Iterator[Squatter]:
+def squatter(other_user: User, request: pytest.FixtureRequest) -> Iterator[Squatter]:
+    """Answers `{}`, or the body an indirect parameter gives."""
+    body = getattr(request, "param", b"{}")
     ready_r, ready_w = os.pipe()
     reports_r, reports_w = os.pipe()
     pid = os.fork()
@@ -129,7 +132,7 @@ def squatter(other_user: User) -> Iterator[Squatter]:
         try:
             os.close(ready_r)
             os.close(reports_r)
-            _serve_as(other_user, ready_w, reports_w)
+            _serve_as(other_user, ready_w, reports_w, body)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -210,6 +213,36 @@ def test_where_owners_cannot_be_read_the_token_file_is_withheld(
             AgentClient(agent.url).info()
         assert err.value.hint == "pass --token or set RTENV_AGENT_TOKEN"
         assert AgentClient(agent.url, agent.token).info()["agent"] == "rtenv"
+
+
+@pytest.mark.parametrize("squatter", [b'{"authentication_mode": "token"}'], indirect=True)
+def test_the_ray_token_file_is_not_sent_to_another_users_listener(
+        squatter: Squatter, other_user: User, tmp_path: Path) -> None:
+    """Ray's token read from a file (RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is held to the
+    rule of rtenv's own: to a loopback port, only while this user listens there. Another user
+    on the dashboard's or the GCS's port while this user's Ray is down gets nothing."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget, load_token
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    token_file = tmp_path / "auth_token"
+    token_file.write_text("the-ray-clusters-token\n")
+    env = {"RAY_AUTH_TOKEN_PATH": str(token_file)}
+    for build in (
+            lambda: RayDashboardTarget(f"http://127.0.0.1:{squatter.port}", env=env)
+            .exists("gcs://_ray_pkg_0123456789abcdef.zip"),
+            lambda: RayGcsTarget(f"127.0.0.1:{squatter.port}", env=env)):
+        with pytest.raises(TransportError) as err:
+            build()
+        assert f"port {squatter.port}" in err.value.message
+        assert f"{other_user.name} (uid {other_user.uid})" in err.value.message
+        assert str(token_file) in err.value.message
+        assert "RAY_AUTH_TOKEN" in (err.value.hint or "")
+    assert not squatter.sent_authorization()
+    # given in the environment, it goes where it is told, as --token does for an agent
+    assert load_token({**env, "RAY_AUTH_TOKEN": "given"}, to=f"127.0.0.1:{squatter.port}") \
+        == "given"
+    # this user's own listener (or none) gets the file's token
+    assert load_token(env, to=f"127.0.0.1:{free_port()}") == "the-ray-clusters-token"
 
 
 # -- H2: a home or store is this user's alone -------------------------------------------------

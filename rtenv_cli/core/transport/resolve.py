@@ -165,7 +165,7 @@ def _host_port(text: str, given: str, env: Mapping[str, str], *, auto: bool,
     from rtenv_cli.core.transport.ray_gcs import split_host_port
 
     host, port = split_host_port(text)
-    token = token if token is not None else load_token(env)
+    token = token if token is not None else load_token(env, to=text)
     meta = [("authorization", f"Bearer {token}")] if token else []
     try:
         channel = Channel(host, port, metadata=meta)
@@ -227,7 +227,7 @@ def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
 
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
-    token = load_token(os.environ if env is None else env)
+    token = load_token(os.environ if env is None else env, to=url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + wait_s
     port = None
