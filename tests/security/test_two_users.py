@@ -215,6 +215,19 @@ def test_where_owners_cannot_be_read_the_token_file_is_withheld(
         assert AgentClient(agent.url, agent.token).info()["agent"] == "rtenv"
 
 
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY", "all_proxy"])
+def test_no_proxy_stands_between_a_client_and_a_loopback_agent(
+        squatter: Squatter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        variable: str) -> None:
+    """A proxy from the environment (a shared one, here another user's) never carries a request
+    to a loopback address: it could not reach this machine's loopback anyway, and it would read
+    the token that the owner check of the agent's port let through."""
+    with agent_process(tmp_path / "s", user_token=True) as agent:
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{squatter.port}")
+        assert AgentClient(agent.url).info()["agent"] == "rtenv"
+    assert squatter.requests() == []
+
+
 @pytest.mark.parametrize("squatter", [b'{"authentication_mode": "token"}'], indirect=True)
 def test_the_ray_token_file_is_not_sent_to_another_users_listener(
         squatter: Squatter, other_user: User, tmp_path: Path) -> None:

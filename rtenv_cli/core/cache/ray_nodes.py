@@ -264,10 +264,12 @@ def _reported(address: str) -> int | None:
         return None
     import requests
 
-    try:
-        resp = requests.get(f"{address.rstrip('/')}/api/v0/runtime_envs",
-                            params={"detail": "1", "limit": "10000"}, timeout=30,
-                            headers=_auth_headers())
+    from rtenv_cli.core.transport.http import session_for
+
+    try:  # a loopback dashboard: no proxy reads the token (session_for)
+        resp = session_for(address).get(f"{address.rstrip('/')}/api/v0/runtime_envs",
+                                        params={"detail": "1", "limit": "10000"}, timeout=30,
+                                        headers=_auth_headers())
         return int(resp.json()["data"]["result"]["total"])
     except (requests.RequestException, ValueError, KeyError, TypeError):
         return None

@@ -225,16 +225,18 @@ def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
 
     import requests
 
+    from rtenv_cli.core.transport.http import session_for
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
     token = load_token(os.environ if env is None else env, to=url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    session = session_for(url)  # a loopback dashboard: no proxy reads the token
     deadline = time.monotonic() + wait_s
     port = None
     while port is None:
         try:
-            resp = requests.get(f"{url.rstrip('/')}/nodes", params={"view": "summary"},
-                                headers=headers, timeout=10)
+            resp = session.get(f"{url.rstrip('/')}/nodes", params={"view": "summary"},
+                               headers=headers, timeout=10)
             port = _gcs_port(resp.json()["data"]["summary"])
         except (requests.RequestException, ValueError, KeyError, TypeError):
             port = None
