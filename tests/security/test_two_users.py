@@ -35,6 +35,7 @@ from rtenv_cli.core.store.layout import SUBDIRS
 from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport.agent_http import AgentClient
 from rtenv_cli.core.transport.agent_token import user_token
+from rtenv_cli.core.transport.resolve import AddressKind, resolve_address
 from tests.support.agent import agent_process
 from tests.support.cli import run_process
 from tests.support.ports import free_port
@@ -225,6 +226,7 @@ def test_no_proxy_stands_between_a_client_and_a_loopback_agent(
     with agent_process(tmp_path / "s", user_token=True) as agent:
         monkeypatch.setenv(variable, f"http://127.0.0.1:{squatter.port}")
         assert AgentClient(agent.url).info()["agent"] == "rtenv"
+        assert resolve_address(agent.url).kind is AddressKind.AGENT  # the probe too
     assert squatter.requests() == []
 
 

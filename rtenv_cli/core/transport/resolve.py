@@ -121,8 +121,10 @@ def auto_address(env: Mapping[str, str]) -> str:
 def _is_agent(url: str) -> bool:
     import requests
 
-    try:
-        resp = requests.get(f"{url.rstrip('/')}/api/agent", timeout=5)
+    from rtenv_cli.core.transport.http import session_for
+
+    try:  # a loopback URL: asked directly, not through a proxy (session_for)
+        resp = session_for(url).get(f"{url.rstrip('/')}/api/agent", timeout=5)
     except requests.ConnectionError:
         _refuse_grpc_port(url)
         return False
