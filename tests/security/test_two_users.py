@@ -260,6 +260,34 @@ def test_the_ray_token_file_is_not_sent_to_another_users_listener(
     assert load_token(env, to=f"127.0.0.1:{free_port()}") == "the-ray-clusters-token"
 
 
+def test_address_auto_follows_only_this_users_record(other_user: User, tmp_path: Path) -> None:
+    """Ray makes its temp dir (/tmp/ray) writable by everyone, so another user can write the
+    record `ray start` leaves there (ray_current_cluster) and point `--address auto` at a
+    listener of theirs, to be sent the Ray token file's token and the user's code. A record
+    this user (or root) did not write is refused, naming its writer."""
+    from rtenv_cli.core.transport.resolve import auto_address
+
+    shared = tmp_path / "ray"
+    shared.mkdir()
+    shared.chmod(0o777)  # as Ray leaves it
+    record = shared / "ray_current_cluster"
+    env = {"RAY_TMPDIR": str(tmp_path)}
+    record.write_text("192.0.2.1:7777")
+    assert auto_address(env) == "192.0.2.1:7777"  # this user's own `ray start`
+    record.unlink()
+    record.write_text("192.0.2.99:7777")
+    os.chown(record, other_user.uid, other_user.gid)
+    with pytest.raises(UsageError) as err:
+        auto_address(env)
+    assert str(record) in err.value.message
+    assert f"{other_user.name} (uid {other_user.uid})" in err.value.message
+    assert "--address" in (err.value.hint or "")
+    os.chown(record, os.geteuid(), os.getegid())
+    record.chmod(0o666)  # this user's, but anyone may rewrite it
+    with pytest.raises(UsageError, match="mode 0666"):
+        auto_address(env)
+
+
 # -- H2: a home or store is this user's alone -------------------------------------------------
 def _foreign_dir(path: Path, user: User, mode: int) -> Path:
     path.mkdir()
