@@ -150,9 +150,7 @@ class Store:
                 return False
             if key.startswith("package:"):  # a delta package may have both forms
                 self.packages.forget(key.removeprefix("package:"))
-            # the lock file goes with its entry; one waiting on it retries on a fresh file
-            self.layout.locks.path(key).unlink(missing_ok=True)
-            return True
+            return True  # the lock file goes as the lock is let go (locks._let_go)
 
     # -- packages and manifests -------------------------------------------------------------------
     def package_path(self, name: str) -> Path:
