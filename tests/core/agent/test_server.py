@@ -84,6 +84,46 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     assert [p for p in (agent.root / "tmp").iterdir()] == []
 
 
+def test_a_name_that_holds_a_package_refuses_other_bytes(agent: AgentProc,
+                                                        tmp_path: Path) -> None:
+    """A second PUT of a name with other bytes is a 409, and an environment made from the name
+    has the first bytes; the same bytes again are a 200. For Ray's hash names, other bytes are
+    refused by the hash (422), as on a first upload (issue 22 M6)."""
+    import zipfile
+
+    def zipped(name: str, text: str) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("main.py", text)
+        return path
+
+    other = zipped("other.zip", "VALUE = 'other'\n")
+    first, second = zipped("first.zip", "VALUE = 1\n").read_bytes(), other.read_bytes()
+    url = f"{agent.url}/api/packages/gcs/my_pkg.zip"
+    assert requests.put(url, data=first, timeout=30).status_code == 200
+    assert requests.put(url, data=first, timeout=30).status_code == 200  # the same: idempotent
+    again = requests.put(url, data=second, timeout=30)
+    assert again.status_code == 409, again.text
+    err = again.json()["error"]
+    assert err["code"] == "package-conflict"
+    assert "gcs://my_pkg.zip" in err["message"]
+    assert "new name" in err["hint"]
+    from rtenv_cli.core.errors import PackageConflictError
+
+    with pytest.raises(PackageConflictError, match="already stored with other content"):
+        AgentTarget(agent.url).upload("gcs://my_pkg.zip", other)
+    handle = AgentClient(agent.url).get_or_create({"working_dir": "gcs://my_pkg.zip"},
+                                                  holder="h")
+    assert (Path(handle.working_dir) / "main.py").read_text() == "VALUE = 1\n"
+    assert requests.get(url + "?download=1", timeout=30).content == first
+    # a hash name: the same tree zipped again passes; another tree is refused by its hash
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "1"}), tmp_path)
+    named = f"{agent.url}/api/packages/gcs/{uri.removeprefix('gcs://')}"
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=second, timeout=30).status_code == 422
+
+
 def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
     src = make_tree(tmp_path / "wd", {"a.py": "a\n", "s/b.py": "b\n"})
     uri, _zip = ray_package(src, tmp_path)
