@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from rtenv_cli.core.errors import (
     AgentError,
@@ -68,7 +68,7 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
 MEMO_MAX_JSON = 16 * 1024
 
 
-def _strings(value: Any) -> bool:
+def _strings(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
