@@ -298,3 +298,94 @@ def test_an_environment_build_may_take_longer_than_the_read_timeout(
 
     server = serve(handler)
     assert AgentClient(server.url).get_or_create({}, holder="h").key == "k"
+
+
+# -- issue 22 M7: every request through the one client, the address probe included ------------
+def _flood(size: int, sent: list[int], status: int = 500) -> Handler:
+    """A reply of `size` bytes streamed as fast as the socket takes it (counted as it goes)."""
+    def handler(c: Conn) -> None:
+        c.send(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {size}\r\n\r\n".encode())
+        block, n = b"E" * 65536, 0
+        try:
+            while n < size:
+                c.send(block)
+                n += len(block)
+        finally:
+            sent.append(n)
+
+    return handler
+
+
+@pytest.mark.parametrize("status", [500, 200])
+def test_a_huge_reply_is_cut_on_every_call_of_a_push(serve: Callable[..., FakeServer],
+                                                     src: Path, status: int) -> None:
+    """A target answering every call (the address probe first) with 300 MB: each reply is
+    read to its cap and the connection dropped, none to its end."""
+    size = 300 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent, status), agent=False)
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert server.url in res.stderr
+    assert "internal error" not in res.stderr.lower()
+    wait_until = time.monotonic() + BOUND
+    while len(sent) < len(server.calls) and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    assert ("GET", "/api/agent") in server.calls
+    assert len(sent) == len(server.calls)
+    assert max(sent) < size, "a reply was read to its end"
+
+
+def test_a_trickled_probe_reply_ends_at_the_deadline(serve: Callable[..., FakeServer],
+                                                     src: Path) -> None:
+    """`GET /api/agent` answered a byte at a time, each within the read timeout: the probe
+    gives up at its deadline (the test's is 3 s) with an error naming the target."""
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 100000\r\n\r\n")
+        for _ in range(120):  # at most a minute: the old probe read it all, then went on
+            if c.stop.wait(0.5):
+                return
+            c.send(b" ")
+
+    server = serve(handler, agent=False)
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert f"the server at {server.url} was still sending its reply to GET /api/agent" \
+        in res.stderr
+    assert "ran out (deadline)" in res.stderr
+    assert server.calls == [("GET", "/api/agent")]  # nothing after a failed probe
+
+
+NOT_AGENTS = {
+    "empty object": (200, b"{}", "application/json"),  # the red team's squatter
+    "wrong types": (200, b'{"entries": [{"kind": 5}]}', "application/json"),
+    "a web page": (404, b"<html>not found</html>", "text/html"),
+    "other JSON error": (500, b'{"detail": "boom"}', "application/json"),
+}
+
+
+@pytest.mark.parametrize("reply", NOT_AGENTS.values(), ids=NOT_AGENTS.keys())
+def test_cache_ls_against_a_server_that_is_not_an_agent(serve: Callable[..., FakeServer],
+                                                        reply: tuple[int, bytes, str]) -> None:
+    status, body, ctype = reply
+    server = serve(lambda c: c.reply(status, body, ctype), agent=False)
+    res = run_cli(["cache", "ls", "--agent", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert f"{server.url} does not answer as an rtenv agent (GET /api/cache" in res.stderr
+    assert "hint:" in res.stderr
+    assert "internal error" not in res.stderr.lower()
+
+
+def test_every_agent_reply_is_checked_before_use(serve: Callable[..., FakeServer]) -> None:
+    server = serve(lambda c: c.reply(200, b'{"key": "k"}'), agent=False)
+    client = AgentClient(server.url)
+    calls: list[Callable[[], object]] = [
+        lambda: client.get_or_create({}, holder="h"), client.info, client.cache,
+        lambda: client.release("k", "h"), lambda: client.gc(dry_run=True),
+        lambda: AgentTarget(server.url).missing_blobs({"uri": URI}),
+        lambda: AgentTarget(server.url).commit_manifest({"uri": 5})]
+    for call in calls:
+        err, _ = bounded(call)
+        assert "does not answer as an rtenv agent" in err.message, err.message

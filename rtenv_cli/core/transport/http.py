@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -49,12 +49,16 @@ class _DeadlinePassed(Exception):
     pass
 
 
+class Unreachable(TransportError):
+    """The target refused or reset the connection, every try: nothing answered there."""
+
+
 @dataclass
 class Reply:
     """A reply whose body was read (bounded) and whose connection is released."""
 
     status_code: int
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # names in any case
     content: bytes
     target: str = field(repr=False, default="")
     call: str = field(repr=False, default="")
@@ -134,11 +138,12 @@ class HttpClient:
     def request(self, method: str, path: str, *, idempotent: bool, body_path: Path | None = None,
                 data: Iterable[bytes] | None = None, size: int = 0, wait: float = 0,
                 ok: Callable[[int], bool] = lambda s: 200 <= s < 300,  # noqa: PLR2004 - 2xx
-                **kw: Any) -> Reply:
+                limit: int = REPLY_LIMIT, **kw: Any) -> Reply:
         """`method path`, its body a file (`body_path`, re-read on a retry) or chunks (`data`,
         `size` bytes in all, never retried). A reply whose status `ok` refuses is read only up
-        to ERROR_BODY_LIMIT. `wait`: the seconds the target may work before it answers (an
-        environment build), which lengthen the read timeout and the deadline."""
+        to ERROR_BODY_LIMIT, one it accepts up to `limit` (more is an error). `wait`: the
+        seconds the target may work before it answers (an environment build), which lengthen
+        the read timeout and the deadline."""
         import requests
 
         t = self.timeouts
@@ -173,8 +178,8 @@ class HttpClient:
                           "connection reset" if "reset" in text or "aborted" in text else
                           type(exc).__name__)
                 if last or time.monotonic() + delay > end:
-                    raise TransportError(f"cannot reach {self.target} ({reason}; {call})",
-                                         hint=self.hint) from exc
+                    raise Unreachable(f"cannot reach {self.target} ({reason}; {call})",
+                                      hint=self.hint) from exc
             except requests.RequestException as exc:
                 raise self._error(f"failed {call}: {type(exc).__name__}: {exc}", exc) from None
             else:
@@ -184,8 +189,10 @@ class HttpClient:
                 else:
                     good = ok(status)
                     body = self._read(resp, call, end, allowed, read,
-                                      REPLY_LIMIT if good else ERROR_BODY_LIMIT, strict=good)
-                    return Reply(status, dict(resp.headers), body, self.target, call, self.hint)
+                                      limit if good else min(limit, ERROR_BODY_LIMIT),
+                                      strict=good)
+                    # headers as requests keeps them: names looked up in any case
+                    return Reply(status, resp.headers, body, self.target, call, self.hint)
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
