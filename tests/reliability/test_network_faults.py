@@ -234,12 +234,11 @@ def test_non_json_from_an_agent_on_push_once(serve: Callable[..., FakeServer],
     assert "internal error" not in res.stderr.lower()
 
 
-def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path) -> None:
-    size = 50 * 2**20
-    sent: list[int] = []
-
+def _flood(size: int, sent: list[int], status: int = 500) -> Handler:
+    """A reply of `size` bytes streamed as fast as the socket takes it (counted as it goes)."""
     def handler(c: Conn) -> None:
-        c.send(f"HTTP/1.1 500 Boom\r\nContent-Length: {size}\r\n\r\n".encode())
+        c.send(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {size}\r\n\r\n".encode())
         block, n = b"E" * 65536, 0
         try:
             while n < size:
@@ -248,7 +247,13 @@ def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path
         finally:
             sent.append(n)
 
-    server = serve(handler, agent=False)
+    return handler
+
+
+def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    size = 50 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent), agent=False)
     err, _ = bounded(lambda: RayDashboardTarget(server.url).upload(URI, pkg))
     assert "HTTP 500" in err.message
     assert len(err.message) < 1000
@@ -301,22 +306,6 @@ def test_an_environment_build_may_take_longer_than_the_read_timeout(
 
 
 # -- issue 22 M7: every request through the one client, the address probe included ------------
-def _flood(size: int, sent: list[int], status: int = 500) -> Handler:
-    """A reply of `size` bytes streamed as fast as the socket takes it (counted as it goes)."""
-    def handler(c: Conn) -> None:
-        c.send(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {size}\r\n\r\n".encode())
-        block, n = b"E" * 65536, 0
-        try:
-            while n < size:
-                c.send(block)
-                n += len(block)
-        finally:
-            sent.append(n)
-
-    return handler
-
-
 @pytest.mark.parametrize("status", [500, 200])
 def test_a_huge_reply_is_cut_on_every_call_of_a_push(serve: Callable[..., FakeServer],
                                                      src: Path, status: int) -> None:
