@@ -88,9 +88,9 @@ class _Http:
     def _not_an_agent(self, resp: Reply, what: str) -> TransportError:
         return TransportError(f"{self.url} does not answer as an rtenv agent ({resp.call}: "
                               f"{what}; it sent {resp.text[:200] or 'an empty body'!r})",
-                              hint="check the URL: an rtenv agent (`rtenv agent`, port 8790 "
-                              "by default) answers GET /api/agent with {\"agent\": \"rtenv\"}; "
-                              "a Ray cluster is --address, not --agent")
+                              hint="check the URL and its port: another server listens "
+                              "there; an rtenv agent (`rtenv agent`, port 8790 by default) "
+                              "answers GET /api/agent with {\"agent\": \"rtenv\", ...}")
 
 
 class AgentTarget:
