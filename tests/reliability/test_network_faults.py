@@ -378,3 +378,47 @@ def test_every_agent_reply_is_checked_before_use(serve: Callable[..., FakeServer
     for call in calls:
         err, _ = bounded(call)
         assert "does not answer as an rtenv agent" in err.message, err.message
+
+
+# -- the agent's download of a client's http(s) archive: the same client, the same bounds -----
+def test_a_download_is_capped_and_cut(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
+    size = 300 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent, 200), agent=False)
+    dest = tmp_path / "x.zip"
+    err, _ = bounded(lambda: http.download(f"{server.url}/x.zip", dest, limit=2**20))
+    assert f"the server at {server.url} answered GET /x.zip with more than 1048576 bytes" \
+        in err.message
+    assert dest.stat().st_size <= 2**20
+    wait_until = time.monotonic() + BOUND
+    while not sent and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    assert sent
+    assert sent[0] < size
+
+
+def test_a_trickled_download_ends_at_its_deadline(serve: Callable[..., FakeServer],
+                                                  tmp_path: Path) -> None:
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(120):
+            if c.stop.wait(0.5):
+                return
+            c.send(b"P")
+
+    server = serve(handler, agent=False)
+    err, _ = bounded(lambda: http.download(f"{server.url}/x.zip", tmp_path / "x.zip",
+                                           limit=1024))
+    assert "ran out (deadline)" in err.message
+
+
+def test_a_download_gets_the_bytes_or_names_the_status(serve: Callable[..., FakeServer],
+                                                       tmp_path: Path) -> None:
+    server = serve(lambda c: c.reply(200, b"PK-archive", "application/zip")
+                   if c.path == "/ok.zip" else c.reply(404, b"no such file", "text/plain"),
+                   agent=False)
+    http.download(f"{server.url}/ok.zip", tmp_path / "ok.zip", limit=1024)
+    assert (tmp_path / "ok.zip").read_bytes() == b"PK-archive"
+    err, _ = bounded(lambda: http.download(f"{server.url}/gone.zip", tmp_path / "g.zip",
+                                           limit=1024))
+    assert f"{server.url}/gone.zip: HTTP 404 no such file" in err.message

@@ -16,7 +16,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -25,6 +25,7 @@ from rtenv_cli.core.errors import (
     AgentError,
     PackagingError,
     RtenvError,
+    TransportError,
     UnsupportedError,
     UsageError,
     ValidationError,
@@ -118,8 +119,12 @@ class _Plan:
 
 
 class Environments:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *,
+                 fetch: Callable[[str, Path], None] | None = None) -> None:
+        """`fetch(url, dest)` downloads an http(s) archive (builders.fetch_url by default; the
+        agent's is bounded in time and size, transport.http.download)."""
         self.store = store
+        self._fetch_url = fetch or builders.fetch_url
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
         self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
@@ -181,7 +186,10 @@ class Environments:
                                      hint="point file:// at a .zip (or a .whl in py_modules)")
             return path
         dest = work / uri.rsplit("/", 1)[-1]
-        builders.fetch_url(uri, dest)
+        try:
+            self._fetch_url(uri, dest)
+        except TransportError as exc:  # the request's archive, not the agent, failed: a 4xx
+            raise PackagingError(f"cannot fetch {uri}: {exc.message}", hint=exc.hint) from None
         return dest
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,

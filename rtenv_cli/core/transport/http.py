@@ -138,10 +138,11 @@ class HttpClient:
     def request(self, method: str, path: str, *, idempotent: bool, body_path: Path | None = None,
                 data: Iterable[bytes] | None = None, size: int = 0, wait: float = 0,
                 ok: Callable[[int], bool] = lambda s: 200 <= s < 300,  # noqa: PLR2004 - 2xx
-                limit: int = REPLY_LIMIT, **kw: Any) -> Reply:
+                limit: int = REPLY_LIMIT, sink: BinaryIO | None = None, **kw: Any) -> Reply:
         """`method path`, its body a file (`body_path`, re-read on a retry) or chunks (`data`,
         `size` bytes in all, never retried). A reply whose status `ok` refuses is read only up
-        to ERROR_BODY_LIMIT, one it accepts up to `limit` (more is an error). `wait`: the
+        to ERROR_BODY_LIMIT, one it accepts up to `limit` (more is an error), into `sink` if
+        given (a download: the deadline then grows with `limit` as with bytes sent). `wait`: the
         seconds the target may work before it answers (an environment build), which lengthen
         the read timeout and the deadline."""
         import requests
@@ -151,7 +152,7 @@ class HttpClient:
         if body_path is not None:
             size = body_path.stat().st_size
         read = max(t.read, wait)
-        allowed = t.deadline(size) + wait
+        allowed = t.deadline(size + (limit if sink is not None else 0)) + wait
         end = time.monotonic() + allowed
         attempts = t.retries if idempotent and data is None else 1
         delay = t.backoff
@@ -190,7 +191,7 @@ class HttpClient:
                     good = ok(status)
                     body = self._read(resp, call, end, allowed, read,
                                       limit if good else min(limit, ERROR_BODY_LIMIT),
-                                      strict=good)
+                                      strict=good, sink=sink if good else None)
                     # headers as requests keeps them: names looked up in any case
                     return Reply(status, resp.headers, body, self.target, call, self.hint)
             time.sleep(delay)
@@ -213,9 +214,10 @@ class HttpClient:
         return self.session().request(method, self.url + path, **args)
 
     def _read(self, resp: Any, call: str, end: float, allowed: float,  # noqa: PLR0917 - private
-              read: float, limit: int, *, strict: bool) -> bytes:
-        """At most `limit` bytes of the body; past it a reply the caller wants is an error, an
-        error reply is cut (the connection is closed, the rest never read)."""
+              read: float, limit: int, *, strict: bool, sink: BinaryIO | None = None) -> bytes:
+        """At most `limit` bytes of the body (written to `sink` instead, if given); past it a
+        reply the caller wants is an error, an error reply is cut (the connection is closed,
+        the rest never read)."""
         from urllib3.exceptions import HTTPError, ReadTimeoutError
 
         chunks: list[bytes] = []
@@ -225,23 +227,47 @@ class HttpClient:
                 if time.monotonic() > end:
                     raise self._error(f"was still sending its reply to {call} when the "
                                       f"{allowed:.0f} s allowed ran out (deadline)")
-                chunk = resp.raw.read1(_READ_SIZE)
+                try:
+                    chunk = resp.raw.read1(_READ_SIZE)
+                except ReadTimeoutError as exc:
+                    raise self._error(f"stopped sending its reply to {call} for {read:g} s "
+                                      "(read timeout)", exc) from None
+                except (HTTPError, OSError) as exc:
+                    raise self._error(f"sent a truncated reply to {call} (the connection ended "
+                                      "mid-body)", exc) from None
                 if not chunk:
                     break
-                chunks.append(chunk)
                 n += len(chunk)
-        except ReadTimeoutError as exc:
-            raise self._error(f"stopped sending its reply to {call} for {read:g} s (read "
-                              "timeout)", exc) from None
-        except (HTTPError, OSError) as exc:
-            raise self._error(f"sent a truncated reply to {call} (the connection ended "
-                              "mid-body)", exc) from None
+                if sink is None:
+                    chunks.append(chunk)
+                elif n <= limit:  # a write's error (a full disk) is the caller's, as it is
+                    sink.write(chunk)
         finally:
             resp.close()
         body = b"".join(chunks)
         if n > limit:
             if strict:
-                raise self._error(f"answered {call} with more than {limit} bytes, more than the "
-                                  "protocol sends")
+                raise self._error(f"answered {call} with more than {limit} bytes, more than "
+                                  "rtenv reads from it")
             body = body[:limit]
         return body
+
+
+def download(url: str, dest: Path, *, limit: int) -> None:
+    """`url` (http or https) into the file `dest`, through HttpClient: a deadline for the whole
+    download (its floor plus `limit` at the minimum rate), at most `limit` bytes, retried on a
+    refused connection; any status but 200 is an error naming it."""
+    from urllib.parse import urlsplit
+
+    split = urlsplit(url)
+    base = f"{split.scheme}://{split.netloc}"
+    client = HttpClient(base, "server", hint="check that the URL is reachable from this node "
+                        "and that the archive is not larger than it may be")
+    with dest.open("wb") as out:
+        # identity: the bytes as stored (an archive), never a compressed transfer of them
+        reply = client.request("GET", url[len(base):] or "/", idempotent=True, limit=limit,
+                               sink=out, ok=lambda s: s == 200,  # noqa: PLR2004 - HTTP OK
+                               headers={"Accept-Encoding": "identity"})
+    if reply.status_code != 200:  # noqa: PLR2004 - HTTP OK
+        raise TransportError(f"{url}: HTTP {reply.status_code} {reply.text[:200]}",
+                             hint=client.hint)

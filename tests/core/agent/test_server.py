@@ -124,6 +124,39 @@ def test_a_name_that_holds_a_package_refuses_other_bytes(agent: AgentProc,
     assert requests.put(named, data=second, timeout=30).status_code == 422
 
 
+def test_an_http_working_dir_is_fetched_by_the_bounded_client(agent: AgentProc,
+                                                              tmp_path: Path) -> None:
+    """The agent downloads a client's http(s) archive through transport.http.download (a
+    deadline and a size cap, tests/reliability/test_network_faults.py): the archive arrives,
+    and a missing one is a 422 naming the URL and its status."""
+    import http.server
+    import threading
+
+    from tests.support.packages import crafted_zip
+
+    site = tmp_path / "site"
+    site.mkdir()
+    crafted_zip(site / "proj.zip", [("proj-main/app.py", b"print('remote')\n")])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw:
+                                             http.server.SimpleHTTPRequestHandler(
+                                                 *a, directory=str(site), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        handle = AgentClient(agent.url).get_or_create({"working_dir": f"{base}/proj.zip"},
+                                                      holder="h")
+        assert (Path(handle.working_dir) / "app.py").read_text() == "print('remote')\n"
+        gone = requests.post(f"{agent.url}/api/envs", timeout=60, json={
+            "runtime_env": {"working_dir": f"{base}/gone.zip"}, "holder": "h"})
+        assert gone.status_code == 422, gone.text  # the request's archive: a client error
+        assert f"cannot fetch {base}/gone.zip: " in gone.json()["error"]["message"]
+        assert f"{base}/gone.zip: HTTP 404" in gone.json()["error"]["message"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
     src = make_tree(tmp_path / "wd", {"a.py": "a\n", "s/b.py": "b\n"})
     uri, _zip = ray_package(src, tmp_path)
