@@ -121,8 +121,9 @@ class _Plan:
 class Environments:
     def __init__(self, store: Store, *,
                  fetch: Callable[[str, Path], None] | None = None) -> None:
-        """`fetch(url, dest)` downloads an http(s) archive (builders.fetch_url by default; the
-        agent's is bounded in time and size, transport.http.download)."""
+        """`fetch(url, dest)` downloads an http(s) archive: what serves requests passes
+        transport.http.fetch_archive (a deadline and a size cap; the store sits below the
+        transports); builders.fetch_url by default."""
         self.store = store
         self._fetch_url = fetch or builders.fetch_url
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)

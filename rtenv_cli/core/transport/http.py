@@ -271,3 +271,12 @@ def download(url: str, dest: Path, *, limit: int) -> None:
     if reply.status_code != 200:  # noqa: PLR2004 - HTTP OK
         raise TransportError(f"{url}: HTTP {reply.status_code} {reply.text[:200]}",
                              hint=client.hint)
+
+
+def fetch_archive(url: str, dest: Path) -> None:
+    """A runtime_env's http(s) archive (working_dir, py_modules) into `dest`: `download`, at
+    most what one archive may unpack to (store.unpack's limit). What every Environments that
+    serves a request is given (the agent, rtenv's Ray plugin, `rtenv run`)."""
+    from rtenv_cli.core.store.unpack import MAX_TOTAL_BYTES
+
+    download(url, dest, limit=MAX_TOTAL_BYTES)
