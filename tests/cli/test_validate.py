@@ -222,11 +222,12 @@ def test_stock_training_config_passes_fail_on_warning(tmp_path: Path) -> None:
     result = run_process(["validate", "--fail-on", "warning"], cwd=str(tmp_path))
     assert result.exit_code == 0, result.stdout
     assert " warning:" not in result.stdout
-    assert result.stdout.endswith("0 invalid, 0 errors, 0 warnings (2 infos not shown: -v "
-                                  "shows them)\n")
+    # no info either: `working_dir: .` beside the project and a `.git` beside the user's own
+    # excludes are what everybody writes (issue 24: infos on nearly every file are noise)
+    assert result.stdout.endswith("0 invalid, 0 errors, 0 warnings\n")
     assert "checking 1 file found in the current directory: runtime_env.yaml" in result.stderr
     shown = run_process(["validate", "-v"], cwd=str(tmp_path))
-    assert {"RTE112", "RTE123"} <= set(re.findall(r"RTE\d+", shown.stdout))
+    assert re.findall(r"RTE\d+", shown.stdout) == []
 
 
 def test_infos_only_when_asked_in_text_and_github_always_in_json_and_sarif(
