@@ -17,6 +17,7 @@ from rtenv_cli.core.lint.context import (
     ValidateOptions,
     coercion_hint,
     expects_string,
+    set_literal_hint,
 )
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
@@ -114,6 +115,13 @@ def _ray_diagnostics(ctx: Context, result: PipelineResult) -> list[Diagnostic]:
         value = _lookup(ctx.data, rel)
         if value is not _MISSING and expects_string(rel):
             hint = coercion_hint(ctx.raw(rel), value) or hint
+        for depth in (len(rel), len(rel) - 1):  # the value, or the mapping holding the key
+            holder = _lookup(ctx.data, rel[:depth]) if depth > 0 else _MISSING
+            literal = set_literal_hint(ctx.raw(rel[:depth]), holder) \
+                if holder is not _MISSING else None
+            if literal:
+                hint = literal
+                break
         if hint is None and "can only have these fields" in exc.message and rel:
             hint = _subkey_hint(rel)
         if hint is None:
@@ -205,11 +213,13 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
     file_dir = None if path == "-" else Path(path).resolve().parent
     kind = form.kind
     diags: list[Diagnostic] = sites.form_findings(form)
+    notes: list[str] = list(form.notes)
     if form.serve_configs:  # Serve's schema (pydantic, Ray) only for Serve configs
         from rtenv_cli.core.lint import serve_schema
 
-        diags += serve_schema.check(form.serve_configs, form.sites, doc.positions)
-    notes: list[str] = list(form.notes)
+        found, which = serve_schema.check(form.serve_configs, form.sites, doc.positions)
+        diags += found
+        notes.append(which)
     normalized: dict[str, Any] = {}
     valid = not any(d.ray_error for d in diags)
 

@@ -387,7 +387,9 @@ _TABLE: tuple[Rule, ...] = (
     Rule("RTE180", "serve-schema", E, "Ray Serve's schema refuses the Serve config",
          "Validates Serve configs (`serve deploy` files, KubeRay's serveConfigV2) with Ray "
          "Serve's own schema, `ray.serve.schema.ServeDeploySchema`, imported only when a Serve "
-         "config is seen.",
+         "config is seen. Without Ray Serve installed, rtenv's table of Serve's structure checks "
+         "what it can (required keys, list and mapping shapes, import paths, unique "
+         "application names); the file's note says which of the two ran.",
          "`serve deploy`, `serve run` and KubeRay refuse the whole config: nothing is "
          "deployed.",
          "applications:\n  - name: app\n    import_path: app\n",
@@ -402,13 +404,45 @@ _TABLE: tuple[Rule, ...] = (
          "    runtime_env: {working_dir: .}\n",
          "applications:\n  - name: app\n    import_path: main:app\n"
          "    runtime_env: {working_dir: \"s3://bucket/app.zip\"}\n", ray=True),
-    Rule("RTE182", "serve-schema-unavailable", INFO, "Ray Serve's schema could not be imported",
-         "Says that a Serve config was checked without Ray Serve's schema (no Ray installed "
-         "here): only Serve's rule for working_dir/py_modules URIs (RTE181) was applied.",
-         "Other mistakes in the Serve config (import_path, duplicate names, options) are not "
-         "found until `serve deploy`.",
-         "applications: [{import_path: main:app}]\n",
-         "# pip install 'ray[serve]' (the cluster's version)\n"),
+    Rule("RTE183", "serve-runtime-env-dropped", W, "a runtime_env where Serve drops it",
+         "Flags a deployment's `runtime_env` written beside `ray_actor_options` instead of "
+         "inside it, and a `runtime_env` at the top of a Serve config.",
+         "Serve reads runtime_envs per application and in each deployment's "
+         "`ray_actor_options` only; its schema ignores the others without a word, and the "
+         "replicas run without those packages and variables.",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        runtime_env: {pip: [torch]}\n",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        ray_actor_options:\n          runtime_env: {pip: [torch]}\n"),
+    Rule("RTE184", "serve-unknown-key", W, "a key Serve does not know at its level",
+         "Compares the keys of a Serve config, each application, deployment, "
+         "`ray_actor_options`, `http_options` and `grpc_options` with Ray Serve 2.60's schema "
+         "and suggests the key meant.",
+         "Serve's schema ignores unknown keys: `num_replica:` or `autoscaling:` silently keeps "
+         "the default.",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        num_replica: 4\n",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        num_replicas: 4\n"),
+    Rule("RTE185", "serve-single-app-format", E, "the single-application Serve config of old "
+         "`serve build`",
+         "Recognises a Serve config with `import_path` (and `deployments`, `host`, `port`, "
+         "`runtime_env`) at the top and no `applications:`, checks its application, and says "
+         "that Serve 2.60 refuses the file.",
+         "`serve deploy` and KubeRay's serveConfigV2 require `applications`: the whole config is "
+         "refused.",
+         "import_path: main:app\nhost: 0.0.0.0\nport: 8000\n",
+         "http_options: {host: 0.0.0.0, port: 8000}\napplications:\n  - name: app\n"
+         "    import_path: main:app\n", ray=True),
+    Rule("RTE186", "kuberay-field-shape", E, "a KubeRay field of the wrong shape",
+         "Flags a RayJob's (or a RayCronJob's jobTemplate's) `spec.runtimeEnv` written as a "
+         "mapping.",
+         "KubeRay's RayJob (ray.io/v1) takes the runtime_env as `runtimeEnvYAML`, a YAML string; "
+         "`runtimeEnv` was a base64 string in ray.io/v1alpha1. The API server refuses a "
+         "mapping there.",
+         "spec:\n  entrypoint: python main.py\n  runtimeEnv:\n    envVars: {A: \"1\"}\n",
+         "spec:\n  entrypoint: python main.py\n  runtimeEnvYAML: |\n    env_vars:\n"
+         "      A: \"1\"\n", ray=True),
 )
 RULES: tuple[Rule, ...] = tuple(sorted(_TABLE, key=lambda rule: rule.code))
 

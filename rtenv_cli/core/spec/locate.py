@@ -20,8 +20,10 @@ from rtenv_cli.core.spec.model import ALL_TOP_LEVEL_KEYS
 
 DocKind = Literal["runtime_env", "serve", "job"]
 
+# ServeDeploySchema's fields (Ray Serve 2.60.0; lint/serve_structure.py's LEVELS["config"])
 _SERVE_KEYS = frozenset({"applications", "proxy_location", "http_options", "grpc_options",
-                         "logging_config", "target_capacity"})
+                         "logging_config", "target_capacity", "controller_options",
+                         "tracing_config"})
 
 
 def _data(doc: LoadedDoc | object) -> object:

@@ -247,7 +247,8 @@ def test_every_rule_is_documented() -> None:
     # RTE160/161: tests/core/lint/test_resolve; the forms corpus and Serve: test_forms_corpus,
     # test_serve_schema
     elsewhere = {"RTE160", "RTE161", "RTE106", "RTE124", "RTE136", "RTE137", "RTE138",
-                 "RTE139", "RTE147", "RTE180", "RTE181", "RTE182"}
+                 "RTE139", "RTE147", "RTE180", "RTE181", "RTE183", "RTE184", "RTE185",
+                 "RTE186"}
     assert used | elsewhere == set(codes)
 
 
@@ -313,3 +314,19 @@ def test_excludes_dropping_a_file_the_code_opens_by_name(tmp_path: Path) -> None
     assert "!/sft_config.yaml" in (diag.hint or "")
     quiet = check("working_dir: proj\nexcludes: ['configs/']\n", tmp_path)
     assert not [d for d in quiet.diagnostics if d.code == "RTE124"]
+
+
+@pytest.mark.parametrize(("text", "code", "hint"), [
+    ("working_dir:/path/to/proj\n", "RTE002", "put a space after the colon (`working_dir: "
+                                              "/path/to/proj`)"),
+    ("- name: app\n  import_path: main:app\n", "RTE002", "put `applications:` above it"),
+    ('pip: {"torch", "numpy"}\n', "RTE006", "write a list, `[torch, numpy]`"),
+    ('{"torch", "numpy"}\n', "RTE108", "write a list, `[torch, numpy]`"),
+])
+def test_broken_shapes_say_what_was_meant(tmp_path: Path, text: str, code: str,
+                                          hint: str) -> None:
+    """Ray's message for each is a bare `'<type>' object has no attribute 'get'` (or no error
+    at all for the set at the top: its names become plugins that do nothing)."""
+    report = check(text, tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == code]
+    assert hint in (diag.hint or ""), diag.hint
