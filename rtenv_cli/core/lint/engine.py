@@ -46,14 +46,19 @@ class FileReport:
     source: str | None = field(default=None, repr=False, compare=False)
     # env_vars secret values: the renderer hides them in source excerpts too
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    # which check decided a Serve config: Serve's own schema, or rtenv's table (serve_schema.py)
+    serve_check: str | None = None
 
     def count(self, severity: Severity) -> int:
         return sum(1 for d in self.diagnostics if d.severity == severity)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "valid": self.valid,
-                "diagnostics": [d.to_dict() for d in self.diagnostics],
-                "normalized": self.normalized, "notes": list(self.notes)}
+        out = {"path": self.path, "kind": self.kind, "valid": self.valid,
+               "diagnostics": [d.to_dict() for d in self.diagnostics],
+               "normalized": self.normalized, "notes": list(self.notes)}
+        if self.serve_check is not None:
+            out["serve_check"] = self.serve_check
+        return out
 
 
 @dataclass(frozen=True)
@@ -214,12 +219,14 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
     kind = form.kind
     diags: list[Diagnostic] = sites.form_findings(form)
     notes: list[str] = list(form.notes)
+    serve_check = None
     if form.serve_configs:  # Serve's schema (pydantic, Ray) only for Serve configs
         from rtenv_cli.core.lint import serve_schema
 
-        found, which = serve_schema.check(form.serve_configs, form.sites, doc.positions)
+        found, serve_check, note = serve_schema.check(form.serve_configs, form.sites,
+                                                      doc.positions)
         diags += found
-        notes.append(which)
+        notes.extend([note] if note else [])
     normalized: dict[str, Any] = {}
     valid = not any(d.ray_error for d in diags)
 
@@ -252,7 +259,8 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
                          hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
     final = normalized.get(".") if kind in ("runtime_env", "wrapped") else normalized
     return _as_template(FileReport(path, valid, tuple(diags), final if valid else None,
-                                   tuple(notes), kind, doc.text, frozenset(secrets)), None)
+                                   tuple(notes), kind, doc.text, frozenset(secrets),
+                                   serve_check), None)
 
 
 def _as_template(report: FileReport, parse_error: str | None) -> FileReport:

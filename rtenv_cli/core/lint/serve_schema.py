@@ -20,6 +20,8 @@ from rtenv_cli.core.spec import normalize as n
 from rtenv_cli.core.spec.forms import ServeConfig, Site
 from rtenv_cli.core.spec.loader import Positions
 
+SERVE_SCHEMA = "serve-schema"  # FileReport.serve_check: Ray Serve's own schema ran
+SERVE_TABLE = "rtenv-table"  # rtenv's table of Serve's structure stood in for it
 LOCAL_URI_TEXT = "support only remote URIs"  # in Serve's error for a local path
 _LOCAL_HINT = ("Serve deploys from the cluster: zip the directory to remote storage (s3://, "
                "gs://, https://... .zip), or `rtenv push` it and use the gcs:// URI it prints; "
@@ -88,10 +90,11 @@ def _import_schema() -> Any:
 
 
 def check(configs: list[ServeConfig], sites: list[Site], positions: Positions
-          ) -> tuple[list[Diagnostic], str]:
-    """Serve's verdict on each Serve config of the file, positioned in the file, and a note
-    saying which check ran: Serve's own schema, or rtenv's table of Serve's structure
-    (serve_structure.py) when the schema cannot be imported. The table's key and runtime_env
+          ) -> tuple[list[Diagnostic], str, str | None]:
+    """Serve's verdict on each Serve config of the file, positioned in the file; which check
+    decided it (SERVE_SCHEMA: Serve's own; SERVE_TABLE: rtenv's table of Serve's structure,
+    serve_structure.py, when the schema cannot be imported, or for Anyscale's specs); and a note
+    for the file when the table stood in for Serve's schema. The table's key and runtime_env
     checks run either way: Serve's schema ignores unknown keys without a word."""
     from rtenv_cli.core.lint import serve_structure
 
@@ -111,15 +114,12 @@ def check(configs: list[ServeConfig], sites: list[Site], positions: Positions
             out.extend(_local_findings(local, positions))
             continue
         out.extend(_schema_findings(schema, config, local, positions))
-    if not checked:
-        note = "Serve config checked with rtenv's table of Serve's structure (Anyscale deploys it)"
-    elif missing:
-        note = ("Serve config checked with rtenv's table of Serve's structure: Ray Serve's "
-                f"schema is not importable here ({type(schema).__name__}: {schema}; install "
-                "ray[serve], the cluster's version, for Serve's own check)")
-    else:
-        note = "Serve config checked with Ray Serve's own schema (ray.serve.schema)"
-    return out, note
+    if missing:
+        return out, SERVE_TABLE, (
+            "Serve config checked with rtenv's table of Serve's structure: Ray Serve's schema is "
+            f"not importable here ({type(schema).__name__}: {schema}); install ray[serve], the "
+            "cluster's version, for Serve's own check")
+    return out, (SERVE_SCHEMA if checked else SERVE_TABLE), None
 
 
 def _local_findings(local: dict[tuple[Any, ...], str], positions: Positions

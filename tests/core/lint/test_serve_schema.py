@@ -74,6 +74,7 @@ def test_without_ray_the_uri_rule_still_runs(tmp_path: Path, monkeypatch: pytest
     assert by_code["RTE181"].line == 4
     assert by_code["RTE181"].ray_error
     assert not [d for d in report.diagnostics if d.severity.value == "info"]  # no noise
+    assert report.serve_check == "rtenv-table"
     [note] = [n for n in report.notes if "Serve" in n]
     assert "rtenv's table of Serve's structure" in note
     assert "ray[serve]" in note
@@ -87,7 +88,9 @@ def test_without_ray_the_uri_rule_still_runs(tmp_path: Path, monkeypatch: pytest
 
 def test_the_note_names_serves_own_schema_when_it_ran(tmp_path: Path) -> None:
     report = check("applications:\n  - import_path: m:app\n", tmp_path)
-    assert report.notes == ("Serve config checked with Ray Serve's own schema (ray.serve.schema)",)
+    assert report.serve_check == "serve-schema"
+    assert report.to_dict()["serve_check"] == "serve-schema"
+    assert report.notes == ()
     assert report.diagnostics == ()
 
 
