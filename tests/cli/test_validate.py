@@ -23,7 +23,10 @@ GOLDEN = REPO / "tests" / "golden" / "validate"
 GOLDEN_CASES = {"examples/invalid/runtime_env.yaml": "runtime_env_yaml",
                 "examples/ci/configs/train_runtime_env.yaml": "clean_runtime_env_yaml",
                 "examples/invalid/invalid_runtime_env.json": "invalid_runtime_env_json",
-                "examples/invalid/serve_config.yaml": "serve_config_yaml"}
+                "examples/invalid/serve_config.yaml": "serve_config_yaml",
+                # issue 24: runtime_envs Serve drops and keys it ignores
+                "tests/core/lint/forms_corpus/serve_dropped_runtime_envs.yaml":
+                    "serve_dropped_runtime_envs_yaml"}
 FORMATS = {"text": "txt", "json": "json", "github": "github", "sarif": "sarif.json"}
 
 
