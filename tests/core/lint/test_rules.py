@@ -330,3 +330,12 @@ def test_broken_shapes_say_what_was_meant(tmp_path: Path, text: str, code: str,
     report = check(text, tmp_path)
     [diag] = [d for d in report.diagnostics if d.code == code]
     assert hint in (diag.hint or ""), diag.hint
+
+
+def test_dot_slash_pattern_names_the_pattern_that_works(tmp_path: Path) -> None:
+    (tmp_path / "proj" / "data").mkdir(parents=True)
+    (tmp_path / "proj" / "data" / "x.csv").write_text("a\n")
+    report = check("working_dir: proj\nexcludes: ['./data']\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE122"]
+    assert "like `data`, never `./data`" in diag.message
+    assert diag.hint == "write `/data`"
