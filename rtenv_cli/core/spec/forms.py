@@ -287,7 +287,10 @@ def _anyscale(doc: LoadedDoc, data: dict[Any, Any]) -> Form | None:
         single = isinstance(config, dict) and "applications" not in config
         _serve(form, config, ("ray_serve_config",), "anyscale", single_app=single)
         return form
-    if "entrypoint" in data and (marked or (top and "runtime_env" not in data)):
+    # `image_uri` beside `entrypoint` is Anyscale's container image, not Ray's field
+    imaged = "image_uri" in data and "runtime_env" not in data and \
+        keys <= ANYSCALE_KEYS | ANYSCALE_SERVICE_KEYS | {"entrypoint", "tags"}
+    if "entrypoint" in data and (marked or imaged or (top and "runtime_env" not in data)):
         form = Form("anyscale-job", doc)
         if isinstance(runtime_env, dict):
             form.sites.append(Site(("runtime_env",),

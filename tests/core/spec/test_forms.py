@@ -41,6 +41,8 @@ def _sites(text: str) -> tuple[str, list[tuple[tuple[object, ...], str]]]:
     ("name: s\nimage_uri: anyscale/ray:2.60.0\nworking_dir: .\napplications:\n"
      "  - import_path: m:a\n    runtime_env: {pip: [x]}\n", "anyscale-service",
      [((), "anyscale"), (("applications", 0, "runtime_env"), "anyscale")]),
+    # an Anyscale job with its image, no compute_config: image_uri is Anyscale's, not Ray's
+    ("name: j\nentrypoint: python x.py\nimage_uri: anyscale/ray:2.60.0\n", "anyscale-job", []),
     # the single-application format of old `serve build`
     ("import_path: m:a\nhost: 0.0.0.0\nport: 8000\nruntime_env: {pip: [x]}\n", "serve",
      [(("runtime_env",), "serve")]),
