@@ -52,6 +52,7 @@ _PLACEHOLDER = (r"<[^>]*>|\{\{?[^}]*\}\}?|\[[^\]]*\]|(.)\1{2,}|\.\.\.|todo|tbd|c
                 r"n/?a|unset|empty")
 # a placeholder anywhere in the value: "<your key>", "sk-xxxx", "hf_...", "put your token here"
 _PLACEHOLDER_PART = r"\byour\b|(?:^|[^a-z])here$|x{4,}|\*{3,}|\.{3}|<[^>]*>"
+_PLACEHOLDER_HINTS = ("your", "here", "xxxx", "***", "...", "<")  # one is in every match
 
 
 def name_words(name: str) -> set[str]:
@@ -86,7 +87,10 @@ def is_secret(name: str, value: object) -> bool:
     """Whether `name: value` in env_vars holds a secret (see the module docstring)."""
     if not isinstance(value, str) or not value.strip():
         return False
-    if re.search(_PLACEHOLDER_PART, value.strip().lower()) is not None:
+    lower = value.strip().lower()
+    # substrings first: validate compiles no regex for a file without a placeholder
+    if any(part in lower for part in _PLACEHOLDER_HINTS) and \
+            re.search(_PLACEHOLDER_PART, lower) is not None:
         return False  # an obvious placeholder, even in a credential's shape (`hf_xxxx`)
     if is_credential(value):
         return True

@@ -226,20 +226,24 @@ def _line_problems(ctx: Context, req: Requirement, text: str) -> Iterator[Diagno
 def _stray_quote(text: str) -> str | None:
     """A quote in the requirement itself (`...#egg=tool"`); markers may quote their values."""
     head = text.split(";", 1)[0]
-    found = re.search(r"[\"']", head)
-    if found is None and (text.count('"') % 2 or text.count("'") % 2):
-        found = re.search(r"[\"']", text)
-    if found is None:
-        return None
-    return "double quote" if found.group(0) == '"' else "single quote"
+    if '"' not in head and "'" not in head:
+        if not text.count('"') % 2 and not text.count("'") % 2:
+            return None
+        head = text
+    first = min(i for i in (head.find('"'), head.find("'")) if i >= 0)
+    return "double quote" if head[first] == '"' else "single quote"
 
 
 def _installs_own_project(ctx: Context, text: str) -> str | None:
     """What is wrong when `text` installs the project the local working_dir already ships:
     `-e .` / `.` (pip runs in an empty directory on the node) or the project's own name (from
     the working_dir's pyproject.toml: pip fetches that name from the index)."""
-    target = re.sub(r"^(?:-e|--editable)(?:\s+|=)", "", text).strip()
-    if re.fullmatch(r"\.(?:/)?(?:\[[^\]]*\])?", target):
+    target = text
+    for flag in ("--editable=", "--editable ", "-e "):
+        if target.startswith(flag):
+            target = target[len(flag):].strip()
+            break
+    if target.split("[", 1)[0] in (".", "./"):
         return ("installs `.` of the node's pip directory (an empty folder Ray creates), not "
                 "your working_dir: the install fails")
     name = _REQ.match(target)
