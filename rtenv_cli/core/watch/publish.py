@@ -33,11 +33,22 @@ class Publisher(Protocol):
     def close(self, sources: list[Source]) -> None: ...
 
 
-def publisher_for(target: Target, work_dir: Path, *, early_upload: bool = True) -> Publisher:
+def publisher_for(target: Target, work_dir: Path, *, early_upload: bool = True,
+                  pin_s: int | None = None) -> Publisher:
+    """`pin_s`: how long a published version is pinned, where the target lets the pusher
+    choose (`chooses_pin`); else the target's own (Ray's dashboard: 10 minutes)."""
     if isinstance(target, DeltaTarget):
         return DeltaPublisher(target)
     early = EarlyUploader(target) if early_upload and isinstance(target, ForkingTarget) else None
-    return ZipPublisher(target, work_dir, early)
+    return ZipPublisher(target, work_dir, early, pin_s if chooses_pin(target) else None)
+
+
+def chooses_pin(target: Target) -> bool:
+    """Whether the pusher chooses how long `exists` pins a package: a Ray GCS takes the
+    length with each PinRuntimeEnvURI; the dashboard's GET pins for its own setting."""
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    return isinstance(target, RayGcsTarget)
 
 
 class DeltaPublisher:
@@ -83,8 +94,16 @@ class DeltaPublisher:
 
 
 class ZipPublisher:
-    def __init__(self, target: Target, work_dir: Path, early: EarlyUploader | None) -> None:
+    def __init__(self, target: Target, work_dir: Path, early: EarlyUploader | None,
+                 pin_s: int | None = None) -> None:
         self.target, self.work_dir, self.early = target, work_dir, early
+        self.pin_s = pin_s
+
+    def _exists(self, uri: str) -> bool:
+        """Whether the target holds `uri`, pinning it (for `pin_s` when chosen)."""
+        if self.pin_s is None:
+            return self.target.exists(uri)
+        return bool(self.target.exists(uri, pin_s=self.pin_s))  # type: ignore[call-arg]
 
     def push(self, src: Source) -> int:
         snap = src.snap
@@ -94,7 +113,7 @@ class ZipPublisher:
             discard(prepared, src.last_zip)
             prepared = None
         sent_early = self.early.finish(src.label, uri) if self.early is not None else 0
-        if self.target.exists(uri):  # pins it for 10 minutes: from here on it is published
+        if self._exists(uri):  # pins it: from here on it is published (session.py, "Pins")
             if prepared is not None:  # the next edit splices from the newest zip
                 discard(src.last_zip, prepared)
                 src.last_zip = prepared
