@@ -7,8 +7,9 @@ delete; see inotify.py) or still open (a modify with no close yet, or any event 
 cannot tell, polling). A batch is ready:
 - `settle_s` after its last event when every path in it is complete and it is not a burst: a
   save is published at once (the few events of one save arrive within a millisecond or two);
-- `quiet_s` after its last event otherwise: a write still open, or a burst (many paths, or a
-  batch that began within `quiet_s` of the last one: a build, `git checkout`);
+- `quiet_s` after its last event otherwise: a write still open, or a burst (a batch of more
+  than BURST_PATHS paths, as a build or `git checkout` makes, and the batch that follows one
+  within `quiet_s`: the rest of the same stream);
 - in any case `max_wait_s` after its first event, so that a steady stream still pushes.
 
 The clock is injected (`clock`): `ready_at`/`take` decide from the time given, and tests drive
@@ -38,6 +39,7 @@ class Debouncer:
     _last: float = 0.0
     _burst: bool = False
     _released: float | None = None  # when the last batch was taken
+    _released_burst: bool = False  # whether it was a burst
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
     # `early` (see wait_batch) runs once events have paused this long: the few events of one
@@ -59,7 +61,7 @@ class Debouncer:
             self._events += 1
             if self._first is None:
                 self._first = now
-                self._burst = (self._released is not None
+                self._burst = (self._released is not None and self._released_burst
                                and now - self._released < self.quiet_s)
             self._last = now
             self._cond.notify_all()
@@ -77,11 +79,13 @@ class Debouncer:
         with self._cond:
             return bool(self._paths)
 
+    def _is_burst(self) -> bool:
+        return self._burst or len(self._paths) > BURST_PATHS
+
     def _ready_at(self) -> float | None:
         if self._first is None:
             return None
-        settled = not self._open and not self._burst and len(self._paths) <= BURST_PATHS
-        wait = self.settle_s if settled else self.quiet_s
+        wait = self.settle_s if not self._open and not self._is_burst() else self.quiet_s
         return min(self._last + wait, self._first + self.max_wait_s)
 
     def ready_at(self) -> float | None:
@@ -93,6 +97,7 @@ class Debouncer:
         ready = self._ready_at()
         if ready is None or now < ready:
             return None
+        self._released_burst = self._is_burst()
         batch, self._paths, self._first = self._paths, set(), None
         self._open.clear()  # a write still open at the cap: its close starts the next batch
         self._released = now

@@ -127,14 +127,22 @@ class InotifyTree:
             self._wds[path] = wd
         return not seen
 
-    def add_tree(self, top: str) -> None:
+    def add_tree(self, top: str, *, rewalk: bool = False) -> None:
         """Watch `top` and every directory below it that `wants_dir` keeps (an ignored one is
-        neither watched nor walked)."""
+        neither watched nor walked); `rewalk`: walk below directories watched already too."""
         stack = [top]
+        seen: set[int] = set()  # this walk's watches (a symlink loop ends at the first repeat)
         while stack:
             path = stack.pop()
-            if path in self._wds or not self._add(path):
+            wd = self._wds.get(path)
+            if wd is not None and not rewalk:
                 continue
+            if wd is None and not self._add(path):
+                continue
+            wd = self._wds.get(path)
+            if wd is None or wd in seen:
+                continue
+            seen.add(wd)
             try:
                 with os.scandir(path) as it:
                     children = [e.path for e in it if _is_dir(e)]
@@ -146,7 +154,7 @@ class InotifyTree:
         """Watch what is packaged now (after an ignore file or an overflow): add watches for
         packaged directories not yet watched, drop those of directories now ignored."""
         for root in self.roots:
-            self.add_tree(root)
+            self.add_tree(root, rewalk=True)
         for path in self.watched():
             if path in self.roots or path in self.extra_dirs:
                 continue

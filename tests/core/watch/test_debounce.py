@@ -64,19 +64,28 @@ def test_many_paths_are_a_burst_and_wait_for_quiet() -> None:
     assert len(d.take() or ()) == BURST_PATHS + 1
 
 
-def test_a_batch_right_after_the_last_one_is_a_burst() -> None:
-    """A build writing files one after the other: the first is published at once, the rest
-    of the stream waits for quiet (not one push per file)."""
+def test_the_batch_right_after_a_burst_is_a_burst_too() -> None:
+    """A build writing many files: the batch after a burst, within the quiet period, is the
+    rest of the same stream and waits for quiet too (not one push per file); a save after
+    an ordinary one, however soon, is published at once."""
     d, clock = _debouncer()
-    d.add("out/1.py", complete=True)
+    d.add("main.py", complete=True)
     clock.now += d.settle_s
-    assert d.take() == {"out/1.py"}
-    clock.now += 0.05  # the next file closes while the tree is still busy
-    d.add("out/2.py", complete=True)
+    assert d.take() == {"main.py"}
+    d.add("main.py", complete=True)  # saved again at once: not a burst
+    assert d.ready_at() == clock.now + d.settle_s
+    clock.now += d.settle_s
+    assert d.take() == {"main.py"}
+    for i in range(BURST_PATHS + 1):
+        d.add(f"out/{i}.py", complete=True)
+    clock.now += 0.2
+    assert len(d.take() or ()) == BURST_PATHS + 1
+    clock.now += 0.05  # the next file of the build closes
+    d.add("out/last.py", complete=True)
     assert d.ready_at() == clock.now + 0.2
     clock.now += 0.2
-    assert d.take() == {"out/2.py"}
-    clock.now += 5  # a save long after: at once again
+    assert d.take() == {"out/last.py"}
+    clock.now += 0.25  # quiet for longer than the quiet period: a save is at once again
     d.add("main.py", complete=True)
     assert d.ready_at() == clock.now + d.settle_s
 
