@@ -65,6 +65,12 @@ else:  # zlib.compress takes wbits only from Python 3.11: the same stream, made 
         comp = zlib.compressobj(1, zlib.DEFLATED, -15)
         return comp.compress(data) + comp.flush()
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
+# Deflate a file only when its first block shrinks below this fraction (else it is stored, as
+# random or already-compressed data is): level-1 deflate costs far more CPU per byte than the
+# hashing, so it must save real bytes. benchmarks/bench_cold.py measures what it buys against
+# storing everything (DEFLATE = False, its ablation row).
+DEFLATE_RATIO = 0.9
+DEFLATE = True
 _RETRIES = 3
 
 
@@ -106,11 +112,13 @@ def zip_time(mtime_ns: int) -> DateTime:
 
 
 def _compressible(path: str, size: int) -> bool:
+    if not DEFLATE:
+        return False
     if size < _MIN_DEFLATE:
         return True
     with open(path, "rb") as fh:
         sample = fh.read(_SAMPLE)
-    return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
+    return len(zlib.compress(sample, 1)) < DEFLATE_RATIO * len(sample)
 
 
 def hashed_not_zipped(entries: Iterable[Entry]) -> tuple[str, ...]:
@@ -184,7 +192,8 @@ def _prepare(e: Entry) -> _Prepared:
     sha256 = hashlib.sha256(data).hexdigest()
     crc = zlib.crc32(data)
     # a file no bigger than the sample is its own probe: compress it once and compare
-    if len(data) <= _SAMPLE or len(_raw_deflate(data[:_SAMPLE])) < 0.9 * _SAMPLE:
+    if DEFLATE and (len(data) <= _SAMPLE
+                    or len(_raw_deflate(data[:_SAMPLE])) < DEFLATE_RATIO * _SAMPLE):
         comp = _raw_deflate(data)
         if len(comp) < len(data):
             return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, sha1.digest(), sha256)
