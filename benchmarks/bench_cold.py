@@ -63,7 +63,7 @@ def _delete(gcs: str, uri: str) -> None:
 NO_DEFLATE = "import rtenv_cli.core.packaging.build as m; m.DEFLATE = False\n"
 
 
-def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, env: dict[str, str],
+def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
           uri: str) -> list[Row]:
     rays, ours, stored = [], [], []
     for i in range(_repeat(shape)):
@@ -113,7 +113,8 @@ def run(quick: bool) -> list[Row]:
                 rows.append(row)
                 print(row, flush=True, file=sys.stderr)
                 if ray_cold["zip_bytes"] < GCS_LIMIT:
-                    rows.extend(_push(shape, tree, work, head.address, env, ray_cold["uri"]))
+                    rows.extend(_push(shape, tree, work, head.address, env=env,
+                                      uri=ray_cold["uri"]))
                     print(rows[-2:], flush=True, file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
