@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import scaling
-from benchmarks.bench_push import RAY_COLD, RTENV_COLD, RTENV_PUSH, _drop_outputs, child
+from benchmarks.bench_push import RTENV_PUSH, child, cold_pairs
 from benchmarks.common import RAY_DRIVER_PUSH, Row
 
 TARGET = 1.2
@@ -36,15 +36,7 @@ def _median(values: list[float]) -> float:
 
 
 def _hash_zip(shape: scaling.Shape, tree: Path, work: Path) -> tuple[Row, dict]:
-    rays, ours = [], []
-    for i in range(_repeat(shape)):
-        rays.append(child(RAY_COLD, str(tree), str(work)))
-        _drop_outputs(work)
-        ours.append(child(RTENV_COLD, str(tree), str(work),
-                          env={"RTENV_HOME": str(work / f"home{i}")}))
-        _drop_outputs(work)
-        shutil.rmtree(work / f"home{i}", ignore_errors=True)
-    assert ours[0]["uri"] == rays[0]["uri"], (ours[0]["uri"], rays[0]["uri"])
+    rays, ours = cold_pairs(tree, work, _repeat(shape))
     o, r = _median([x["total"] for x in ours]), _median([x["total"] for x in rays])
     zipped = ours[0]["zip_bytes"] / 1e6
     return Row("cold", f"hash+zip, {shape.name}", "s", round(o, 3), round(r, 3),
