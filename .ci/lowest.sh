@@ -14,6 +14,7 @@ python=${LOWEST_PYTHON:-python3}
 "$uv" venv --quiet --allow-existing --python "$python" "$venv"
 VIRTUAL_ENV=$venv "$uv" pip install --quiet --resolution lowest-direct -e '.[test]'
 VIRTUAL_ENV=$venv "$uv" pip list 2>/dev/null | grep -iE '^(typer|click|rich|pathspec|platformdirs|filelock|starlette|uvicorn|h2|pyyaml|requests|watchdog|httptools|uvloop|uv|nvidia-ml-py|pytest|hypothesis|httpx) '
-# the test runs cover the CLI shell and the config, and the ignore rules that use pathspec
+# the test runs cover the CLI shell and the config, the ignore rules that use pathspec, and the
+# watch (watchdog's polling and non-Linux observers)
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not ray and not slow" \
-  tests/cli tests/core/test_config.py tests/core/packaging "$@"
+  tests/cli tests/core/test_config.py tests/core/packaging tests/core/watch "$@"
