@@ -118,10 +118,12 @@ class ZipPublisher:
                 discard(src.last_zip, prepared)
                 src.last_zip = prepared
             elif src.last_zip is None:  # the next edit splices from it (else: a whole zip)
-                src.last_zip = build_zip(snap, self.work_dir, layout=self.target.layout)
+                src.last_zip = build_zip(snap, self.work_dir, layout=self.target.layout,
+                                         limit=self.target.max_upload_bytes)
             return sent_early
         built = prepared or build_zip(snap, self.work_dir, src.last_zip,
-                                      layout=self.target.layout)
+                                      layout=self.target.layout,
+                                      limit=self.target.max_upload_bytes)
         try:
             self.target.upload(uri, built.path)
         except BaseException:
@@ -139,7 +141,8 @@ class ZipPublisher:
             return
         discard(src.prepared, src.last_zip)
         src.prepared = None
-        src.prepared = build_zip(src.snap, self.work_dir, src.last_zip, layout=self.target.layout)
+        src.prepared = build_zip(src.snap, self.work_dir, src.last_zip, layout=self.target.layout,
+                                 limit=self.target.max_upload_bytes)
         if self.early is not None:
             self.early.start(src.label, src.prepared)
 
