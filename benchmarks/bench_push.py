@@ -213,7 +213,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         rows.append(_big_tree_rss(tree, work, quick))
         rows.append(Row("push", "package size (zip)", "MB", round(med(ours, "zip_bytes") / 1e6, 1),
                         round(med(rays, "zip_bytes") / 1e6, 1), "", None,
-                        "rtenv deflates compressible files; Ray stores"))
+                        "both store every member (rtenv deflates only a package that would not "
+                        "fit its target's upload limit)"))
         # HTTP: the tree minus data/ against a real head
         sub = work / "sub"
         shutil.copytree(tree, sub, ignore=shutil.ignore_patterns("data"))
