@@ -175,3 +175,15 @@ def test_watch_publishes_a_closed_save_without_waiting_for_the_quiet_period(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+def test_watch_polling_variable_has_one_reader() -> None:
+    """RTENV_WATCH_POLLING is `--poll`'s variable (flag > variable > config file, as typer reads
+    every option's); nothing else in rtenv reads it, so no second reading can disagree."""
+    import rtenv_cli
+
+    root = Path(rtenv_cli.__file__).parent
+    readers = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if "RTENV_WATCH_POLLING" in p.read_text()]
+    assert readers == ["cli/push.py"]
+    assert run_cli(["push", "--help"]).stdout.count("RTENV_WATCH_POLLING") == 1

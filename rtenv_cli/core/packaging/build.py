@@ -6,8 +6,8 @@ Unix modes in `external_attr`. Ray stores entries uncompressed (`ZipFile` with i
 ZIP_STORED, ray/_private/runtime_env/packaging.py); the node reads any zip method, and the URI
 hashes the files, not the zip, so the method is ours to choose per member:
 - by default every member is stored, as Ray stores it: level-1 deflate costs several times the
-  CPU of the hashing and the copy together (text: 4x Ray's whole hash+zip of 200 MB on a 2-core
-  box), more than it saves on a fast link (benchmarks/bench_cold.py, its ablation row);
+  CPU of the hashing and the copy together, more than it saves on a fast link (cold.json:
+  "ablation: push with deflate, 1k files/200 MB text" and its siblings);
 - `compress=True` deflates (level 1) what shrinks (the first block of a file is compressed as a
   probe) and stores what does not (random or already-compressed data): push and watch ask for
   it when the stored package would not fit the target's upload limit (`fits_stored`: Ray's
@@ -287,7 +287,9 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str, compress: b
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
 _BATCH_FILES = 128
-_PROCESS_MIN_FILES = 512  # fewer small files: threads (a process pool costs ~50 ms to start)
+# fewer small files: threads (starting a process pool costs more than they would save:
+# benchmarks/results/fastpaths.json: "start a process pool and run one task")
+_PROCESS_MIN_FILES = 512
 
 
 class _Inline:

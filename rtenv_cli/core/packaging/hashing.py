@@ -62,8 +62,9 @@ def _workers() -> int:
 
 
 _INLINE_BYTES = 1 << 20  # less than this to hash (a re-push's few edits): no thread pool
-# files go to the threads in batches of about this many bytes (or files): one future per file
-# cost ~0.1 ms of the GIL each, seconds for a tree of 50k small files
+# files go to the threads in batches of about this many bytes (or files): a future per file
+# holds the GIL for each, which adds up on many small files (cold.json: "push to the GCS, 50k
+# files/200 MB text")
 _BATCH_BYTES = 4 << 20
 _BATCH_FILES = 256
 
@@ -140,7 +141,8 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
 
 
 def acc_of(digests: Iterable[bytes]) -> bytes:
-    """`fold` over many digests, as one integer XOR (same bytes, ~20x faster in Python)."""
+    """`fold` over many digests, as one integer XOR (same bytes, much faster in Python:
+    benchmarks/results/fastpaths.json: "fold 10,000 digests as one integer XOR")."""
     acc = int.from_bytes(EMPTY_ACC, "big")
     for d in digests:
         acc ^= int.from_bytes(d[:8], "big")
