@@ -76,7 +76,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from push' -l watch -s w -d 'Keep w
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l once -d 'With the watch engine: push once and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l on-change -x -d 'With --watch: run CMD after each push.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l poll -d 'With --watch: poll instead of inotify.'
-complete -c rtenv -n '__fish_seen_subcommand_from push' -l quiet-ms -x -d 'With --watch: quiet period before a push (events are coalesced).'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l quiet-ms -x -d 'With --watch: quiet period for writes still open and bursts (a closed save is pushed at once).'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l max-wait-ms -x -d 'With --watch: push at the latest this long after the first event.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l verbose -s v -d 'Say more.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l format -s f -x -a 'text json' -d 'Output format.'

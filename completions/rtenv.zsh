@@ -168,7 +168,7 @@ _rtenv_push() {
         '--once[With the watch engine\: push once and exit.]' \
         '--on-change[With --watch\: run CMD after each push.]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
-        '--quiet-ms[With --watch\: quiet period before a push (events are coalesced).]:value: ' \
+        '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
