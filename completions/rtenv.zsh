@@ -168,7 +168,7 @@ _rtenv_push() {
         '--once[With the watch engine\: push once and exit.]' \
         '--on-change[With --watch\: run CMD after each push.]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
-        '--quiet-ms[With --watch\: quiet period before a push (events are coalesced).]:value: ' \
+        '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
@@ -221,7 +221,7 @@ _rtenv_rules() {
         '-f[Output format.]:value:(text json)' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]' \
-        '1:value:(RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE182 RTE190 RTE191 RTE192 RTE193 RTE194)'
+        '1:value:(RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE148 RTE149 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE183 RTE184 RTE185 RTE186 RTE190 RTE191 RTE192 RTE193 RTE194)'
 }
 
 _rtenv_validate() {
