@@ -14,12 +14,13 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import (
     AgentError,
@@ -30,6 +31,7 @@ from rtenv_cli.core.errors import (
     ValidationError,
 )
 from rtenv_cli.core.store import builders
+from rtenv_cli.core.store.beneath import open_regular, open_under_roots
 from rtenv_cli.core.store.handle import EnvHandle
 from rtenv_cli.core.store.index import pid_start_time, valid_pid
 from rtenv_cli.core.store.store import Store, safe_key
@@ -104,8 +106,12 @@ class _Plan:
 
 
 class Environments:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, file_roots: tuple[Path, ...] | None = None) -> None:
+        """`file_roots`: the directories a `file://` archive must be opened beneath (the
+        agent's `--allow-file-root`; empty: none may be); None: any path (this user's own
+        `rtenv run`)."""
         self.store = store
+        self.file_roots = file_roots
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
         self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
@@ -135,7 +141,18 @@ class Environments:
 
         def build(tree: Path) -> None:
             built.append(key)
-            archive = self._fetch(uri, scheme, tree.parent)
+            name = uri.rsplit("/", 1)[-1]
+            if scheme == "file":  # opened once; what is unpacked is that open file
+                with self._open_file_uri(uri) as opened:
+                    if wheel:  # uv installs from a path: a copy of what was opened
+                        archive = tree.parent / name
+                        with archive.open("xb") as copy:
+                            shutil.copyfileobj(opened, copy)
+                    else:
+                        extract(opened, tree / "d", strip_top_level=True, label=name)
+                        return
+            else:
+                archive = self._fetch(uri, scheme, tree.parent)
             if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
                 from rtenv_cli.core.store.wheels import install_wheel
 
@@ -143,8 +160,8 @@ class Environments:
             else:  # Ray strips a single top-level directory of remote (file://, http(s)://)
                 # zips, never of gcs:// packages (packaging.download_and_unpack_package)
                 extract(archive, tree / "d", strip_top_level=scheme != "gcs")
-            if scheme == "https":
-                archive.unlink()  # a download into the build dir, not part of the entry
+            if scheme != "gcs":
+                archive.unlink()  # a download or copy into the build dir, not the entry
 
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
         self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build, hold=hold)
@@ -160,15 +177,17 @@ class Environments:
                 raise PackagingError(f"package {uri} is not in the store",
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
-        if scheme == "file":
-            path = Path(uri.removeprefix("file://"))
-            if not path.is_file():
-                raise PackagingError(f"{uri} is not an archive file",
-                                     hint="point file:// at a .zip (or a .whl in py_modules)")
-            return path
         dest = work / uri.rsplit("/", 1)[-1]
         builders.fetch_url(uri, dest)
         return dest
+
+    def _open_file_uri(self, uri: str) -> IO[bytes]:
+        """The archive a `file://` URI names, open: beneath one of `file_roots` (never by a
+        link out of it, see store.beneath), or anywhere when there are none to keep to."""
+        path = Path(uri.removeprefix("file://"))
+        if self.file_roots is not None:
+            return open_under_roots(path, self.file_roots, what=uri)
+        return open_regular(path, what=uri)
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
                     env_vars: Mapping[str, str], *, ensure: bool = True,
