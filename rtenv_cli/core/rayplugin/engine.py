@@ -218,11 +218,12 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     normal = fn(value, base or Path("/"), (schema.FIELD, kind))
     packages = [str(p) for p in (normal or {}).get("packages", [])]
     lines = list(packages)
+    from rtenv_cli.core.spec.loader import read_file
+
     for name in builders.files_digest(packages):
-        try:
-            lines += Path(name).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
+        raw, _error = read_file(name)  # bounded, as every requirements file (files_digest's)
+        if raw is not None:
+            lines += raw.decode(errors="replace").splitlines()
     ray = schema.ray_requirement(lines)
     if ray is not None:
         raise ValidationError(f"runtime_env['{schema.FIELD}']['{spec.kind}'] installs `{ray}`: "
