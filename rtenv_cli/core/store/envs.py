@@ -141,18 +141,12 @@ class Environments:
 
         def build(tree: Path) -> None:
             built.append(key)
-            name = uri.rsplit("/", 1)[-1]
-            if scheme == "file":  # opened once; what is unpacked is that open file
+            if scheme == "file" and not wheel:  # unpacked from its one open (no path reopened)
                 with self._open_file_uri(uri) as opened:
-                    if wheel:  # uv installs from a path: a copy of what was opened
-                        archive = tree.parent / name
-                        with archive.open("xb") as copy:
-                            shutil.copyfileobj(opened, copy)
-                    else:
-                        extract(opened, tree / "d", strip_top_level=True, label=name)
-                        return
-            else:
-                archive = self._fetch(uri, scheme, tree.parent)
+                    extract(opened, tree / "d", strip_top_level=True,
+                            label=uri.rsplit("/", 1)[-1])
+                return
+            archive = self._fetch(uri, scheme, tree.parent)
             if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
                 from rtenv_cli.core.store.wheels import install_wheel
 
@@ -169,7 +163,7 @@ class Environments:
 
     def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
         """A local file holding the archive at `uri`, named as the URI names it (an https one
-        is downloaded into `work`)."""
+        is downloaded into `work`, a file:// one copied there)."""
         if scheme == "gcs":
             name = uri.removeprefix("gcs://")
             # pinned with the check, under its lock: a gc cannot take it from under the build
@@ -178,6 +172,10 @@ class Environments:
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
         dest = work / uri.rsplit("/", 1)[-1]
+        if scheme == "file":  # a wheel: uv installs from a path, a copy of the one open
+            with self._open_file_uri(uri) as opened, dest.open("xb") as copy:
+                shutil.copyfileobj(opened, copy)
+            return dest
         builders.fetch_url(uri, dest)
         return dest
 
