@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.errors import AgentError, RtenvError, ValidationError
+from rtenv_cli.core.errors import AgentError, RtenvError, UsageError, ValidationError
 from rtenv_cli.core.rayplugin import schema
 
 if TYPE_CHECKING:
@@ -82,10 +82,16 @@ class Engine:
             if self._envs is None:
                 from rtenv_cli.core.store.envs import Environments
                 from rtenv_cli.core.store.store import Store
+                from rtenv_cli.core.transport.http import fetch_archive
 
-                root = store_root()
                 try:
-                    self._envs = Environments(Store(root))
+                    root = store_root()
+                    self._envs = Environments(Store(root), fetch=fetch_archive)
+                except UsageError as exc:  # a home or store not this user's alone, or no dir
+                    raise AgentError(f"cannot open the rtenv store: {exc.message}",
+                                     hint="set RTENV_HOME on `ray start` to a directory this "
+                                     "user owns and no one else can write (rtenv ray-env --root "
+                                     "DIR prints it)", path=exc.path) from None
                 except OSError as exc:
                     raise AgentError(f"cannot open the rtenv store at {root}: {exc.strerror}",
                                      hint="set RTENV_HOME on `ray start` to a writable directory "
@@ -108,7 +114,8 @@ class Engine:
             if spec.kind is None:  # `limits` alone: nothing to build, nothing to count
                 return []
             return [URI_SCHEME + _digest(spec, runtime_env)]
-        except Exception:  # Ray calls this outside any error handling
+        except Exception as exc:  # Ray calls this outside any error handling
+            log.debug("rtenv: no URI for an invalid field (the setup reports it): %r", exc)
             return []
 
     # -- create -----------------------------------------------------------------------------------
@@ -221,9 +228,12 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     from rtenv_cli.core.spec.loader import read_file
 
     for name in builders.files_digest(packages):
-        raw, _error = read_file(name)  # bounded, as every requirements file (files_digest's)
-        if raw is not None:
-            lines += raw.decode(errors="replace").splitlines()
+        raw, error = read_file(name)  # bounded, as every requirements file (files_digest's)
+        if raw is None:  # the build reads it again and reports it
+            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name,
+                      error.message if error else "")
+            continue
+        lines += raw.decode(errors="replace").splitlines()
     ray = schema.ray_requirement(lines)
     if ray is not None:
         raise ValidationError(f"runtime_env['{schema.FIELD}']['{spec.kind}'] installs `{ray}`: "
