@@ -60,7 +60,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from run' -l base-dir -r -F -d 'Res
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l address -x -d 'URL of this node'\''s rtenv agent. Default: the embedded store (no server).'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l token -x -d 'Bearer token for the agent.'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l gpus -x -d 'GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).'
-complete -c rtenv -n '__fish_seen_subcommand_from run' -l num-cpus -x -d 'CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).'
+complete -c rtenv -n '__fish_seen_subcommand_from run' -l num-cpus -x -d 'CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it), at least 0.1.'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l memory -x -d 'Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command is killed above it). A bare number is bytes; below 1 MiB it is refused.'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l verbose -s v -d 'Say more.'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -l help -s h -d 'Show help and exit.'
