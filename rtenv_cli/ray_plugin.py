@@ -37,13 +37,16 @@ def __getattr__(name: str) -> Any:
 
 def _make_class() -> type:
     import logging
+    import os
+    import shlex
 
     from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
     from rtenv_cli.core.errors import RtenvError
-    from rtenv_cli.core.rayplugin.engine import Engine, SetupError
+    from rtenv_cli.core.rayplugin.engine import URI_SCHEME, Engine, SetupError
     from rtenv_cli.core.rayplugin.limits import Guard, command_prefix, describe
     from rtenv_cli.core.rayplugin.schema import parse
+    from rtenv_cli.core.trees.manifest import SCHEME
 
     class RtenvPlugin(RuntimeEnvPlugin):
         """Builds the `rtenv` field's venv with uv on the node's rtenv store."""
@@ -52,8 +55,13 @@ def _make_class() -> type:
         priority = PRIORITY
 
         def __init__(self) -> None:
+            import threading
+
             self._engine = Engine()
             self._limits = Guard()
+            # the node's `n:` key in the cluster's KV, so a push sees this node loads rtenv
+            threading.Thread(target=self._engine.announce, daemon=True,
+                             name="rtenv-announce").start()
 
         @staticmethod
         def validate(runtime_env_dict: dict[str, Any]) -> None:
@@ -77,8 +85,19 @@ def _make_class() -> type:
                     self._limits.check(spec.limits)
             except RtenvError as exc:
                 raise SetupError.of(exc) from None
+            if spec.trees:  # as Ray's working_dir and py_modules plugins apply theirs
+                paths = [str(self._engine.tree_path(u)) for u in spec.trees]
+                if spec.working_dir:
+                    context.command_prefix += ["cd", shlex.quote(paths[0]), "&&"]
+                python_path = os.pathsep.join([*paths[1:], *paths[:1]] if spec.working_dir
+                                              else paths)
+                for pp in (context.env_vars.get("PYTHONPATH"), os.environ.get("PYTHONPATH")):
+                    if pp:
+                        python_path += os.pathsep + pp
+                context.env_vars["PYTHONPATH"] = python_path
             if spec.kind is not None:
-                uris = uris or self._engine.uris(runtime_env)
+                uris = [u for u in uris or self._engine.uris(runtime_env)
+                        if u.startswith(URI_SCHEME)]
                 if not uris:
                     raise SetupError(f"rtenv: runtime_env['{FIELD}'] changed during its setup")
                 venv = self._engine.venv(uris[0])
@@ -93,6 +112,8 @@ def _make_class() -> type:
 
         def delete_uri(self, uri: str, logger: logging.Logger) -> float:
             self._limits.sweep()
+            if uri.startswith(SCHEME):
+                return self._engine.release_tree(uri, logger)
             return self._engine.release(uri, logger)
 
     RtenvPlugin.__module__ = __name__

@@ -12,6 +12,10 @@ def summary(out: Any, result: Any) -> None:
     for p in result.packages:
         if result.dry_run:
             state = "dry run, nothing sent"
+        elif p.tree is not None:
+            t = p.tree
+            state = (f"tree path: sent {t['files_sent']} files, {human_bytes(t['bytes_sent'])}"
+                     + (" (manifest delta)" if t["delta"] else "") + f" to {p.target}")
         elif p.uploaded:
             state = f"uploaded {human_bytes(p.zip_bytes)} to {p.target}"
         else:
@@ -32,6 +36,9 @@ def summary(out: Any, result: Any) -> None:
             out.warning(f"{p.field}: {w}")
     for note in result.notes:
         out.message(f"note: {note}")
+    if result.packages and not result.dry_run:
+        out.message("path: tree (rtenv's plugin materializes the `rtenv` field on each node)"
+                    if result.path == "tree" else "path: zip (Ray's gcs:// packages)")
     if result.pin_seconds:
         out.message(f"Ray keeps an unreferenced package for {result.pin_seconds // 60} minutes "
                     "after the last check: submit the job within that time (or push again)")

@@ -1,0 +1,136 @@
+"""The tree format in a cluster's KV (namespace `rtenv`), one key per kind of record:
+
+    p:<pack>      a pack: file contents concatenated (a few MB; a bigger file alone)
+    x:<pack>      the pack's index, written after the pack: {"t": time, "files": [[sha256,
+                  offset, size], ...]}; a pusher learns what the cluster has from these
+    m:<manifest>  a manifest, written last (after every pack it names): zlib of JSON, full or
+                  a delta against a base manifest (a chain of at most MAX_DEPTH deltas)
+    t:<manifest>  when the manifest was last pushed (the gc's grace period counts from it)
+    n:<node>      a node whose runtime-env agent loads rtenv's plugin (written by the plugin)
+    r:<manifest>:<node>  a node's plugin holds the manifest's tree (a live worker uses it)
+
+A manifest's id is the sha256 of its tree (kind, paths, modes, sizes, content digests, empty
+directories), not of where the contents lie, so a tree pushed twice has one id. A tree is the
+file set Ray would zip (packaging/walk.py): symlinks followed (a link is its target's content,
+as in Ray's zip), directories kept only when empty on disk. A py_module's paths start with its
+directory's name (the layout of Ray's py_modules zip), a working_dir's do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtenv_cli.core.errors import RtenvError
+
+SCHEME = "rtenv-tree://"
+MAX_DEPTH = 8  # deltas in a chain before a full manifest is written again
+VERSION = 1
+
+
+class TreeFormatError(RtenvError):
+    """A manifest or pack index that does not parse (a foreign key in rtenv's namespace)."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    mode: int
+    size: int
+    digest: str  # sha256 hex of the content
+    pack: str  # where the content lies in the cluster
+    offset: int
+
+
+@dataclass
+class Manifest:
+    kind: str  # working_dir | py_module
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    dirs: dict[str, int] = field(default_factory=dict)  # empty directories -> mode
+
+    @property
+    def id(self) -> str:
+        tree = [self.kind, sorted((f.path, f.mode, f.size, f.digest) for f in self.files.values()),
+                sorted(self.dirs.items())]
+        return hashlib.sha256(json.dumps(tree, separators=(",", ":")).encode()).hexdigest()
+
+    @property
+    def uri(self) -> str:
+        return SCHEME + self.id
+
+    @property
+    def packs(self) -> set[str]:
+        return {f.pack for f in self.files.values()}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+    def encode(self, base: Manifest | None = None, base_id: str | None = None,
+               depth: int = 0) -> bytes:
+        """The KV value: full, or the changes against `base` (whose id is `base_id`)."""
+        doc: dict[str, Any] = {"v": VERSION, "kind": self.kind, "dirs": self.dirs}
+        if base is None:
+            files = list(self.files.values())
+        else:
+            doc["base"], doc["depth"] = base_id, depth
+            files = [f for p, f in self.files.items() if base.files.get(p) != f]
+            doc["del"] = sorted(p for p in base.files if p not in self.files)
+        packs = sorted({f.pack for f in files})
+        number = {p: i for i, p in enumerate(packs)}
+        doc["packs"] = packs
+        doc["files"] = [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
+                        for f in files]
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    """A manifest value as stored (full or delta): check its shape, not its chain."""
+    try:
+        doc = json.loads(zlib.decompress(raw))
+        if doc.get("v") != VERSION or not isinstance(doc.get("files"), list):
+            raise ValueError("not a version-1 manifest")
+    except (ValueError, zlib.error) as exc:
+        raise TreeFormatError(f"a manifest in the cluster's KV does not parse: {exc}",
+                              hint="it was not written by this rtenv; push again") from exc
+    return doc
+
+
+def apply(doc: Mapping[str, Any], base: Manifest | None) -> Manifest:
+    """The full manifest of a decoded value (`base`: the full manifest of its base)."""
+    packs = doc["packs"]
+    out = Manifest(doc["kind"], dict(base.files) if base is not None else {},
+                   {str(k): int(v) for k, v in doc.get("dirs", {}).items()})
+    for path in doc.get("del", ()):
+        out.files.pop(path, None)
+    for path, mode, size, digest, pack, offset in doc["files"]:
+        out.files[path] = FileEntry(path, int(mode), int(size), digest, packs[pack], int(offset))
+    return out
+
+
+def manifest_id(uri: str) -> str:
+    if not uri.startswith(SCHEME):
+        raise TreeFormatError(f"{uri!r} is not an rtenv tree URI",
+                              hint=f"rtenv push writes {SCHEME}<id>")
+    ident = uri.removeprefix(SCHEME)
+    if len(ident) != 64 or any(c not in "0123456789abcdef" for c in ident):  # noqa: PLR2004
+        raise TreeFormatError(f"{uri!r} is not an rtenv tree URI",
+                              hint=f"{SCHEME} is followed by a 64-hex manifest id")
+    return ident
+
+
+def encode_index(files: list[tuple[str, int, int]], now: float) -> bytes:
+    return zlib.compress(json.dumps({"t": now, "files": files}).encode(), 6)
+
+
+def decode_index(raw: bytes) -> tuple[float, list[tuple[str, int, int]]]:
+    try:
+        doc = json.loads(zlib.decompress(raw))
+        return float(doc["t"]), [(str(d), int(o), int(s)) for d, o, s in doc["files"]]
+    except (ValueError, KeyError, TypeError, zlib.error) as exc:
+        raise TreeFormatError(f"a pack index in the cluster's KV does not parse: {exc}",
+                              hint="it was not written by this rtenv") from exc

@@ -1,0 +1,237 @@
+"""A node's copy of published trees (see manifest.py), under `<store>/trees/`:
+
+    objects/ab/<sha256>   each content once, read-only; fetched from the cluster's packs only
+                          when the node lacks it
+    man/<id>              full manifests (a delta's chain resolved once)
+    t/<node>/<id>/        the tree a node's workers use: built in a temp directory beside it,
+                          then renamed, so a tree is whole or absent; one per manifest per node
+                          (an flock per manifest makes the build single-flight across runtime_
+                          envs, threads and processes)
+
+Files are copied from the objects (a reflink where the filesystem has one), never hardlinked: a
+worker writing into its working_dir changes its tree only, never the objects or another tree
+(as root, a hardlinked 0444 object would not stop it). A tree no worker holds is removed, so
+the next job on the same manifest gets a fresh, unmodified copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rtenv_cli.core.errors import AgentError
+from rtenv_cli.core.transport.ray_kv import RayKV
+from rtenv_cli.core.trees.manifest import Manifest, apply, decode
+
+MAX_CHAIN = 64
+PARALLEL = 4
+_FICLONE = 0x40049409  # linux/fs.h: clone a file's extents (btrfs, xfs); EOPNOTSUPP elsewhere
+
+
+class TreeError(AgentError):
+    """A tree that cannot be materialized (a missing manifest or content, a full disk)."""
+
+
+def _clone(src: str, dst: str) -> None:
+    """Copy `src` to a new file `dst`: a reflink when the filesystem can, else copy_file_range
+    (shutil's fast path)."""
+    import fcntl
+
+    with open(src, "rb") as fi, open(dst, "xb") as fo:
+        try:
+            fcntl.ioctl(fo.fileno(), _FICLONE, fi.fileno())
+            return
+        except OSError:
+            pass
+        try:
+            while os.copy_file_range(fi.fileno(), fo.fileno(), 1 << 30):
+                pass
+        except OSError:  # an old kernel across filesystems
+            fo.seek(0)
+            fo.truncate()
+            fi.seek(0)
+            shutil.copyfileobj(fi, fo, 1 << 20)
+
+
+class NodeTrees:
+    def __init__(self, root: Path, node: str, connect: Callable[[], RayKV]) -> None:
+        self.root = root
+        self.node = node
+        self._connect = connect
+        self._guard = threading.Lock()
+        from rtenv_cli.core.store.locks import KeyLocks
+
+        (root / "locks").mkdir(parents=True, exist_ok=True)
+        self._locks = KeyLocks(root / "locks")
+
+    # -- layout -------------------------------------------------------------------------------
+    def object_path(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest
+
+    def tree_path(self, ident: str) -> Path:
+        return self.root / "t" / self.node / ident
+
+    # -- manifests ----------------------------------------------------------------------------
+    def manifest(self, ident: str, kv: RayKV) -> Manifest:
+        chain: list[tuple[str, dict]] = []
+        cur: str | None = ident
+        base: Manifest | None = None
+        while cur is not None:
+            local = self._local_manifest(cur)
+            if local is not None:
+                base = local
+                break
+            if len(chain) > MAX_CHAIN:
+                raise TreeError(f"manifest {ident} has a chain of over {MAX_CHAIN} deltas",
+                                hint="push again: rtenv writes a full manifest every few")
+            raw = kv.get(f"m:{cur}")
+            if raw is None:
+                raise TreeError(f"manifest {cur} is not in the cluster's KV",
+                                hint="it was collected (rtenv cache gc) or never published: "
+                                "run `rtenv push` again and resubmit")
+            doc = decode(raw)
+            chain.append((cur, doc))
+            cur = doc.get("base")
+        for got, doc in reversed(chain):
+            base = apply(doc, base)
+            if base.id != got:
+                raise TreeError(f"manifest {got} does not describe its own tree",
+                                hint="a foreign or corrupt key in the `rtenv` KV namespace; "
+                                "push again")
+            self._save_manifest(base)
+        assert base is not None  # noqa: S101 - the loop sets it or raises
+        return base
+
+    def _local_manifest(self, ident: str) -> Manifest | None:
+        try:
+            return apply(json.loads((self.root / "man" / ident).read_text()), None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _save_manifest(self, m: Manifest) -> None:
+        from rtenv_cli.core.fsutil import atomic_write_text
+
+        packs = sorted(m.packs)
+        number = {p: i for i, p in enumerate(packs)}
+        doc = {"v": 1, "kind": m.kind, "dirs": m.dirs, "packs": packs,
+               "files": [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
+                         for f in m.files.values()]}
+        (self.root / "man").mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.root / "man" / m.id, json.dumps(doc, separators=(",", ":")))
+
+    # -- contents -----------------------------------------------------------------------------
+    def fetch(self, m: Manifest, kv: RayKV) -> int:
+        """Bring the contents of `m` the node lacks; returns the bytes fetched."""
+        wanted: dict[str, list[tuple[str, int, int]]] = {}
+        seen: set[str] = set()
+        for f in m.files.values():
+            if f.digest in seen or self.object_path(f.digest).exists():
+                continue
+            seen.add(f.digest)
+            wanted.setdefault(f.pack, []).append((f.digest, f.offset, f.size))
+        if not wanted:
+            return 0
+        conns = [kv] + [kv.fork() for _ in range(min(PARALLEL, len(wanted)) - 1)]
+        local = threading.local()
+        free = list(conns)
+
+        def one(pack: str) -> int:
+            if not hasattr(local, "kv"):
+                with self._guard:
+                    local.kv = free.pop()
+            blob = local.kv.get(f"p:{pack}")
+            if blob is None:
+                raise TreeError(f"pack {pack} is not in the cluster's KV",
+                                hint="it was collected while a job still needed it: run "
+                                "`rtenv push` again and resubmit")
+            for digest, offset, size in wanted[pack]:
+                self._write_object(digest, memoryview(blob)[offset:offset + size])
+            return len(blob)
+
+        try:
+            with ThreadPoolExecutor(len(conns)) as pool:
+                return sum(pool.map(one, wanted))
+        finally:
+            for c in conns[1:]:
+                c.close()
+
+    def _write_object(self, digest: str, data: memoryview) -> None:
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise TreeError(f"content {digest[:12]} from the cluster does not match its digest",
+                            hint="a foreign or corrupt key in the `rtenv` KV namespace; push "
+                            "again")
+        path = self.object_path(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, path)
+
+    # -- trees --------------------------------------------------------------------------------
+    def ensure(self, ident: str) -> tuple[Path, int, bool]:
+        """The tree of manifest `ident` on this node, built if absent: (its path, its bytes,
+        whether this call built it)."""
+        final = self.tree_path(ident)
+        if final.is_dir():
+            return final, max(1, self._size(ident)), False
+        with self._locks.lock(f"tree-{self.node}-{ident}"):
+            if final.is_dir():  # built by another setup while this one waited
+                return final, max(1, self._size(ident)), False
+            kv = self._connect()
+            try:
+                m = self.manifest(ident, kv)
+                self.fetch(m, kv)
+            finally:
+                kv.close()
+            self._build(m, final)
+            return final, max(1, m.total_bytes), True
+
+    def _size(self, ident: str) -> int:
+        m = self._local_manifest(ident)
+        return m.total_bytes if m is not None else 1
+
+    def _build(self, m: Manifest, final: Path) -> None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{threading.get_ident()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            made = {""}
+            for path in sorted(m.dirs):
+                (tmp / path).mkdir(parents=True, exist_ok=True)
+                made.add(path)
+            for f in m.files.values():
+                parent = os.path.dirname(f.path)
+                if parent not in made:
+                    os.makedirs(tmp / parent, exist_ok=True)
+                    made.add(parent)
+                dst = os.path.join(tmp, f.path)
+                _clone(str(self.object_path(f.digest)), dst)
+                os.chmod(dst, f.mode & 0o7777 or 0o644)
+            for path, mode in m.dirs.items():
+                os.chmod(tmp / path, mode & 0o7777 or 0o755)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def remove(self, ident: str) -> None:
+        """Remove this node's tree of `ident` (no worker holds it any more): renamed aside at
+        once, deleted in a thread."""
+        final = self.tree_path(ident)
+        if not final.exists():
+            return
+        trash = self.root / "trash" / f"{ident}-{os.getpid()}-{threading.get_ident()}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.rename(final, trash)
+            threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
+                             daemon=True, name="rtenv-tree-rm").start()
