@@ -269,6 +269,11 @@ def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mappin
             value, depth = manifest.encode(), 0
         kv.put(f"m:{ident}", value)
         manifest_bytes = len(value)
+        lost = manifest.packs - {k.removeprefix("x:") for k in kv.keys("x:")}
+        if lost:  # a gc took a pack this push reused (trees/gc.py): never leave that manifest
+            kv.delete(f"m:{ident}")
+            raise PackagingError(f"{len(lost)} packs this push reused were collected while it "
+                                 "ran", hint="push again")
     _save_full(cache, manifest, depth)
     last_file.parent.mkdir(parents=True, exist_ok=True)
     from rtenv_cli.core.fsutil import atomic_write_text

@@ -130,3 +130,93 @@ def test_push_takes_the_tree_path_and_both_nodes_see_what_ray_would_unpack(
     assert ours[0]["cwd_files"]["run.sh"][0] == "0o755"
     assert "empty/" in ours[0]["cwd_files"] and "debug.log" not in ours[0]["cwd_files"]
     assert {o["node"] for o in ours} == {c.head_node_id, c.worker.node_id}
+
+
+def node_tree(c: PluginCluster, which: str, uri: str) -> Path:
+    home = c.head_home if which == "head" else c.worker_home
+    node = c.head_node_id if which == "head" else c.worker.node_id
+    return home / "store" / "trees" / "t" / node / uri.removeprefix("rtenv-tree://")
+
+
+def wait_for(cond: object, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_one_file_edit_sends_that_file_and_both_nodes_see_it(
+        plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
+    wait_ready(c)
+    push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    edited = tree_src.parent / "wd" / "pkg" / "sub" / "data.txt"
+    edited.write_text("edited\n" * 1000)
+    again = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    wd = next(p for p in again.packages if p.field == "working_dir")
+    helper = next(p for p in again.packages if p.field != "working_dir")
+    assert wd.tree is not None and helper.tree is not None
+    assert wd.tree["files_sent"] == 1 and wd.tree["delta"], wd.tree
+    # the file's bytes, its pack's index and a manifest of changes: not the tree
+    assert wd.tree["bytes_sent"] < edited.stat().st_size + 1500, wd.tree
+    assert helper.tree["bytes_sent"] == 0  # unchanged: nothing sent
+    seen = on_both(c, again.runtime_env)
+    want = sha(edited.read_bytes())[:16]
+    assert [s["cwd_files"]["pkg/sub/data.txt"][1] for s in seen] == [want, want]
+
+
+def test_a_worker_writing_its_working_dir_changes_neither_the_store_nor_the_next_job(
+        plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
+    wait_ready(c)
+    pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    target = tree_src.parent / "wd" / "main.py"
+    want = sha(target.read_bytes())[:16]
+    first = on_both(c, pushed.runtime_env, write="main.py")
+    assert all(f["cwd_files"]["main.py"][1] == sha(b"changed by a worker")[:16] for f in first)
+    objects = c.head_home / "store" / "trees" / "objects"
+    for obj in objects.glob("*/*"):
+        assert sha(obj.read_bytes()) == obj.name, obj
+    uri = pushed.runtime_env["rtenv"]["working_dir"]
+    # the job ended: once its workers are gone, the plugin drops the tree and its reference
+    wait_for(lambda: not node_tree(c, "head", uri).exists()
+             and not node_tree(c, "worker", uri).exists(), "the trees to be released")
+    second = on_both(c, pushed.runtime_env)
+    assert [s["cwd_files"]["main.py"][1] for s in second] == [want, want]
+
+
+def test_ray_job_submit_entrypoint_runs_in_the_tree_with_its_requirements(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from tests.support.ray_head import ray_executable
+
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    wd = tmp_path / "job"
+    wd.mkdir()
+    (wd / "main.py").write_text("import os, six\nprint('first line', six.__version__, "
+                                "os.path.basename(os.getcwd()) == os.environ['TREE'])\n")
+    (wd / "requirements.txt").write_text("six==1.16.0\n")
+    (tmp_path / "env.yaml").write_text(
+        "working_dir: job\nrtenv:\n  pip: ${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}/requirements.txt\n")
+    wait_ready(c)
+    pushed = push(tmp_path / "env.yaml", address=c.head.address, env={}, base_dir=tmp_path)
+    env = pushed.runtime_env
+    assert pushed.path == "tree" and "working_dir" not in env
+    env["env_vars"] = {"TREE": env["rtenv"]["working_dir"].removeprefix("rtenv-tree://")}
+    proc = subprocess.run(
+        [ray_executable(), "job", "submit", "--address", c.head.dashboard_url,
+         "--runtime-env-json", json.dumps(env), "--", "python", "main.py"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+             **c.head.client_env()}, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + c.setup_logs()[-3000:]
+    assert "first line 1.16.0 True" in proc.stdout
