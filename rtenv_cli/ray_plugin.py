@@ -2,7 +2,7 @@
 
 Load it on every node before `ray start` (`rtenv ray-env` prints these)::
 
-    export RAY_RUNTIME_ENV_PLUGINS='[{"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 10}]'
+    export RAY_RUNTIME_ENV_PLUGINS='[{"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 9}]'
     export RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB=0
 
 then ask for `runtime_env={"rtenv": {"pip": ["six==1.16.0"]}}` (the `rtenv` field's schema is in
@@ -45,7 +45,7 @@ def _make_class() -> type:
     from rtenv_cli.core.errors import RtenvError
     from rtenv_cli.core.rayplugin.engine import URI_SCHEME, Engine, SetupError
     from rtenv_cli.core.rayplugin.limits import Guard, command_prefix, describe
-    from rtenv_cli.core.rayplugin.schema import parse
+    from rtenv_cli.core.rayplugin.schema import GUARD_FIELD, GUARD_PREFIX, parse
     from rtenv_cli.core.trees.manifest import SCHEME
 
     class RtenvPlugin(RuntimeEnvPlugin):
@@ -79,6 +79,9 @@ def _make_class() -> type:
 
         def modify_context(self, uris: list[str], runtime_env: Any, context: Any,
                            logger: logging.Logger) -> None:
+            guard = runtime_env.get(GUARD_FIELD)
+            if isinstance(guard, str) and guard.startswith(GUARD_PREFIX):
+                del runtime_env[GUARD_FIELD]  # push's guard is for nodes without this plugin
             try:
                 spec = self._engine.spec(runtime_env)
                 if spec.limits:

@@ -365,7 +365,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
     out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []
-    kv, why = (None, None) if dry_run or target is None or not plans else \
+    kv, why, guarded = (None, None, False) if dry_run or target is None or not plans else \
         _tree_path(target, trees)
     if why:
         notes.append(why)
@@ -413,21 +413,22 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     if plans:
         out.pop("excludes", None)  # applied here; Ray ignores it for URIs
     if moved:
-        _move_to_rtenv(out, moved)
+        _move_to_rtenv(out, moved, guarded)
     pins = target is not None and target.pins and not dry_run and plans and not moved
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes),
                       "tree" if moved else "zip")
 
 
-def _tree_path(target: Target, mode: str) -> tuple[Any, str | None]:
+def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
     """(the cluster's KV when this push takes the tree path, else None; the one line saying
-    why not, when the user may have expected it). `mode`: auto | tree | zip."""
+    why not, when the user may have expected it; whether every node's plugin removes the
+    guard). `mode`: auto | tree | zip."""
     from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
     from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 
     if mode == "zip":
-        return None, None
+        return None, None, False
     if not isinstance(target, RayGcsTarget):
         if mode == "tree" or isinstance(target, RayDashboardTarget):
             why = (f"zip path: {target.label} is not a Ray GCS address; the tree path "
@@ -436,24 +437,25 @@ def _tree_path(target: Target, mode: str) -> tuple[Any, str | None]:
             if mode == "tree":
                 raise ConfigError(why.removeprefix("zip path: "),
                                   hint="pass the head's GCS address, or --path auto")
-            return None, why
-        return None, None
+            return None, why, False
+        return None, None, False
     from rtenv_cli.core.transport.ray_kv import RayKV
     from rtenv_cli.core.trees.cluster import readiness
 
     kv = RayKV(target)
     ready = readiness(kv)
     if ready.ok:
-        return kv, None
+        return kv, None, ready.guarded
     if mode == "tree":
         raise ConfigError(f"--path tree: {ready.why_not()}",
                           hint="load the plugin on every node, or push with --path auto")
-    return None, f"zip path: {ready.why_not()}"
+    return None, f"zip path: {ready.why_not()}", False
 
 
-def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any]) -> None:
-    """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules."""
-    from rtenv_cli.core.rayplugin.schema import FIELD
+def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
+    """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules; with
+    `guarded`, beside the guard that fails a node without rtenv's plugin (schema.GUARD_FIELD)."""
+    from rtenv_cli.core.rayplugin.schema import FIELD, GUARD_FIELD, GUARD_MESSAGE
 
     field_ = dict(out.get(FIELD) or {})
     if "working_dir" in moved:
@@ -467,6 +469,8 @@ def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any]) -> None:
             out.pop("py_modules", None)
         field_["py_modules"] = [*field_.get("py_modules", []), *moved["py_modules"]]
     out[FIELD] = field_
+    if guarded and not out.get(GUARD_FIELD):
+        out[GUARD_FIELD] = GUARD_MESSAGE
 
 
 def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -> str:

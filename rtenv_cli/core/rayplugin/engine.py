@@ -92,6 +92,19 @@ def agent_arg(name: str, argv: list[str] | None = None) -> str | None:
     return None
 
 
+def configured_priority(environ: Mapping[str, str] | None = None) -> int:
+    """The priority this node's RAY_RUNTIME_ENV_PLUGINS gives rtenv's plugin (the agent
+    inherits the raylet's environment): below Ray's built-ins' 10, it removes push's guard."""
+    env = os.environ if environ is None else environ
+    try:
+        for entry in json.loads(env.get(schema.PLUGINS_ENV) or "[]"):
+            if entry.get("class") == schema.PLUGIN_CLASS:
+                return int(entry.get("priority", schema.PRIORITY))
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return schema.PRIORITY
+
+
 class Engine:
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -124,7 +137,8 @@ class Engine:
         """Write `n:<node>` to the cluster's KV (retried while the GCS starts); never raises."""
         from rtenv_cli import __version__
 
-        value = json.dumps({"pid": os.getpid(), "version": __version__, "t": time.time()})
+        value = json.dumps({"pid": os.getpid(), "version": __version__, "t": time.time(),
+                            "priority": configured_priority()})
         for attempt in range(30):
             try:
                 kv = self.kv()

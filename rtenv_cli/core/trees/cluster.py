@@ -8,11 +8,14 @@ from dataclasses import dataclass
 
 from rtenv_cli.core.transport.ray_kv import RayKV
 
+BUILTIN_PRIORITY = 10  # Ray's built-in plugins' (nsight's among them: rayplugin/schema.py)
+
 
 @dataclass(frozen=True)
 class Readiness:
     nodes: dict[str, str]  # alive node id -> address
     missing: tuple[str, ...]  # alive nodes that did not announce the plugin
+    guarded: bool = False  # every node's plugin removes push's guard (schema.GUARD_FIELD)
 
     @property
     def ok(self) -> bool:
@@ -30,6 +33,17 @@ class Readiness:
 
 
 def readiness(kv: RayKV) -> Readiness:
+    import json
+
     nodes = kv.alive_nodes()
-    announced = {k.removeprefix("n:") for k in kv.keys("n:")}
-    return Readiness(nodes, tuple(sorted(n for n in nodes if n not in announced)))
+    keys = [f"n:{n}" for n in nodes]
+    announced = kv.multi_get(keys) if keys else {}
+    missing = tuple(sorted(n for n in nodes if f"n:{n}" not in announced))
+
+    def guards(raw: bytes) -> bool:
+        try:
+            return int(json.loads(raw).get("priority", BUILTIN_PRIORITY)) < BUILTIN_PRIORITY
+        except (ValueError, TypeError, AttributeError):
+            return False
+
+    return Readiness(nodes, missing, bool(announced) and all(map(guards, announced.values())))

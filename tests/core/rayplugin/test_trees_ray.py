@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -118,7 +119,7 @@ def test_push_takes_the_tree_path_and_both_nodes_see_what_ray_would_unpack(
     pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
     assert pushed.path == "tree", pushed.notes
     env = pushed.runtime_env
-    assert set(env) == {"rtenv"}, env
+    assert set(env) == {"rtenv", "_nsight"}, env  # the guard: see the no-plugin test
     assert env["rtenv"]["working_dir"].startswith("rtenv-tree://")
     zipped = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent, via="zip")
     assert zipped.path == "zip" and zipped.runtime_env["working_dir"].startswith("gcs://")
@@ -220,3 +221,51 @@ def test_ray_job_submit_entrypoint_runs_in_the_tree_with_its_requirements(
              **c.head.client_env()}, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + c.setup_logs()[-3000:]
     assert "first line 1.16.0 True" in proc.stdout
+
+
+def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly(
+        plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from tests.support.ray_head import RayHead, ray_executable
+
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
+    wait_ready(c)
+    tree_env = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    assert tree_env.path == "tree"
+    bare = RayHead().start()
+    try:
+        conn = RayKV.connect(bare.address, env={})
+        wait_for(lambda: conn.alive_nodes(), "the bare head's node to register")
+        conn.close()
+        zipped = push(tree_src, address=bare.address, env={}, base_dir=tree_src.parent)
+        assert zipped.path == "zip"
+        assert any("zip path: 1 of 1 nodes do not load rtenv's plugin" in n
+                   for n in zipped.notes), zipped.notes
+        assert zipped.runtime_env["working_dir"].startswith("gcs://_ray_pkg_")
+        proc = bare.run_driver(f"""
+import ray
+ray.init(log_to_driver=False)
+@ray.remote
+def f():
+    return "ran in the base environment"
+try:
+    print(ray.get(f.options(runtime_env={json.dumps(tree_env.runtime_env)}).remote()))
+except Exception as exc:
+    print("FAILED", exc)
+""", timeout=240)
+        assert "FAILED" in proc.stdout and "does not load rtenv's plugin" in proc.stdout, \
+            proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert re.search(r"\[Node [0-9.]+\] ", proc.stdout)  # Ray names the node
+        job = subprocess.run(
+            [ray_executable(), "job", "submit", "--address", bare.dashboard_url,
+             "--runtime-env-json", json.dumps(tree_env.runtime_env), "--",
+             "echo", "ran in the base environment"],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+                 **bare.client_env()}, capture_output=True, text=True, timeout=300, check=False)
+        assert job.returncode != 0
+        assert "does not load rtenv's plugin" in job.stdout + job.stderr
+        assert "ran in the base environment" not in job.stdout
+    finally:
+        bare.stop()
