@@ -37,15 +37,19 @@ def __getattr__(name: str) -> Any:
 
 def _make_class() -> type:
     import logging
-    import os
-    import shlex
 
     from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
     from rtenv_cli.core.errors import RtenvError
-    from rtenv_cli.core.rayplugin.engine import URI_SCHEME, Engine, SetupError
+    from rtenv_cli.core.rayplugin.engine import (
+        URI_SCHEME,
+        Engine,
+        SetupError,
+        apply_trees,
+        drop_guard,
+    )
     from rtenv_cli.core.rayplugin.limits import Guard, command_prefix, describe
-    from rtenv_cli.core.rayplugin.schema import GUARD_FIELD, GUARD_PREFIX, parse
+    from rtenv_cli.core.rayplugin.schema import parse
     from rtenv_cli.core.trees.manifest import SCHEME
 
     class RtenvPlugin(RuntimeEnvPlugin):
@@ -79,9 +83,7 @@ def _make_class() -> type:
 
         def modify_context(self, uris: list[str], runtime_env: Any, context: Any,
                            logger: logging.Logger) -> None:
-            guard = runtime_env.get(GUARD_FIELD)
-            if isinstance(guard, str) and guard.startswith(GUARD_PREFIX):
-                del runtime_env[GUARD_FIELD]  # push's guard is for nodes without this plugin
+            drop_guard(runtime_env)
             try:
                 spec = self._engine.spec(runtime_env)
                 if spec.limits:
@@ -89,15 +91,7 @@ def _make_class() -> type:
             except RtenvError as exc:
                 raise SetupError.of(exc) from None
             if spec.trees:  # as Ray's working_dir and py_modules plugins apply theirs
-                paths = [str(self._engine.tree_path(u)) for u in spec.trees]
-                if spec.working_dir:
-                    context.command_prefix += ["cd", shlex.quote(paths[0]), "&&"]
-                python_path = os.pathsep.join([*paths[1:], *paths[:1]] if spec.working_dir
-                                              else paths)
-                for pp in (context.env_vars.get("PYTHONPATH"), os.environ.get("PYTHONPATH")):
-                    if pp:
-                        python_path += os.pathsep + pp
-                context.env_vars["PYTHONPATH"] = python_path
+                apply_trees(context, spec, self._engine)
             if spec.kind is not None:
                 uris = [u for u in uris or self._engine.uris(runtime_env)
                         if u.startswith(URI_SCHEME)]

@@ -358,6 +358,31 @@ class Engine:
         return 0
 
 
+def drop_guard(runtime_env: Any) -> None:
+    """Remove push's guard (schema.GUARD_FIELD) from the runtime_env Ray is setting up: it is
+    for nodes without this plugin, and Ray's nsight plugin runs after this one."""
+    guard = runtime_env.get(schema.GUARD_FIELD)
+    if isinstance(guard, str) and guard.startswith(schema.GUARD_PREFIX):
+        del runtime_env[schema.GUARD_FIELD]
+
+
+def apply_trees(context: Any, spec: schema.RtenvSpec, engine: Engine) -> None:
+    """As Ray's working_dir and py_modules plugins do (`modify_context`): the worker starts in
+    the working_dir (`cd` in the command prefix), and PYTHONPATH starts with the py_modules'
+    trees, then the working_dir, then what it was (`set_pythonpath_in_context`)."""
+    import shlex
+
+    paths = [str(engine.tree_path(u)) for u in spec.trees]
+    if spec.working_dir:
+        context.command_prefix += ["cd", shlex.quote(paths[0]), "&&"]
+        paths = [*paths[1:], paths[0]]
+    python_path = os.pathsep.join(paths)
+    for pp in (context.env_vars.get("PYTHONPATH"), os.environ.get("PYTHONPATH")):
+        if pp:
+            python_path += os.pathsep + pp
+    context.env_vars["PYTHONPATH"] = python_path
+
+
 def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any, Path | None]:
     """(kind, value, base dir) for `Environments`: `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}`
     expanded, and a requirements list that installs `ray` refused."""

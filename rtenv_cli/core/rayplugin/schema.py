@@ -46,11 +46,11 @@ PRIORITY = 9
 # 9, before nsight) removes the guard from the runtime_env it is given.
 GUARD_FIELD = "_nsight"
 GUARD_PREFIX = "rtenv: "
-GUARD_MESSAGE = (GUARD_PREFIX + "this node's Ray runtime-env agent does not load rtenv's plugin, "
-                 "so the job's `rtenv` field (its working_dir/py_modules trees, pip/uv) cannot "
-                 "apply here. hint: start the node with `rtenv ray-env` exported before "
-                 "`ray start` (check the cluster: rtenv ray-env --check --address ...), or push "
-                 "with --via zip")
+GUARD_MESSAGE = (GUARD_PREFIX + "this runtime_env needs rtenv's Ray plugin, and a node whose "
+                 "runtime-env agent does not load it cannot apply its `rtenv` field (working_dir/"
+                 "py_modules trees, pip/uv). hint: start the node with `rtenv ray-env` exported "
+                 "before `ray start` (check: rtenv ray-env --check --address ...), or push with "
+                 "--via zip")
 KINDS = ("pip", "uv")
 TREES = ("working_dir", "py_modules")  # rtenv-tree:// URIs, written by `rtenv push`
 KEYS = (*KINDS, *TREES, "limits")
@@ -145,7 +145,7 @@ def _trees(value: Mapping[str, Any], runtime_env: Mapping[str, Any] | None
     for path, uri in [("['working_dir']", wd)] * bool(wd) + [
             (f"['py_modules'][{i}]", m) for i, m in enumerate(mods or [])]:
         try:
-            manifest_id(uri)  # type: ignore[arg-type]
+            manifest_id(uri)
         except TreeFormatError as exc:
             raise _fail(exc.message, path, exc.hint or "") from None
     for key, given in (("working_dir", wd), ("py_modules", mods)):

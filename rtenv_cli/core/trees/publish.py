@@ -206,11 +206,76 @@ def _depth(kv: RayKV, ident: str) -> int:
     return int(decode(raw).get("depth", 0)) if raw else MAX_DEPTH
 
 
+def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[str, int, int]],
+                  now: float, on_progress: Callable[[int], None] | None
+                  ) -> tuple[int, int, int]:
+    """Pack and put `missing`, PARALLEL at a time; (bytes, files, packs) sent. `have` learns
+    where each content went."""
+    import queue
+
+    plan = _packs(missing)
+    if not plan:
+        return 0, 0, 0
+    conns: queue.SimpleQueue[RayKV] = queue.SimpleQueue()
+    opened = [kv.fork() for _ in range(min(PARALLEL, len(plan)))]
+    for c in opened:
+        conns.put(c)
+
+    def send(group: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]], int]:
+        conn = conns.get()  # one call at a time per connection
+        try:
+            return _send_pack(conn, group, now)
+        finally:
+            conns.put(conn)
+
+    sent = files = 0
+    try:
+        with ThreadPoolExecutor(len(opened)) as pool:
+            for group, (pack, index, nbytes) in zip(plan, pool.map(send, plan), strict=True):
+                for digest, offset, size in index:
+                    have[digest] = (pack, offset, size)
+                sent += nbytes
+                files += len(group)
+                if on_progress:
+                    on_progress(sum(f.size for f in group))
+    finally:
+        for c in opened:
+            c.close()
+    return sent, files, len(plan)
+
+
+def _write_manifest(kv: RayKV, manifest: Manifest, base_id: str | None, cache: Path
+                    ) -> tuple[int, bool, int | None]:
+    """Put `manifest` (a delta against `base_id` when this home has that one and the chain
+    is short); (bytes sent, delta, depth). Nothing when the cluster has it already."""
+    ident = manifest.id
+    if kv.exists(f"m:{ident}"):
+        return 0, False, None
+    depth: int | None = None
+    found = _load_full(cache, base_id) if base_id and base_id != ident else None
+    if found is not None and base_id and kv.exists(f"m:{base_id}"):
+        base_depth = found[1]
+        depth = (base_depth if base_depth is not None else _depth(kv, base_id)) + 1
+    if found is not None and depth is not None and depth <= MAX_DEPTH:
+        value, delta = manifest.encode(found[0], base_id, depth), True
+    else:
+        value, delta, depth = manifest.encode(), False, 0
+    kv.put(f"m:{ident}", value)
+    lost = manifest.packs - {k.removeprefix("x:") for k in kv.keys("x:")}
+    if lost:  # a gc took a pack this push reused (trees/gc.py): never leave that manifest
+        kv.delete(f"m:{ident}")
+        raise PackagingError(f"{len(lost)} packs this push reused were collected while it ran",
+                             hint="push again")
+    return len(value), delta, depth
+
+
 def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mapping[str, int],
                  *, label: str, on_progress: Callable[[int], None] | None = None,
                  cache: Path | None = None) -> PublishResult:
     """Publish the tree (`files`, empty `dirs`) of source `label` (its path: the base of the
     next push's delta) to `kv`'s cluster; see the module doc."""
+    from rtenv_cli.core.fsutil import atomic_write_text
+
     cache = cache if cache is not None else state_dir()
     files = list(files)
     now = time.time()
@@ -219,68 +284,21 @@ def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mappin
     for f in files:
         if f.digest not in have:
             missing.setdefault(f.digest, f)
-    sent = files_sent = 0
-    plan = _packs(list(missing.values()))
-    if plan:
-        import queue
-
-        conns: queue.SimpleQueue[RayKV] = queue.SimpleQueue()
-        opened = [kv.fork() for _ in range(min(PARALLEL, len(plan)))]
-        for c in opened:
-            conns.put(c)
-
-        def send(group: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]], int]:
-            conn = conns.get()  # one call at a time per connection
-            try:
-                return _send_pack(conn, group, now)
-            finally:
-                conns.put(conn)
-
-        try:
-            with ThreadPoolExecutor(len(opened)) as pool:
-                jobs = [pool.submit(send, group) for group in plan]
-                for job, group in zip(jobs, plan, strict=True):
-                    pack, index, nbytes = job.result()
-                    for digest, offset, size in index:
-                        have[digest] = (pack, offset, size)
-                    sent += nbytes
-                    files_sent += len(group)
-                    if on_progress:
-                        on_progress(sum(f.size for f in group))
-        finally:
-            for c in opened:
-                c.close()
+    sent, files_sent, packs_sent = _send_missing(kv, list(missing.values()), have, now,
+                                                 on_progress)
     manifest = Manifest(kind, {f.path: FileEntry(f.path, f.mode, f.size, f.digest,
                                                  *have[f.digest][:2]) for f in files},
                         dict(dirs))
     ident = manifest.id
     last_file = cache / "last" / _last_key(kv.address, label, kind)
-    manifest_bytes, delta, depth = 0, False, None
     kv.put(f"t:{ident}", str(now).encode())  # the grace period first: gc never sees m: alone
-    if not kv.exists(f"m:{ident}"):
-        base_id = last_file.read_text().strip() if last_file.is_file() else None
-        found = _load_full(cache, base_id) if base_id and base_id != ident else None
-        if found is not None and base_id and kv.exists(f"m:{base_id}"):
-            base, base_depth = found
-            depth = (base_depth if base_depth is not None else _depth(kv, base_id)) + 1
-        if depth is not None and depth <= MAX_DEPTH:
-            value, delta = manifest.encode(base, base_id, depth), True
-        else:
-            value, depth = manifest.encode(), 0
-        kv.put(f"m:{ident}", value)
-        manifest_bytes = len(value)
-        lost = manifest.packs - {k.removeprefix("x:") for k in kv.keys("x:")}
-        if lost:  # a gc took a pack this push reused (trees/gc.py): never leave that manifest
-            kv.delete(f"m:{ident}")
-            raise PackagingError(f"{len(lost)} packs this push reused were collected while it "
-                                 "ran", hint="push again")
+    base_id = last_file.read_text().strip() if last_file.is_file() else None
+    manifest_bytes, delta, depth = _write_manifest(kv, manifest, base_id, cache)
     _save_full(cache, manifest, depth)
     last_file.parent.mkdir(parents=True, exist_ok=True)
-    from rtenv_cli.core.fsutil import atomic_write_text
-
     atomic_write_text(last_file, ident)
     return PublishResult(ident, manifest.uri, len(files), manifest.total_bytes, files_sent,
-                         len(plan), sent, manifest_bytes, delta)
+                         packs_sent, sent, manifest_bytes, delta)
 
 
 def publish_scan(kv: RayKV, scan: Any, digests: Mapping[str, tuple[bytes, str | None]],

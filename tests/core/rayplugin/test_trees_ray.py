@@ -122,14 +122,16 @@ def test_push_takes_the_tree_path_and_both_nodes_see_what_ray_would_unpack(
     assert set(env) == {"rtenv", "_nsight"}, env  # the guard: see the no-plugin test
     assert env["rtenv"]["working_dir"].startswith("rtenv-tree://")
     zipped = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent, via="zip")
-    assert zipped.path == "zip" and zipped.runtime_env["working_dir"].startswith("gcs://")
+    assert zipped.path == "zip"
+    assert zipped.runtime_env["working_dir"].startswith("gcs://")
     ours = on_both(c, env)
     ray_own = on_both(c, zipped.runtime_env)
     for got, want in zip(ours, ray_own, strict=True):
         assert got["cwd_files"] == want["cwd_files"]
         assert got["helper"] == want["helper"] == "helper v1"
     assert ours[0]["cwd_files"]["run.sh"][0] == "0o755"
-    assert "empty/" in ours[0]["cwd_files"] and "debug.log" not in ours[0]["cwd_files"]
+    assert "empty/" in ours[0]["cwd_files"]
+    assert "debug.log" not in ours[0]["cwd_files"]
     assert {o["node"] for o in ours} == {c.head_node_id, c.worker.node_id}
 
 
@@ -163,8 +165,10 @@ def test_a_one_file_edit_sends_that_file_and_both_nodes_see_it(
     again = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
     wd = next(p for p in again.packages if p.field == "working_dir")
     helper = next(p for p in again.packages if p.field != "working_dir")
-    assert wd.tree is not None and helper.tree is not None
-    assert wd.tree["files_sent"] == 1 and wd.tree["delta"], wd.tree
+    assert wd.tree is not None
+    assert helper.tree is not None
+    assert wd.tree["files_sent"] == 1, wd.tree
+    assert wd.tree["delta"], wd.tree
     # the file's bytes, its pack's index and a manifest of changes: not the tree
     assert wd.tree["bytes_sent"] < edited.stat().st_size + 1500, wd.tree
     assert helper.tree["bytes_sent"] == 0  # unchanged: nothing sent
@@ -212,7 +216,8 @@ def test_ray_job_submit_entrypoint_runs_in_the_tree_with_its_requirements(
     wait_ready(c)
     pushed = push(tmp_path / "env.yaml", address=c.head.address, env={}, base_dir=tmp_path)
     env = pushed.runtime_env
-    assert pushed.path == "tree" and "working_dir" not in env
+    assert pushed.path == "tree"
+    assert "working_dir" not in env
     env["env_vars"] = {"TREE": env["rtenv"]["working_dir"].removeprefix("rtenv-tree://")}
     proc = subprocess.run(
         [ray_executable(), "job", "submit", "--address", c.head.dashboard_url,
@@ -237,7 +242,7 @@ def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly
     bare = RayHead().start()
     try:
         conn = RayKV.connect(bare.address, env={})
-        wait_for(lambda: conn.alive_nodes(), "the bare head's node to register")
+        wait_for(conn.alive_nodes, "the bare head's node to register")
         conn.close()
         zipped = push(tree_src, address=bare.address, env={}, base_dir=tree_src.parent)
         assert zipped.path == "zip"
@@ -255,8 +260,8 @@ try:
 except Exception as exc:
     print("FAILED", exc)
 """, timeout=240)
-        assert "FAILED" in proc.stdout and "does not load rtenv's plugin" in proc.stdout, \
-            proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "FAILED" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "needs rtenv's Ray plugin" in proc.stdout
         assert re.search(r"\[Node [0-9.]+\] ", proc.stdout)  # Ray names the node
         job = subprocess.run(
             [ray_executable(), "job", "submit", "--address", bare.dashboard_url,
@@ -265,7 +270,125 @@ except Exception as exc:
             env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
                  **bare.client_env()}, capture_output=True, text=True, timeout=300, check=False)
         assert job.returncode != 0
-        assert "does not load rtenv's plugin" in job.stdout + job.stderr
+        assert "needs rtenv's Ray plugin" in job.stdout + job.stderr
         assert "ran in the base environment" not in job.stdout
     finally:
         bare.stop()
+
+
+def test_ten_runtime_envs_on_one_new_manifest_materialize_it_once_per_node(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "wd" / "one.txt").write_text(f"{time.time_ns()}\n")  # a manifest never seen
+    (tmp_path / "helper").mkdir()
+    (tmp_path / "helper" / "__init__.py").write_text("NAME = 'ten'\n")
+    (tmp_path / "env.yaml").write_text("working_dir: wd\npy_modules: [helper]\n")
+    wait_ready(c)
+    pushed = push(tmp_path / "env.yaml", address=c.head.address, env={}, base_dir=tmp_path)
+    base = pushed.runtime_env
+    envs = [{**base, "env_vars": {"I": str(i)}} for i in range(10)]  # 10 runtime_envs
+    nodes = [c.head_node_id, c.worker.node_id]
+    out = run(c, {"envs": envs}, f'''
+        nodes = {nodes!r}
+        refs = [look.options(runtime_env=e, scheduling_strategy=On(nodes[i % 2], soft=False))
+                .remote() for i, e in enumerate(env["envs"])]
+        print(json.dumps([r["helper"] for r in ray.get(refs)]))
+    ''')
+    assert out == ["ten"] * 10
+    uri = base["rtenv"]["working_dir"]
+    for which in ("head", "worker"):
+        made = re.findall(rf"rtenv: tree {uri} materialized", c.node_logs(which))
+        assert len(made) == 1, (which, c.node_logs(which)[-3000:])
+
+
+def test_a_killed_pusher_leaves_no_manifest_naming_missing_contents(
+        plugin_cluster: PluginCluster, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    c = plugin_cluster
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(40):
+        (big / f"f{i}.bin").write_bytes(os.urandom(3 << 20))
+    conn = kv(c)
+    wait_ready(c)
+    before = set(conn.keys("x:"))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+           "RTENV_HOME": str(tmp_path / "home"), "PYTHONPATH": str(Path.cwd())}
+    proc = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "push", str(big), "--address",
+                             c.head.address, "--via", "tree"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: set(conn.keys("x:")) - before or proc.poll() is not None,
+                 "the first pack")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the push ended before its first pack landed"
+    packs = {k.removeprefix("x:") for k in conn.keys("x:")}
+    contents = {k.removeprefix("p:") for k in conn.keys("p:")}
+    assert packs <= contents  # an index only after its pack
+    from rtenv_cli.core.trees.manifest import decode
+
+    for key in conn.keys("m:"):
+        raw = conn.get(key)
+        assert raw is not None
+        assert set(decode(raw)["packs"]) <= packs, key
+    again = subprocess.run([sys.executable, "-m", "rtenv_cli", "push", str(big), "--address",
+                            c.head.address, "--via", "tree", "--format", "json"], env=env,
+                           capture_output=True, text=True, timeout=300, check=True)
+    tree = json.loads(again.stdout)["packages"][0]["tree"]
+    assert tree["files_sent"] < 40  # what the killed push sent is reused
+    conn.close()
+
+
+def test_gc_returns_the_kv_to_its_start_once_no_worker_holds_a_tree(
+        plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.trees.gc import collect, held_manifests
+    from rtenv_cli.core.trees.manifest import decode
+
+    c = plugin_cluster
+    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
+    wait_ready(c)
+    pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    ours = {u.removeprefix("rtenv-tree://") for u in
+            [pushed.runtime_env["rtenv"]["working_dir"],
+             *pushed.runtime_env["rtenv"]["py_modules"]]}
+    on_both(c, pushed.runtime_env)
+    conn = kv(c)
+    kept = collect(conn)  # within the grace period: everything stays
+    assert not kept.manifests_removed
+    assert not kept.packs_removed
+    # the driver exited: once its workers are gone, no node holds its trees
+    wait_for(lambda: not ours & {k.split(":")[1] for k in conn.keys("r:")},
+             "the nodes to drop their references")
+    done = collect(conn, grace_s=0)
+    assert ours <= set(done.manifests_removed)
+    assert done.packs_removed
+    # what is left: the nodes' announcements, and what a node still holds (Ray's raylet can keep
+    # a runtime_env reference after its workers exit: see trees/gc.py)
+    held = held_manifests(conn, set(conn.alive_nodes()))
+    assert {k.removeprefix("m:") for k in conn.keys("m:")} == set(held)
+    packs = {p for m in held for p in decode(conn.get(f"m:{m}") or b"")["packs"]}
+    assert {k.removeprefix("p:") for k in conn.keys("p:")} <= packs | {
+        p for m in held for p in _chain_packs(conn, m)}
+    assert {k.split(":", 1)[0] for k in conn.keys("")} <= {"n", "r", "m", "t", "p", "x"}
+    if not held:
+        assert {k.split(":", 1)[0] for k in conn.keys("")} <= {"n"}, conn.keys("")
+    conn.close()
+
+
+def _chain_packs(conn: RayKV, ident: str) -> set[str]:
+    from rtenv_cli.core.trees.manifest import decode
+
+    out: set[str] = set()
+    cur: str | None = ident
+    while cur:
+        doc = decode(conn.get(f"m:{cur}") or b"")
+        out |= set(doc["packs"])
+        cur = doc.get("base")
+    return out
