@@ -165,7 +165,7 @@ class Engine:
             start = time.perf_counter()
             try:
                 ident = manifest_id(uri)
-                path, size, built = await loop.run_in_executor(None, self._ensure_tree, ident)
+                path, size, how = await loop.run_in_executor(None, self._ensure_tree, ident)
             except RtenvError as exc:
                 logger.error("rtenv: %s", exc.message)
                 raise SetupError.of(exc) from None
@@ -174,11 +174,13 @@ class Engine:
                 raise SetupError(f"rtenv: materializing {uri} on node {self.node_id} failed: "
                                  f"{exc}\nhint: see the node's runtime_env_setup-*.log") from None
             self._tree_paths[uri] = (path, size)
-            logger.info("rtenv: tree %s %s in %.3fs at %s", uri,
-                        "materialized" if built else "found", time.perf_counter() - start, path)
+            logger.info("rtenv: tree %s %s in %.3fs at %s", uri, {
+                "built": "materialized from the node's objects",
+                "patched": "materialized by patching a spare tree"}.get(how, "found"),
+                        time.perf_counter() - start, path)
             return size
 
-    def _ensure_tree(self, ident: str) -> tuple[Path, int, bool]:
+    def _ensure_tree(self, ident: str) -> tuple[Path, int, str]:
         out = self.trees().ensure(ident)
         kv = self.kv()
         try:

@@ -175,6 +175,33 @@ def test_a_one_file_edit_sends_that_file_and_both_nodes_see_it(
     seen = on_both(c, again.runtime_env)
     want = sha(edited.read_bytes())[:16]
     assert [s["cwd_files"]["pkg/sub/data.txt"][1] for s in seen] == [want, want]
+    # and the next edit's tree is the last one's, patched (it was released: a spare)
+    wait_for(lambda: not node_tree(c, "worker", again.runtime_env["rtenv"]["working_dir"])
+             .exists(), "the edited tree to be released")
+    edited.write_text("edited twice\n")
+    third = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    uri = third.runtime_env["rtenv"]["working_dir"]
+    seen = on_both(c, third.runtime_env)
+    assert [s["cwd_files"]["pkg/sub/data.txt"][1] for s in seen] == \
+        [sha(b"edited twice\n")[:16]] * 2
+    assert seen[0]["cwd_files"] == first_listing(seen[0]["cwd_files"], tree_src)
+    assert f"rtenv: tree {uri} materialized by patching a spare tree" in c.node_logs("worker")
+
+
+def first_listing(listing: dict, tree_src: Path) -> dict:
+    """What a fresh tree of `tree_src`'s working_dir lists (the local files, as Ray packs them)."""
+    from rtenv_cli.core.packaging.walk import scan_package
+
+    scan = scan_package(tree_src.parent / "wd", kind="working_dir", env={})
+    want = {}
+    for e in scan.entries:
+        if e.special or not e.in_zip or e.relpath == ".":
+            continue
+        if e.is_dir:
+            want[e.relpath + "/"] = listing.get(e.relpath + "/")
+        else:
+            want[e.relpath] = [oct(e.mode & 0o7777), sha(Path(e.fspath).read_bytes())[:16], False]
+    return want
 
 
 def test_a_worker_writing_its_working_dir_changes_neither_the_store_nor_the_next_job(
