@@ -51,6 +51,7 @@ log = logging.getLogger("rtenv.rayplugin")
 URI_SCHEME = "rtenv://"
 WORKING_DIR_ENV = "RAY_RUNTIME_ENV_CREATE_WORKING_DIR"
 CANCEL_WAIT_S = 30.0
+GC_EVERY_S = 600.0  # the plugin's own collection of the cluster's trees (trees/gc.py)
 
 
 class SetupError(RuntimeError):
@@ -114,6 +115,7 @@ class Engine:
         self._trees: NodeTrees | None = None
         self._tree_paths: dict[str, tuple[Path, int]] = {}
         self.node_id = agent_arg("--node-id") or f"pid-{os.getpid()}"
+        self._last_gc = time.monotonic()  # the first collection a period after the start
         self.gcs_address = agent_arg("--gcs-address")
 
     # -- the cluster's KV and the node's trees ----------------------------------------------------
@@ -215,10 +217,23 @@ class Engine:
         return held[1]
 
     def _drop_ref(self, ident: str) -> None:
+        """Delete the node's reference; then, at most every GC_EVERY_S per node, collect the
+        cluster's trees nothing needs (the plugin's own schedule: trees/gc.py)."""
         try:
             kv = self.kv()
             try:
                 kv.delete(f"r:{ident}:{self.node_id}")
+                with self._guard:
+                    due = time.monotonic() - self._last_gc >= GC_EVERY_S
+                    if due:
+                        self._last_gc = time.monotonic()
+                if due:
+                    from rtenv_cli.core.trees.gc import collect
+
+                    done = collect(kv)
+                    log.info("rtenv: trees gc removed %d manifests and %d packs (%d bytes)",
+                             len(done.manifests_removed), len(done.packs_removed),
+                             done.bytes_removed)
             finally:
                 kv.close()
         except Exception as exc:  # the gc ignores references of dead nodes anyway
