@@ -73,6 +73,12 @@ class Manifest:
     def encode(self, base: Manifest | None = None, base_id: str | None = None,
                depth: int = 0) -> bytes:
         """The KV value: full, or the changes against `base` (whose id is `base_id`)."""
+        doc = self.doc(base, base_id, depth)
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+    def doc(self, base: Manifest | None = None, base_id: str | None = None,
+            depth: int = 0) -> dict[str, Any]:
+        """The manifest as JSON (what `encode` compresses; `apply` reads it back)."""
         doc: dict[str, Any] = {"v": VERSION, "kind": self.kind, "dirs": self.dirs}
         if base is None:
             files = list(self.files.values())
@@ -85,7 +91,7 @@ class Manifest:
         doc["packs"] = packs
         doc["files"] = [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
                         for f in files]
-        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+        return doc
 
 
 def decode(raw: bytes) -> dict[str, Any]:

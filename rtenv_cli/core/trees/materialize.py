@@ -132,13 +132,8 @@ class NodeTrees:
     def _save_manifest(self, m: Manifest) -> None:
         from rtenv_cli.core.fsutil import atomic_write_text
 
-        packs = sorted(m.packs)
-        number = {p: i for i, p in enumerate(packs)}
-        doc = {"v": 1, "kind": m.kind, "dirs": m.dirs, "packs": packs,
-               "files": [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
-                         for f in m.files.values()]}
         (self.root / "man").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.root / "man" / m.id, json.dumps(doc, separators=(",", ":")))
+        atomic_write_text(self.root / "man" / m.id, json.dumps(m.doc(), separators=(",", ":")))
 
     # -- contents -----------------------------------------------------------------------------
     def fetch(self, m: Manifest, kv: RayKV) -> int:

@@ -193,11 +193,7 @@ def _save_full(cache: Path, m: Manifest, depth: int | None) -> None:
     from rtenv_cli.core.fsutil import atomic_write_text
 
     (cache / "man").mkdir(parents=True, exist_ok=True)
-    packs = sorted(m.packs)
-    number = {p: i for i, p in enumerate(packs)}
-    doc = {"v": 1, "kind": m.kind, "dirs": m.dirs, "packs": packs, "depth": depth,
-           "files": [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
-                     for f in m.files.values()]}
+    doc = {**m.doc(), "depth": depth}
     atomic_write_text(cache / "man" / m.id, json.dumps(doc, separators=(",", ":")))
 
 
