@@ -80,12 +80,14 @@ def _first_line(head: object, env_json: dict | None, wd: Path | None, env: dict[
                             text=True)
     assert proc.stdout is not None
     took = None
+    lines = []
     for line in proc.stdout:
+        lines.append(line)
         if line.startswith("first line") and took is None:
             took = time.perf_counter() - start
     proc.wait()
     if took is None:
-        raise RuntimeError("the job printed no first line")
+        raise RuntimeError("the job printed no first line:\n" + "".join(lines)[-4000:])
     return took
 
 

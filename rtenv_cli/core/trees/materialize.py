@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import threading
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from rtenv_cli.core.errors import AgentError
 from rtenv_cli.core.transport.ray_kv import RayKV
-from rtenv_cli.core.trees.manifest import Manifest, apply, decode
+from rtenv_cli.core.trees.manifest import Manifest, apply, decode, dump_local, load_local
 
 MAX_CHAIN = 64
 PARALLEL = 4
@@ -125,15 +124,15 @@ class NodeTrees:
 
     def _local_manifest(self, ident: str) -> Manifest | None:
         try:
-            return apply(json.loads((self.root / "man" / ident).read_text()), None)
-        except (OSError, ValueError, KeyError, TypeError):
+            return load_local((self.root / "man" / ident).read_bytes())[0]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 
     def _save_manifest(self, m: Manifest) -> None:
-        from rtenv_cli.core.fsutil import atomic_write_text
+        from rtenv_cli.core.fsutil import atomic_write_bytes
 
         (self.root / "man").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.root / "man" / m.id, json.dumps(m.doc(), separators=(",", ":")))
+        atomic_write_bytes(self.root / "man" / m.id, dump_local(m))
 
     # -- contents -----------------------------------------------------------------------------
     def fetch(self, m: Manifest, kv: RayKV) -> int:

@@ -32,10 +32,11 @@ from rtenv_cli.core.trees.manifest import (
     MAX_DEPTH,
     FileEntry,
     Manifest,
-    apply,
     decode,
     decode_index,
+    dump_local,
     encode_index,
+    load_local,
 )
 
 PACK_BYTES = 4 << 20
@@ -183,18 +184,16 @@ def _last_key(address: str, label: str, kind: str) -> str:
 def _load_full(cache: Path, ident: str) -> tuple[Manifest, int | None] | None:
     """A manifest this home pushed (or found), and the depth of its chain when it wrote it."""
     try:
-        doc = json.loads((cache / "man" / ident).read_text())
-        return apply(doc, None), doc.get("depth")
-    except (OSError, ValueError, KeyError, TypeError):
+        return load_local((cache / "man" / ident).read_bytes())
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
 
 
 def _save_full(cache: Path, m: Manifest, depth: int | None) -> None:
-    from rtenv_cli.core.fsutil import atomic_write_text
+    from rtenv_cli.core.fsutil import atomic_write_bytes
 
     (cache / "man").mkdir(parents=True, exist_ok=True)
-    doc = {**m.doc(), "depth": depth}
-    atomic_write_text(cache / "man" / m.id, json.dumps(doc, separators=(",", ":")))
+    atomic_write_bytes(cache / "man" / m.id, dump_local(m, depth))
 
 
 def _depth(kv: RayKV, ident: str) -> int:
