@@ -41,6 +41,7 @@ from rtenv_cli.core.trees.manifest import Manifest, apply, decode, dump_local, l
 MAX_CHAIN = 64
 PARALLEL = 4
 SPARES = 2
+RECENT = 4
 Snapshot = dict[str, tuple[int, int, int]]  # path -> (size, mtime_ns, st_mode); dirs: size -1
 _FICLONE = 0x40049409  # linux/fs.h: clone a file's extents (btrfs, xfs); EOPNOTSUPP elsewhere
 
@@ -83,6 +84,7 @@ class NodeTrees:
         self._built: dict[str, Snapshot] = {}  # trees this process built or patched
         self._spares: list[tuple[str, Path]] = []  # (manifest id, path), oldest first
         self.patched = 0  # builds that patched a spare (tests and benchmarks read it)
+        self._recent: dict[str, Manifest] = {}
 
     # -- layout -------------------------------------------------------------------------------
     def object_path(self, digest: str) -> Path:
@@ -123,16 +125,30 @@ class NodeTrees:
         return base
 
     def _local_manifest(self, ident: str) -> Manifest | None:
+        with self._guard:
+            m = self._recent.get(ident)
+        if m is not None:
+            return m
         try:
-            return load_local((self.root / "man" / ident).read_bytes())[0]
+            m = load_local((self.root / "man" / ident).read_bytes())[0]
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
+        self._remember(m)
+        return m
+
+    def _remember(self, m: Manifest) -> None:
+        """Keep the last RECENT manifests parsed (a watch's next build reads the last one)."""
+        with self._guard:
+            self._recent[m.id] = m
+            while len(self._recent) > RECENT:
+                del self._recent[next(iter(self._recent))]
 
     def _save_manifest(self, m: Manifest) -> None:
         from rtenv_cli.core.fsutil import atomic_write_bytes
 
         (self.root / "man").mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.root / "man" / m.id, dump_local(m))
+        self._remember(m)
 
     # -- contents -----------------------------------------------------------------------------
     def fetch(self, m: Manifest, kv: RayKV) -> int:
