@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 from rtenv_cli.core.errors import RtenvError
 
 SCHEME = "rtenv-tree://"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 MAX_DEPTH = 8  # deltas in a chain before a full manifest is written again
 VERSION = 1
 
@@ -111,15 +113,32 @@ def decode(raw: bytes) -> dict[str, Any]:
     return doc
 
 
+def safe_path(path: str) -> str:
+    """`path` when it stays inside the tree (relative, no `..`, no empty part), else a
+    TreeFormatError: a manifest comes from the cluster's KV, which anyone with the cluster's
+    token can write."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+            or "\0" in path:
+        raise TreeFormatError(f"a manifest names the path {path!r}, outside its tree",
+                              hint="a foreign key in the `rtenv` KV namespace; push again")
+    return path
+
+
 def apply(doc: Mapping[str, Any], base: Manifest | None) -> Manifest:
-    """The full manifest of a decoded value (`base`: the full manifest of its base)."""
+    """The full manifest of a decoded value (`base`: the full manifest of its base); every
+    path checked with `safe_path`, every mode cut to permission bits."""
     packs = doc["packs"]
     out = Manifest(doc["kind"], dict(base.files) if base is not None else {},
-                   {str(k): int(v) for k, v in doc.get("dirs", {}).items()})
+                   {safe_path(str(k)): int(v) & 0o7777 for k, v in doc.get("dirs", {}).items()})
     for path in doc.get("del", ()):
         out.files.pop(path, None)
     for path, mode, size, digest, pack, offset in doc["files"]:
-        out.files[path] = FileEntry(path, int(mode), int(size), digest, packs[pack], int(offset))
+        if not _HEX64.fullmatch(str(digest)):  # it names a file of the node's object store
+            raise TreeFormatError(f"a manifest gives {path!r} the digest {digest!r}",
+                                  hint="a foreign key in the `rtenv` KV namespace; push again")
+        out.files[safe_path(path)] = FileEntry(path, int(mode) & 0o7777, int(size), str(digest),
+                                               packs[pack], int(offset))
     return out
 
 

@@ -180,3 +180,22 @@ def test_a_delta_applies_to_its_base(tmp_path: Path, monkeypatch: pytest.MonkeyP
     base = apply(decode(kv.data["m:" + first["manifest"]]), None)
     full = apply(decode(kv.data["m:" + second["manifest"]]), base)
     assert full.id == second["manifest"]
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../x", "a//b", "./a"])
+def test_a_manifest_naming_a_path_outside_its_tree_is_refused(bad: str) -> None:
+    from rtenv_cli.core.trees.manifest import TreeFormatError
+
+    doc = {"v": 1, "kind": "working_dir", "dirs": {}, "packs": ["p"],
+           "files": [[bad, 0o644, 1, "0" * 64, 0, 0]]}
+    with pytest.raises(TreeFormatError, match="outside its tree"):
+        apply(doc, None)
+
+
+def test_a_manifest_with_a_digest_that_is_not_a_sha256_is_refused() -> None:
+    from rtenv_cli.core.trees.manifest import TreeFormatError
+
+    doc = {"v": 1, "kind": "working_dir", "dirs": {}, "packs": ["p"],
+           "files": [["a.txt", 0o644, 1, "../../../etc/x" + "0" * 50, 0, 0]]}
+    with pytest.raises(TreeFormatError, match="digest"):
+        apply(doc, None)
