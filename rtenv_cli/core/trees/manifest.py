@@ -127,17 +127,17 @@ def safe_path(path: str) -> str:
 
 def apply(doc: Mapping[str, Any], base: Manifest | None) -> Manifest:
     """The full manifest of a decoded value (`base`: the full manifest of its base); every
-    path checked with `safe_path`, every mode cut to permission bits."""
+    path checked with `safe_path`, every mode cut to permission bits (no setuid, setgid or sticky bit)."""
     packs = doc["packs"]
     out = Manifest(doc["kind"], dict(base.files) if base is not None else {},
-                   {safe_path(str(k)): int(v) & 0o7777 for k, v in doc.get("dirs", {}).items()})
+                   {safe_path(str(k)): int(v) & 0o777 for k, v in doc.get("dirs", {}).items()})
     for path in doc.get("del", ()):
         out.files.pop(path, None)
     for path, mode, size, digest, pack, offset in doc["files"]:
         if not _HEX64.fullmatch(str(digest)):  # it names a file of the node's object store
             raise TreeFormatError(f"a manifest gives {path!r} the digest {digest!r}",
                                   hint="a foreign key in the `rtenv` KV namespace; push again")
-        out.files[safe_path(path)] = FileEntry(path, int(mode) & 0o7777, int(size), str(digest),
+        out.files[safe_path(path)] = FileEntry(path, int(mode) & 0o777, int(size), str(digest),
                                                packs[pack], int(offset))
     return out
 

@@ -99,11 +99,11 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
         path = prefix + e.relpath if e.relpath != "." else prefix.rstrip("/")
         if e.is_dir:
             if path:  # an empty working_dir root is the tree itself
-                dirs[path] = e.mode & 0o7777
+                dirs[path] = e.mode & 0o777
             continue
         digest = digests[e.relpath][1]
         assert digest is not None  # noqa: S101 - digest_entries gives every file a sha256
-        files.append(SourceFile(path, e.fspath, e.mode & 0o7777, e.size, digest))
+        files.append(SourceFile(path, e.fspath, e.mode & 0o777, e.size, digest))
     return files, dirs
 
 
