@@ -127,7 +127,8 @@ def safe_path(path: str) -> str:
 
 def apply(doc: Mapping[str, Any], base: Manifest | None) -> Manifest:
     """The full manifest of a decoded value (`base`: the full manifest of its base); every
-    path checked with `safe_path`, every mode cut to permission bits (no setuid, setgid or sticky bit)."""
+    path checked with `safe_path`, every mode cut to permission bits (no setuid, setgid or
+    sticky bit)."""
     packs = doc["packs"]
     out = Manifest(doc["kind"], dict(base.files) if base is not None else {},
                    {safe_path(str(k)): int(v) & 0o777 for k, v in doc.get("dirs", {}).items()})

@@ -242,9 +242,9 @@ class NodeTrees:
                     made.add(parent)
                 dst = os.path.join(tmp, f.path)
                 _clone(str(self.object_path(f.digest)), dst)
-                os.chmod(dst, f.mode & 0o7777 or 0o644)
+                os.chmod(dst, f.mode & 0o777 or 0o644)
             for path, mode in m.dirs.items():
-                os.chmod(tmp / path, mode & 0o7777 or 0o755)
+                os.chmod(tmp / path, mode & 0o777 or 0o755)
             snap = _snapshot(tmp)
             os.rename(tmp, final)
             with self._guard:
@@ -284,7 +284,7 @@ class NodeTrees:
                     os.makedirs(os.path.dirname(dst), exist_ok=True)
                     _clone(str(self.object_path(f.digest)), dst)
                 if was is None or was.digest != f.digest or was.mode != f.mode:
-                    os.chmod(dst, f.mode & 0o7777 or 0o644)
+                    os.chmod(dst, f.mode & 0o777 or 0o644)
                     s = os.lstat(dst)
                     snap[p] = (s.st_size, s.st_mtime_ns, s.st_mode)
             _fix_dirs(path, m, snap)
@@ -369,6 +369,6 @@ def _fix_dirs(path: Path, m: Manifest, snap: Snapshot) -> None:
         if p not in snap:
             full.mkdir(exist_ok=True)
         if p in m.dirs:
-            os.chmod(full, m.dirs[p] & 0o7777 or 0o755)
+            os.chmod(full, m.dirs[p] & 0o777 or 0o755)
         s = os.lstat(full)
         snap[p] = (-1, 0, s.st_mode)
