@@ -87,11 +87,13 @@ def agent(
     with RTENV_AGENT_TOKEN=<a long random string> in /etc/rtenv/agent.env (mode 0600).
 
     On each node of a Slurm allocation (one task per node, in the background; it runs as the
-    job's user, and that user's jobs read the token file by themselves):
+    job's user, and that user's jobs read the token file by themselves; mktemp -d makes the
+    store a fresh directory of this user's alone, 0700, that nobody could have made first):
 
     \b
         srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --overlap \\
-             rtenv agent --root /tmp/rtenv-$SLURM_JOB_ID &
+             bash -c 'root=$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX") &&
+                      rtenv agent --root "$root"' &
 
     Example:
 

@@ -10,11 +10,19 @@ import typer
 from rtenv_cli.render.output import Output
 
 
+def _formats() -> list[str]:
+    """What TAB offers for --format: the env formats, and text for --check."""
+    from rtenv_cli.core.rayplugin.setup import FORMATS
+
+    return [*FORMATS, "text"]
+
+
 def ray_env(
     *,
     fmt: Annotated[str, typer.Option(
         "--format", "-f", help="shell (export lines), json ({\"env\": {...}}) or yaml (a "
-        "KubeRay `env:` list); with --check: text or json.")] = "shell",
+        "KubeRay `env:` list); with --check: text or json.",
+        autocompletion=_formats)] = "shell",
     root: Annotated[Path | None, typer.Option(
         "--root", help="rtenv's home on the nodes (RTENV_HOME; the store is ROOT/store). "
         "Default: RTENV_HOME if set, else each node's user cache dir.",
@@ -43,11 +51,13 @@ def ray_env(
         $ rtenv ray-env --format yaml      # KubeRay: under the container's env
         $ rtenv ray-env --check http://127.0.0.1:8265
 
-    On each node of a Slurm allocation (one task per node):
+    On each node of a Slurm allocation (one task per node; mktemp -d makes the node's store a
+    fresh directory of this user's alone, 0700, that nobody could have made first):
 
     \b
         srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --overlap \\
-             bash -c 'eval "$(rtenv ray-env --root /tmp/rtenv-$SLURM_JOB_ID)" &&
+             bash -c 'home=$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX") &&
+                      eval "$(rtenv ray-env --root "$home")" &&
                       ray start --address=$HEAD:6379 --block' &
     """
     from rtenv_cli.core.errors import UsageError

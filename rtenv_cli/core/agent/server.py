@@ -412,10 +412,11 @@ def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
 
     from rtenv_cli.core.cache import gc as cache_gc
     from rtenv_cli.core.store.envs import Environments
+    from rtenv_cli.core.transport import http
 
     store = store or Store(config.root)
     store.index.checkpoint_in_background()
-    state = AgentState(config, store, Environments(store),
+    state = AgentState(config, store, Environments(store, fetch=http.fetch_archive),
                        cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s))
     app = Starlette(routes=routes(), exception_handlers={
         RtenvError: _on_rtenv_error, OSError: _on_os_error, Exception: _on_unexpected})
@@ -510,8 +511,8 @@ class AgentApp:
             runtime_env = data.get("runtime_env") if type(data) is dict else None
             if type(runtime_env) is dict:
                 known = json.dumps(runtime_env, sort_keys=True)
-        except (ValueError, TypeError, RecursionError):  # the full check says what is wrong
-            pass
+        except (ValueError, TypeError, RecursionError) as exc:  # the full check says what is wrong
+            _log.debug("hit path: runtime_env not remembered (%r); the full check runs", exc)
         if (known is not None and known in self._checked and type(data) is dict
                 and protocol.check_but(data, "EnvRequest", "runtime_env")):
             return protocol.env_request(data, trusted_pid=is_loopback(client))
@@ -551,12 +552,14 @@ class AgentApp:
             try:
                 waited = loop.run_in_executor(
                     None, functools.partial(self.state.envs.try_hits, requests))
-            except RuntimeError:  # the executor is shut down (the agent is stopping)
+            except RuntimeError as exc:  # the executor is shut down (the agent is stopping)
+                _log.debug("hit path: batch to the slow path, no executor: %s", exc)
                 _settle(batch, [None] * len(batch))  # the slow path answers each request
                 return
             waited.add_done_callback(lambda fut: _answer(batch, fut))
             return
-        except Exception:  # e.g. SQLite busy: the slow path answers each request properly
+        except Exception as exc:  # e.g. SQLite busy: the slow path answers each request properly
+            _log.debug("hit path: batch to the slow path: %r", exc)
             results = [None] * len(batch)
         self._busy = 0
         _settle(batch, results)

@@ -63,8 +63,9 @@ class Pattern(NamedTuple):
 
 
 def _pattern(text: str) -> Pattern:
-    """`text` translated by pathspec, through a persistent cache: importing pathspec costs
-    ~15 ms, more than the rest of a re-push's ignore handling (see _Translations)."""
+    """`text` translated by pathspec, through a persistent cache: importing pathspec costs more
+    than the rest of a re-push's ignore handling (see _Translations; benchmarks/results/
+    fastpaths.json: "import pathspec")."""
     known = _TRANSLATIONS.get(text)
     if known is not None:
         return Pattern(known[0], re.compile(known[1]))
@@ -97,10 +98,14 @@ class _Translations:
             import marshal
             from importlib.util import find_spec
 
+            from rtenv_cli.core.errors import RtenvError
             from rtenv_cli.core.paths import rtenv_home
 
             self._data = {}
-            self._path = rtenv_home() / "ignore-patterns.marshal"
+            try:
+                self._path = rtenv_home() / "ignore-patterns.marshal"
+            except RtenvError:  # no home this user alone can write: no cache, read or kept
+                return self._data
             with contextlib.suppress(Exception):  # no pathspec: translating raises later
                 spec = find_spec("pathspec")
                 origin = spec.origin if spec is not None else None

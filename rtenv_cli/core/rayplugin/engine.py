@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.errors import AgentError, RtenvError, ValidationError
+from rtenv_cli.core.errors import AgentError, RtenvError, UsageError, ValidationError
 from rtenv_cli.core.rayplugin import schema
 
 if TYPE_CHECKING:
@@ -245,10 +245,16 @@ class Engine:
             if self._envs is None:
                 from rtenv_cli.core.store.envs import Environments
                 from rtenv_cli.core.store.store import Store
+                from rtenv_cli.core.transport.http import fetch_archive
 
-                root = store_root()
                 try:
-                    self._envs = Environments(Store(root))
+                    root = store_root()
+                    self._envs = Environments(Store(root), fetch=fetch_archive)
+                except UsageError as exc:  # a home or store not this user's alone, or no dir
+                    raise AgentError(f"cannot open the rtenv store: {exc.message}",
+                                     hint="set RTENV_HOME on `ray start` to a directory this "
+                                     "user owns and no one else can write (rtenv ray-env --root "
+                                     "DIR prints it)", path=exc.path) from None
                 except OSError as exc:
                     raise AgentError(f"cannot open the rtenv store at {root}: {exc.strerror}",
                                      hint="set RTENV_HOME on `ray start` to a writable directory "
@@ -272,7 +278,8 @@ class Engine:
             if spec.kind is not None:  # `limits` alone: nothing to build, nothing to count
                 out.append(URI_SCHEME + _digest(spec, runtime_env))
             return out
-        except Exception:  # Ray calls this outside any error handling
+        except Exception as exc:  # Ray calls this outside any error handling
+            log.debug("rtenv: no URI for an invalid field (the setup reports it): %r", exc)
             return []
 
     # -- create -----------------------------------------------------------------------------------
@@ -416,7 +423,8 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     for name in builders.files_digest(packages):
         try:
             lines += Path(name).read_text(errors="replace").splitlines()
-        except OSError:
+        except OSError as exc:  # the build reads it again and reports it
+            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name, exc)
             continue
     ray = schema.ray_requirement(lines)
     if ray is not None:

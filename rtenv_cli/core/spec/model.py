@@ -54,10 +54,11 @@ RTENV_FIELD = "rtenv"
 RENAMED = {"nsight": "_nsight", "rocprof_sys": "_rocprof_sys"}
 FLAGS = frozenset({"_validate"})
 ALL_TOP_LEVEL_KEYS = KNOWN_FIELDS | frozenset(RENAMED) | FLAGS
-# what a user would type (did-you-mean candidates): no internal spellings
+# what a user would type (did-you-mean candidates): no internal spellings; rtenv's own plugin
+# field too (a misspelt `rtnev:` silently installs nothing)
 SUGGESTABLE_KEYS = tuple(sorted(
     (KNOWN_FIELDS - {"_nsight", "_rocprof_sys", "_ray_release", "_inject_current_ray"})
-    | frozenset(RENAMED)
+    | frozenset(RENAMED) | {RTENV_FIELD}
 ))
 
 # named parameters of RuntimeEnv.__init__, in the order it inserts them after the **kwargs
@@ -83,6 +84,9 @@ PY_MODULES_EXTENSIONS = (".zip", ".whl", ".tar.gz", ".tgz", ".tar.xz")
 REMOTE_PROTOCOLS = ("http", "https", "s3", "gs", "azure", "abfss", "file")
 ALL_PROTOCOLS = ("gcs", "conda", "pip", "uv", *REMOTE_PROTOCOLS, "local")
 DEFAULT_EXCLUDES = (".git", ".venv", "venv", "__pycache__")
+# a well-formed package URI that names no package: it stands in for a local working_dir or
+# py_module where only the rest of a runtime_env is checked (validate's packaging stage, push)
+PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)

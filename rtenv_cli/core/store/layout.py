@@ -86,7 +86,7 @@ class Layout:
         """Move what cannot be read out of the store's way, kept for a look; one log line."""
         dest = self.root / "quarantine" / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}" \
             f".{secrets.token_hex(2)}"
-        dest.parent.mkdir(exist_ok=True)
+        dest.parent.mkdir(exist_ok=True, mode=0o700)
         try:
             os.rename(path, dest)
         except FileNotFoundError:

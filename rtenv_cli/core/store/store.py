@@ -11,7 +11,7 @@ Layout under the root::
     tmp/                builds in progress: <key>.<pid>.<rand>; published by rename
     trash/              tombstones: renamed here under the key's lock, then deleted
     locks/<key>.lock    one flock per key: identical creates build once across processes
-                        (removed with its entry)
+                        (exists only while held: its holder removes it as it lets go)
     quarantine/         what recovery could not read (a torn meta.json, ...), kept for a look
     owners.lock         every process with the store open holds it shared
     uv-cache/           uv's cache, shared by all venvs (hardlinked into them)
@@ -72,16 +72,17 @@ class Store:
 
     def __init__(self, root: Path | None = None, *, recover: bool = True,
                  pin_s: float | None = None) -> None:
-        from rtenv_cli.core.paths import store_root
+        from rtenv_cli.core.paths import private_dir, store_root
 
         private = root is None  # the per-user default under RTENV_HOME: nobody else's business
         self.root = (Path(root) if root is not None else store_root()).absolute()
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
+        # what the store holds runs as this user: it must be this user's alone (made 0700)
+        private_dir(self.root, "the store")
         if private and self.root.stat().st_mode & 0o077:
-            with contextlib.suppress(OSError):  # e.g. not its owner: it stays as it is
+            with contextlib.suppress(OSError):  # readable by others (an older rtenv's 0755)
                 self.root.chmod(0o700)
         for sub in SUBDIRS:
-            (self.root / sub).mkdir(exist_ok=True)
+            (self.root / sub).mkdir(exist_ok=True, mode=0o700)
         self._owners = Owners(self.root)
         alone = self._owners.claim()
         self.layout = Layout(self.root, recovery.open_index(self.root),
@@ -149,9 +150,7 @@ class Store:
                 return False
             if key.startswith("package:"):  # a delta package may have both forms
                 self.packages.forget(key.removeprefix("package:"))
-            # the lock file goes with its entry; one waiting on it retries on a fresh file
-            self.layout.locks.path(key).unlink(missing_ok=True)
-            return True
+            return True  # the lock file goes as the lock is let go (locks._let_go)
 
     # -- packages and manifests -------------------------------------------------------------------
     def package_path(self, name: str) -> Path:

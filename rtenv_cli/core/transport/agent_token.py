@@ -4,8 +4,13 @@
 `RTENV_HOME/agent-token` (mode 0600, made on its first start). rtenv's own clients running as
 the same user read that file when they talk to an agent on loopback and were given no token,
 so `rtenv run --address`, `rtenv push --to` and `rtenv cache --agent` need no flag; another
-local user cannot read the file, so cannot use the agent as its user. The file is never sent
-anywhere but to a loopback address.
+local user cannot read the file, so cannot use the agent as its user.
+
+The file's token goes only to a loopback address (127.0.0.0/8, ::1, localhost), and there only
+to a socket this user owns (`FileBearer`, checked before each request): another local user who
+holds the port while this user's agent is not there (the default 8790, say) gets an error
+naming them, not the token. A token for any other agent (another machine's, another user's) is
+given explicitly: `--token` or RTENV_AGENT_TOKEN, and goes where it is told.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.errors import TransportError, UsageError
 
 TOKEN_FILE = "agent-token"  # noqa: S105 - a file's name, not a secret
 
@@ -50,11 +55,13 @@ def read_token(path: Path | None = None) -> str | None:
 
 def user_token(path: Path | None = None) -> str:
     """The agent's token: the user's file's, else a new one written there (0600)."""
+    from rtenv_cli.core.paths import private_dir
+
     path = path or token_path()
     if (token := read_token(path)) is not None:
         return token
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent, "the token's directory")  # what others may write: not trusted
         with contextlib.suppress(FileNotFoundError):
             if not _private(path.lstat()):  # not ours alone: never reuse it
                 path.unlink()
@@ -94,3 +101,47 @@ def is_loopback_url(url: str) -> bool:
 def token_for(url: str) -> str | None:
     """The user's token for an agent at `url` that was given none: only a loopback agent's."""
     return read_token() if is_loopback_url(url) else None
+
+
+class FileBearer:
+    """The token file's `Authorization` header for the agent at a loopback `url`, decided before
+    each request (an agent may stop and another user take its port between two requests): sent
+    while every socket listening there is this user's; withheld (`withheld` says why) when
+    nothing listens or the system does not show owners; a TransportError naming the port's
+    owner when another user listens there."""
+
+    def __init__(self, url: str, token: str) -> None:
+        parts = urlsplit(url)
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.token = token
+        self._header = {"Authorization": f"Bearer {token}"}
+        self.withheld: str | None = None
+
+    def __call__(self) -> dict[str, str]:
+        from rtenv_cli.core.transport.listeners import listener_uids
+
+        uids = listener_uids(self.host, self.port)
+        if not uids:
+            self.withheld = ("nothing listened on the port when it was checked" if uids is not None
+                             else "this system does not show who owns a listening port")
+            return {}
+        if others := sorted(uids - {os.geteuid()}):
+            from rtenv_cli.core.paths import owner_name
+
+            raise TransportError(
+                f"port {self.port} on {self.host} is held by another user, "
+                f"{owner_name(others[0])}, not by this user's rtenv agent: this user's agent "
+                "token was not sent to it",
+                hint="start your agent on a port of its own (`rtenv agent --port N`) and give "
+                "that URL; for an agent you were given a token for, pass it with --token or "
+                "RTENV_AGENT_TOKEN")
+        self.withheld = None
+        return self._header
+
+
+def file_bearer(url: str) -> FileBearer | None:
+    """The user's token file's header source for an agent at `url` given no token: only for a
+    loopback URL, and only when the file holds a token this user alone can read."""
+    token = token_for(url)
+    return FileBearer(url, token) if token else None

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +23,21 @@ from tests.support.agent import AgentProc, agent_process
 from tests.support.packages import make_tree, ray_package
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
+
+
+def _until(what: str, pred: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll PRED until it holds (a generous deadline: a loaded box is slow, not wrong)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.01)
+
+
+def _flock_waiters(path: Path) -> int:
+    """How many flock(2) calls wait for PATH's lock (/proc/locks marks them `->`)."""
+    inode = f":{path.stat().st_ino}"
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines()
+               if "->" in line.split() and any(f.endswith(inode) for f in line.split()))
 
 
 def test_ray_package_protocol(agent: AgentProc, tmp_path: Path) -> None:
@@ -59,11 +75,86 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     sha = hashlib.sha256(b"good").hexdigest()
     assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
                         timeout=10).status_code == 422
-    time.sleep(0.2)
+    # the hung-up upload's temp file goes once the agent sees the connection close
+    _until("the truncated upload's temp file removed",
+           lambda: not any((agent.root / "tmp").iterdir()))
     assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
     assert not (agent.root / "blobs" / sha[:2] / sha).exists()
     assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
     assert [p for p in (agent.root / "tmp").iterdir()] == []
+
+
+def test_a_name_that_holds_a_package_refuses_other_bytes(agent: AgentProc,
+                                                        tmp_path: Path) -> None:
+    """A second PUT of a name with other bytes is a 409, and an environment made from the name
+    has the first bytes; the same bytes again are a 200. For Ray's hash names, other bytes are
+    refused by the hash (422), as on a first upload (issue 22 M6)."""
+    import zipfile
+
+    def zipped(name: str, text: str) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("main.py", text)
+        return path
+
+    other = zipped("other.zip", "VALUE = 'other'\n")
+    first, second = zipped("first.zip", "VALUE = 1\n").read_bytes(), other.read_bytes()
+    url = f"{agent.url}/api/packages/gcs/my_pkg.zip"
+    assert requests.put(url, data=first, timeout=30).status_code == 200
+    assert requests.put(url, data=first, timeout=30).status_code == 200  # the same: idempotent
+    again = requests.put(url, data=second, timeout=30)
+    assert again.status_code == 409, again.text
+    err = again.json()["error"]
+    assert err["code"] == "package-conflict"
+    assert "gcs://my_pkg.zip" in err["message"]
+    assert "new name" in err["hint"]
+    from rtenv_cli.core.errors import PackageConflictError
+
+    with pytest.raises(PackageConflictError, match="already stored with other content"):
+        AgentTarget(agent.url).upload("gcs://my_pkg.zip", other)
+    handle = AgentClient(agent.url).get_or_create({"working_dir": "gcs://my_pkg.zip"},
+                                                  holder="h")
+    assert (Path(handle.working_dir) / "main.py").read_text() == "VALUE = 1\n"
+    assert requests.get(url + "?download=1", timeout=30).content == first
+    # a hash name: the same tree zipped again passes; another tree is refused by its hash
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "1"}), tmp_path)
+    named = f"{agent.url}/api/packages/gcs/{uri.removeprefix('gcs://')}"
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=second, timeout=30).status_code == 422
+
+
+def test_an_http_working_dir_is_fetched_by_the_bounded_client(agent: AgentProc,
+                                                              tmp_path: Path) -> None:
+    """The agent downloads a client's http(s) archive through transport.http.download (a
+    deadline and a size cap, tests/reliability/test_network_faults.py): the archive arrives,
+    and a missing one is a 422 naming the URL and its status."""
+    import http.server
+    import threading
+
+    from tests.support.packages import crafted_zip
+
+    site = tmp_path / "site"
+    site.mkdir()
+    crafted_zip(site / "proj.zip", [("proj-main/app.py", b"print('remote')\n")])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw:
+                                             http.server.SimpleHTTPRequestHandler(
+                                                 *a, directory=str(site), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        handle = AgentClient(agent.url).get_or_create({"working_dir": f"{base}/proj.zip"},
+                                                      holder="h")
+        assert (Path(handle.working_dir) / "app.py").read_text() == "print('remote')\n"
+        gone = requests.post(f"{agent.url}/api/envs", timeout=60, json={
+            "runtime_env": {"working_dir": f"{base}/gone.zip"}, "holder": "h"})
+        assert gone.status_code == 422, gone.text  # the request's archive: a client error
+        assert f"cannot fetch {base}/gone.zip: " in gone.json()["error"]["message"]
+        assert f"{base}/gone.zip: HTTP 404" in gone.json()["error"]["message"]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
@@ -405,7 +496,8 @@ def test_a_hit_waits_for_another_writer_without_stopping_the_agent(tmp_path: Pat
             with ThreadPoolExecutor(1) as pool:
                 waiting = pool.submit(requests.post, url, json={**body, "holder": "second"},
                                       timeout=30)
-                time.sleep(0.3)  # the hit has reached the lock
+                _until("the hit waiting for the write lock",
+                       lambda: _flock_waiters(tmp_path / "s" / "index.sqlite.wlock") > 0)
                 assert not waiting.done()
                 # the event loop is free: another request is answered meanwhile
                 assert requests.get(f"{agent.url}/api/agent", timeout=5).status_code == 200
