@@ -435,7 +435,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     pins = target is not None and target.pins and not dry_run and plans and not moved
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes),
-                      "tree" if moved else "zip")
+                      path="tree" if moved else "zip")
 
 
 def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
