@@ -199,3 +199,13 @@ def test_a_manifest_with_a_digest_that_is_not_a_sha256_is_refused() -> None:
            "files": [["a.txt", 0o644, 1, "../../../etc/x" + "0" * 50, 0, 0]]}
     with pytest.raises(TreeFormatError, match="digest"):
         apply(doc, None)
+
+
+def test_push_leaves_a_working_dir_requirements_file_of_the_rtenv_field_to_the_node(
+        tmp_path: Path) -> None:
+    from rtenv_cli.core.rayplugin.convert import inline_files
+
+    value = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}/requirements.txt"
+    env, done = inline_files({"rtenv": {"pip": value}}, tmp_path)
+    assert env == {"rtenv": {"pip": value}}
+    assert done == []
