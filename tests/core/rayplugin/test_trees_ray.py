@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.api import push
+from rtenv_cli.core.push import PushResult
 from rtenv_cli.core.transport.ray_kv import RayKV
 from rtenv_cli.core.trees.cluster import readiness
 from tests.core.rayplugin.conftest import PluginCluster
@@ -90,6 +91,15 @@ def wait_ready(c: PluginCluster, timeout: float = 120) -> None:
         conn.close()
 
 
+def push_tree(c: PluginCluster, src: Path, monkeypatch: pytest.MonkeyPatch,
+              home: Path | None = None, **kwargs: object) -> PushResult:
+    """`rtenv push` of `src` to the cluster once every node announced the plugin (its home:
+    `home`, else beside `src`)."""
+    monkeypatch.setenv("RTENV_HOME", str(home or src.parent / "home"))
+    wait_ready(c)
+    return push(src, address=c.head.address, env={}, base_dir=src.parent, **kwargs)  # type: ignore[arg-type]
+
+
 def run(c: PluginCluster, env: dict, body: str, timeout: float = 240) -> object:
     code = LISTING + f"env = {json.dumps(env)!s}\n" + textwrap.dedent(body)
     proc = c.head.run_driver(code, timeout=timeout)
@@ -114,9 +124,7 @@ def tree_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_push_takes_the_tree_path_and_both_nodes_see_what_ray_would_unpack(
         plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     c = plugin_cluster
-    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
-    wait_ready(c)
-    pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    pushed = push_tree(c, tree_src, monkeypatch)
     assert pushed.path == "tree", pushed.notes
     env = pushed.runtime_env
     assert set(env) == {"rtenv", "_nsight"}, env  # the guard: see the no-plugin test
@@ -207,9 +215,7 @@ def first_listing(listing: dict, tree_src: Path) -> dict:
 def test_a_worker_writing_its_working_dir_changes_neither_the_store_nor_the_next_job(
         plugin_cluster: PluginCluster, tree_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     c = plugin_cluster
-    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
-    wait_ready(c)
-    pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    pushed = push_tree(c, tree_src, monkeypatch)
     target = tree_src.parent / "wd" / "main.py"
     want = sha(target.read_bytes())[:16]
     first = on_both(c, pushed.runtime_env, write="main.py")
@@ -262,9 +268,7 @@ def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly
     from tests.support.ray_head import RayHead, ray_executable
 
     c = plugin_cluster
-    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
-    wait_ready(c)
-    tree_env = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    tree_env = push_tree(c, tree_src, monkeypatch)
     assert tree_env.path == "tree"
     bare = RayHead().start()
     try:
@@ -379,9 +383,7 @@ def test_gc_returns_the_kv_to_its_start_once_no_worker_holds_a_tree(
     from rtenv_cli.core.trees.manifest import decode
 
     c = plugin_cluster
-    monkeypatch.setenv("RTENV_HOME", str(tree_src.parent / "home"))
-    wait_ready(c)
-    pushed = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
+    pushed = push_tree(c, tree_src, monkeypatch)
     ours = {u.removeprefix("rtenv-tree://") for u in
             [pushed.runtime_env["rtenv"]["working_dir"],
              *pushed.runtime_env["rtenv"]["py_modules"]]}

@@ -85,15 +85,21 @@ def listing(root: Path) -> dict[str, object]:
     return out
 
 
-def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> tuple[MemoryKV, Path, dict, NodeTrees]:
+    """A tree published to an empty KV: (the KV, the source, the result, a node)."""
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
     kv = MemoryKV()
     src = tree(tmp_path / "src")
     first = publish(kv, src, tmp_path / "home")
+    return kv, src, first, NodeTrees(tmp_path / "node", "n1", kv.fork)
+
+
+def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kv, src, first, node = published(tmp_path, monkeypatch)
     assert first["files_sent"] == 32
     assert not first["delta"]
-    node = NodeTrees(tmp_path / "node", "n1", kv.fork)
     path, _size, how = node.ensure(first["manifest"])
     assert how == "built"
     assert listing(path) == listing(src)
@@ -114,11 +120,7 @@ def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
 
 def test_a_spare_a_worker_wrote_into_is_not_patched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    kv = MemoryKV()
-    src = tree(tmp_path / "src")
-    first = publish(kv, src, tmp_path / "home")
-    node = NodeTrees(tmp_path / "node", "n1", kv.fork)
+    kv, src, first, node = published(tmp_path, monkeypatch)
     path, _size, _how = node.ensure(first["manifest"])
     (path / "a" / "f1.txt").write_text("a worker was here\n")
     (path / "stray.txt").write_text("and here\n")
