@@ -134,3 +134,18 @@ def test_a_json_serve_config_stays_json(project: Path) -> None:
     pushed = json.loads((project / "deploy.json").read_text())  # still JSON
     env = pushed["applications"][0]["runtime_env"]
     assert env == {"working_dir": _uri(project, "app"), "pip": ["requests==2.32.3", "numpy"]}
+
+
+def test_a_manifest_of_several_documents_is_written_back_whole(project: Path) -> None:
+    service = ("apiVersion: ray.io/v1\nkind: RayService\nmetadata:\n  name: svc\nspec:\n"
+               "  serveConfigV2: |\n    applications:\n      - name: a\n"
+               "        import_path: m:app\n        runtime_env:\n"
+               "          working_dir: app\n")
+    text = f"{RAYJOB}---\n{service}"
+    (project / "manifests.yaml").write_text(text)
+    app = _uri(project, "app")
+    result = run_cli(["push", "manifests.yaml", "-o", "out.yaml"])
+    assert result.exit_code == 0, result.stderr
+    assert (project / "out.yaml").read_text() == text.replace(
+        "working_dir: app", f"working_dir: {app}").replace(
+        "pip: req.txt", 'pip: ["requests==2.32.3", "numpy"]')
