@@ -27,7 +27,7 @@ def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
           sources: dict[str, str], notes: dict[str, list[str]], errors: list[str],
           node_env: Mapping[str, str]) -> str | None:
     """Apply the plugin's activate step to `env`; returns the worker's interpreter (None when
-    the runtime_env has no `rtenv` field)."""
+    the runtime_env has no `rtenv` field, or one with `limits` alone: no venv then)."""
     if RTENV_FIELD not in runtime_env:
         return None
     from rtenv_cli.core.rayplugin import schema  # only for runtime_envs that use the field
@@ -36,6 +36,8 @@ def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
         spec = schema.parse(runtime_env[RTENV_FIELD], runtime_env)
     except RtenvError as exc:
         errors.append(f"{exc.message} (the node's plugin refuses it: RuntimeEnvSetupError)")
+        return None
+    if spec.kind is None:  # `limits` alone: the worker only runs in a cgroup (limits.py)
         return None
     venv = venv_dir(node_env)
     env["VIRTUAL_ENV"] = venv
