@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from rtenv_cli.core.lint.context import Context, coercion_hint
-from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.secrets import CREDENTIAL_FORMATS, is_secret, name_suggests_secret
 
 # variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
@@ -120,20 +120,26 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
     final = expand_env_vars(items, base)
     for key, raw in sorted(refs.items()):
         got = final.get(key, raw)
-        problems = []
+        problems, outside = [], []
         for match in re.finditer(_REF, raw):
             name = match.group(1).strip("{}")
             if name in items and key < name:
                 problems.append(f"`{name}` is set after `{key}` (Ray applies keys in sorted "
                                 "order)")
             elif name not in items and name not in base:
-                problems.append(f"`{name}` is not set on the worker")
-        if problems:
-            shown = redact(got) if ctx.data and name_suggests_secret(key) else got
+                outside.append(f"`{name}`")
+        shown = redact(got) if ctx.data and name_suggests_secret(key) else got
+        if problems:  # wrong whatever the node holds
             yield ctx.diag("RTE134", f"{key} becomes {shown!r} on the worker: "
                            + "; ".join(problems), ("env_vars", key), prefer="value",
                            hint="write the value out, or rename keys so that referenced ones "
                            "sort first")
+        elif outside:  # the node's (the raylet's) environment, or a job's env_vars for a task
+            yield ctx.diag("RTE134", f"{key} reads {', '.join(outside)} from the node's "
+                           "environment (the raylet's; for a task's runtime_env also the "
+                           f"job's env_vars): {shown!r} where neither sets it",
+                           ("env_vars", key), prefer="value", severity=Severity.INFO,
+                           hint="set it on every node before `ray start`, or in env_vars")
 
 
 def names(ctx: Context) -> Iterator[Diagnostic]:
