@@ -380,6 +380,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
             py_dirs = tuple((d, rules.get(d, "")) for d in scan.ignored_py_dirs)
             warns = scan.warnings
         if dry_run or target is None:
+            warns = (*warns, *(_over_dashboard(total) if dry_run else ()))
             _set(out, plan.json_path, uri)
             outcomes.append(PackageOutcome(plan.field, str(plan.source), uri, uri, count, total,
                                            size_tree=tree, ignored_py_dirs=py_dirs,
@@ -397,6 +398,20 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     pins = target is not None and target.pins and not dry_run and plans
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes))
+
+
+def _over_dashboard(total: int) -> tuple[str, ...]:
+    """A dry run's word on a package past the dashboard's upload limit, which a real push to
+    it refuses (by the size before compression: a dry run contacts no target)."""
+    from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT
+    from rtenv_cli.core.units import human_bytes
+
+    if total <= RAY_HTTP_LIMIT:
+        return ()
+    return (f"{human_bytes(total)} before compression: over the {RAY_HTTP_LIMIT // 2**20} MiB "
+            "upload limit of a Ray dashboard (`ray job submit`, --address http://<head>:8265) "
+            "unless it compresses below it; the cluster's GCS takes up to 512 MiB (--address "
+            "<head>:6379), or publish it with --stage-to",)
 
 
 def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -> str:
