@@ -12,6 +12,8 @@ from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.spec.model import RTENV_FIELD
 
 SRC_RTENV = "rtenv plugin"
+STORE = "<node's rtenv store>"  # the plugin's store, without the node's RTENV_HOME
+VENV_KEY = "<venv key>"  # the plugin's venv: its key hashes the node's interpreter
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -19,8 +21,8 @@ def venv_dir(node_env: Mapping[str, str]) -> str:
     """Where the node's plugin keeps the venv: its store is $RTENV_HOME/store (the raylet's
     RTENV_HOME, `rtenv ray-env`), the venv an entry named by the environment's key."""
     home = node_env.get("RTENV_HOME")
-    store = f"{home.rstrip('/')}/store" if home else "<node's rtenv store>"
-    return f"{store}/entries/<venv key>/tree/venv"
+    store = f"{home.rstrip('/')}/store" if home else STORE
+    return f"{store}/entries/{VENV_KEY}/tree/venv"
 
 
 def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
