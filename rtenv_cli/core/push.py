@@ -86,7 +86,7 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     runtime_env resolve against `base_dir`, by default `cwd`: what `ray job submit
     --runtime-env FILE` does, whatever directory FILE is in.
     """
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     cwd = Path.cwd() if cwd is None else cwd
     base = base_path(cwd, base_dir)
