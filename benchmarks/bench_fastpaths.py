@@ -209,7 +209,7 @@ def _pool_rows(repeat: int) -> list[Row]:
             ex.submit(int, "1").result()
 
     return [_row("start a process pool and run one task", _median(pool, repeat),
-                 "what packaging/build.py saves with threads below _PROCESS_MIN_FILES")]
+                 "what packaging/pool.py saves with threads below PROCESS_MIN_FILES")]
 
 
 def _listener_rows(repeat: int) -> list[Row]:

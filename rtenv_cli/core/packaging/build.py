@@ -57,6 +57,7 @@ from rtenv_cli.core.packaging.hashing import (
     uri_for_acc,
 )
 from rtenv_cli.core.packaging.ignore import Kind
+from rtenv_cli.core.packaging.pool import workers_for
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
 from rtenv_cli.core.packaging.zipreuse import PreviousZip, ZipAppender
 
@@ -178,8 +179,8 @@ class _Prepared(NamedTuple):
 
 
 def _prepare(e: Entry, compress: bool) -> _Prepared:
-    """A small file read once, in a worker (see `_pool`): Ray's digest, sha256, crc32 and the
-    payload; the writer only copies finished payloads into the zip."""
+    """A small file read once, in a worker (packaging/pool.py): Ray's digest, sha256, crc32
+    and the payload; the writer only copies finished payloads into the zip."""
     import hashlib
     import zipfile
 
@@ -287,56 +288,6 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str, compress: b
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
 _BATCH_FILES = 128
-# fewer small files: threads (starting a process pool costs more than they would save:
-# benchmarks/results/fastpaths.json: "start a process pool and run one task")
-_PROCESS_MIN_FILES = 512
-
-
-class _Inline:
-    """An executor that runs each call at once: a re-push's one or two changed files are not
-    worth a pool (its start and the concurrent.futures import cost more than the work)."""
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        pass
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _Done(fn(*args))
-
-
-@dataclass
-class _Done:
-    value: Any
-
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> Any:
-        return self.value
-
-
-_INLINE_FILES = 4
-
-
-def _pool(small_files: int, processes: bool = True) -> Any:
-    """Workers for `_prepare`: processes for many small files, else threads (none for a few).
-
-    Deflating and hashing many small files holds the GIL most of the time (zlib's per-stream
-    set-up, short hash calls), so threads give no speed-up there; forked processes do. Files
-    are batched to keep the pickling per file small.
-    """
-    if small_files <= _INLINE_FILES:
-        return _Inline()
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-
-    workers = max(2, os.cpu_count() or 2)
-    if processes and small_files >= _PROCESS_MIN_FILES and \
-            "fork" in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    return ThreadPoolExecutor(workers)
 
 
 def _in_zip(entries: Iterable[Entry]) -> list[Entry]:
@@ -361,7 +312,8 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
     writer = None
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
-                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
+                zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
+                workers_for(small, processes) as pool:
             writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress, compress)
             for e, info in plan:
                 writer.add(e, info)
@@ -386,7 +338,7 @@ class _MemberWriter:
         self.zf, self.pool, self.on_progress = zf, pool, on_progress
         self.scratch_prefix = scratch_prefix
         self.result = ZipPass()
-        # (entries with their ZipInfo, future of a worker batch (a Future, or _Done when
+        # (entries with their ZipInfo, future of a worker batch (a Future, or pool.Done when
         # inline) | None for in-order work)
         self.pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
         self.in_flight = 0

@@ -161,10 +161,10 @@ def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: s
 
 
 def test_many_small_files_through_worker_processes_equal_ray(tmp_path: Path) -> None:
-    from rtenv_cli.core.packaging import build
+    from rtenv_cli.core.packaging import pool
 
     root = tmp_path / "many"
-    for i in range(build._PROCESS_MIN_FILES + 100):
+    for i in range(pool.PROCESS_MIN_FILES + 100):
         w(root, f"d{i % 13}/f{i}.py", f"X = {i}\n" * (i % 40 + 1))
     w(root, "rand.txt", os.urandom(30_000).hex())
     (root / "blob.bin").write_bytes(os.urandom(70_000))
@@ -191,14 +191,14 @@ def test_worker_batches_make_the_same_zip_in_processes_threads_and_inline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small files are zipped by workers into batch files that the writer copies in: the zip
     is the same whichever kind of worker did it, and nothing of the batches is left."""
-    from rtenv_cli.core.packaging import build
+    from rtenv_cli.core.packaging import pool
 
     root = _many(tmp_path / "src", 600)
     zips = []
     for kind, process_min, inline_max in (("processes", 512, 4), ("threads", 10**6, 4),
                                           ("inline", 10**6, 10**6)):
-        monkeypatch.setattr(build, "_PROCESS_MIN_FILES", process_min)
-        monkeypatch.setattr(build, "_INLINE_FILES", inline_max)
+        monkeypatch.setattr(pool, "PROCESS_MIN_FILES", process_min)
+        monkeypatch.setattr(pool, "INLINE_FILES", inline_max)
         out = tmp_path / kind
         built = build_package(root, kind="working_dir", env={}, dest_dir=out, use_cache=False)
         assert [p.name for p in out.iterdir()] == [built.path.name]
