@@ -22,10 +22,10 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rtenv_cli import __version__
 from rtenv_cli.core.errors import (
@@ -41,9 +41,21 @@ from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport import agent_protocol as protocol
 from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, Limits
 
+if TYPE_CHECKING:  # starlette is imported when the agent starts, not with this module
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from starlette.types import Receive, Scope, Send
+
+    from rtenv_cli.core.cache.gc import Budget
+    from rtenv_cli.core.store.envs import Environments
+    from rtenv_cli.core.store.handle import EnvHandle
+
 __all__ = ["TOKEN_ENV", "AgentApp", "AgentConfig", "check_bind", "create_app", "is_loopback"]
 
 _log = logging.getLogger("rtenv.agent")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,8 @@ class AgentState:
 
     config: AgentConfig
     store: Store
-    envs: Any  # agent.envs.Environments
-    budget: Any  # cache.gc.Budget
+    envs: Environments
+    budget: Budget
 
     def refusal(self, header: str) -> RtenvError | None:
         """None when a request with this Authorization header may pass, else why not."""
@@ -99,15 +111,14 @@ class AgentState:
         return ForbiddenError("wrong bearer token", hint=f"pass --token or set {TOKEN_ENV}")
 
 
-def _state(request: Any) -> AgentState:
-    return request.app.state.agent
+def _state(request: Request) -> AgentState:
+    state: AgentState = request.app.state.agent
+    return state
 
 
 # -- bodies -------------------------------------------------------------------------------------
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 
-
-async def read_body(receive: Receive, headers: Any, limit: int) -> bytes:
+async def read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
     """The whole request body, refused (413) over `limit` by its Content-Length before anything
     is read, or as soon as a chunked body passes it."""
     protocol.check_length(headers.get("content-length"), limit)
@@ -125,13 +136,13 @@ async def read_body(receive: Receive, headers: Any, limit: int) -> bytes:
             return b"".join(chunks)
 
 
-async def json_body(request: Any, schema: str, limit: int | None = None) -> dict[str, Any]:
+async def json_body(request: Request, schema: str, limit: int | None = None) -> dict[str, Any]:
     limits = _state(request).config.limits
     body = await read_body(request.receive, request.headers, limit or limits.json_bytes)
     return protocol.parse_json(body, schema)
 
 
-async def spool(request: Any, limit: int) -> Path:
+async def spool(request: Request, limit: int) -> Path:
     """The request body in a temp file inside the store (same filesystem as the target),
     refused over `limit` before or while it is read."""
     declared = protocol.check_length(request.headers.get("content-length"), limit)
@@ -160,7 +171,7 @@ async def spool(request: Any, limit: int) -> Path:
     return Path(name)
 
 
-async def _stored(request: Any, limit: int, put: Callable[[Path], Any]) -> Any:
+async def _stored(request: Request, limit: int, put: Callable[[Path], T]) -> T:
     from starlette.concurrency import run_in_threadpool
 
     path = await spool(request, limit)
@@ -170,19 +181,19 @@ async def _stored(request: Any, limit: int, put: Callable[[Path], Any]) -> Any:
         path.unlink(missing_ok=True)
 
 
-def _json(data: Any, status: int = 200) -> Any:
+def _json(data: Any, status: int = 200) -> JSONResponse:
     from starlette.responses import JSONResponse
 
     return JSONResponse(data, status_code=status)
 
 
 # -- routes -------------------------------------------------------------------------------------
-async def info(request: Any) -> Any:
+async def info(request: Request) -> Response:
     return _json({"agent": "rtenv", "version": __version__,
                   "root": str(_state(request).store.root)})
 
 
-async def get_package(request: Any) -> Any:
+async def get_package(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import FileResponse, Response
 
@@ -198,7 +209,7 @@ async def get_package(request: Any) -> Any:
                     status_code=200 if exists else 404)
 
 
-async def put_package(request: Any) -> Any:
+async def put_package(request: Request) -> Response:
     from starlette.responses import Response
 
     from rtenv_cli.core.store import delta
@@ -211,7 +222,7 @@ async def put_package(request: Any) -> Any:
     return Response(status_code=200)
 
 
-async def manifests(request: Any) -> Any:
+async def manifests(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.store import delta
@@ -222,7 +233,7 @@ async def manifests(request: Any) -> Any:
     return _json({"missing": await run_in_threadpool(delta.missing, state.store, man)})
 
 
-async def commit(request: Any) -> Any:
+async def commit(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.store import delta
@@ -233,7 +244,7 @@ async def commit(request: Any) -> Any:
     return _json(await run_in_threadpool(delta.commit, state.store, man))
 
 
-async def blob(request: Any) -> Any:
+async def blob(request: Request) -> Response:
     from starlette.responses import Response
 
     state, sha = _state(request), request.path_params["sha"]
@@ -243,7 +254,7 @@ async def blob(request: Any) -> Any:
     return Response(status_code=200)
 
 
-async def blobs(request: Any) -> Any:
+async def blobs(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.agent.bodyreader import BodyReader
@@ -252,7 +263,7 @@ async def blobs(request: Any) -> Any:
     limit = state.config.limits.blob_bytes
     protocol.check_length(request.headers.get("content-length"), limit)
 
-    async def bounded() -> Any:
+    async def bounded() -> AsyncIterator[bytes]:
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -278,7 +289,7 @@ def env_args(data: dict[str, Any], client: str, config: AgentConfig) -> dict[str
 _ENV_ARGS = "rtenv_env_request"  # where AgentApp leaves a checked create request for the route
 
 
-async def create_env(request: Any) -> Any:
+async def create_env(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     state = _state(request)
@@ -294,7 +305,7 @@ async def create_env(request: Any) -> Any:
     return _json(handle.to_dict())
 
 
-async def release(request: Any) -> Any:
+async def release(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     n = await run_in_threadpool(_state(request).envs.release, request.path_params["key"],
@@ -302,13 +313,13 @@ async def release(request: Any) -> Any:
     return _json({"released": n})
 
 
-async def list_envs(request: Any) -> Any:
+async def list_envs(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     return _json({"envs": await run_in_threadpool(_state(request).envs.list_envs)})
 
 
-async def cache(request: Any) -> Any:
+async def cache(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.cache.ls import list_store
@@ -319,7 +330,7 @@ async def cache(request: Any) -> Any:
     return _json({**listing.to_dict(), "source": f"agent {request.base_url}"})
 
 
-async def gc(request: Any) -> Any:
+async def gc(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.cache import gc as cache_gc
@@ -341,7 +352,7 @@ async def gc(request: Any) -> Any:
     return _json(await run_in_threadpool(work))
 
 
-async def download(request: Any) -> Any:
+async def download(request: Request) -> Response:
     """A package as a remote zip for Ray's nodes: `working_dir: http://.../<name>.zip`."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import FileResponse
@@ -356,19 +367,19 @@ async def download(request: Any) -> Any:
     return FileResponse(path, media_type="application/zip")
 
 
-async def openapi(_request: Any) -> Any:
+async def openapi(_request: Request) -> Response:
     from rtenv_cli.core.agent.openapi import SCHEMA
 
     return _json(SCHEMA)
 
 
 # -- errors -------------------------------------------------------------------------------------
-async def _on_rtenv_error(_request: Any, exc: Exception) -> Any:
+async def _on_rtenv_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RtenvError)  # noqa: S101 - registered for RtenvError only
     return _json(protocol.error_body(exc), exc.http_status)
 
 
-async def _on_os_error(request: Any, exc: Exception) -> Any:
+async def _on_os_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OSError)  # noqa: S101 - registered for OSError only
     mapped = from_os_error(exc, f"{request.method} {request.url.path}")
     if mapped is None:
@@ -376,7 +387,7 @@ async def _on_os_error(request: Any, exc: Exception) -> Any:
     return await _on_rtenv_error(request, mapped)
 
 
-async def _on_unexpected(_request: Any, exc: Exception) -> Any:
+async def _on_unexpected(_request: Request, exc: Exception) -> Response:
     _log.error("internal error", exc_info=exc)
     return _json({"error": {"code": "error", "message": f"internal error: "
                             f"{type(exc).__name__}", "hint": "see the agent's log"}}, 500)
@@ -385,7 +396,7 @@ async def _on_unexpected(_request: Any, exc: Exception) -> Any:
 PUBLIC = ("/openapi.json", "/download/")  # no bearer token: the schema, capability URLs
 
 
-def routes() -> list[Any]:
+def routes() -> list[Route]:
     from starlette.routing import Route
 
     return [
@@ -425,14 +436,14 @@ def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
 
 
 # -- the ASGI entry point -----------------------------------------------------------------------
-async def _send_json(send: Any, status: int, payload: bytes) -> None:
+async def _send_json(send: Send, status: int, payload: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(payload)).encode())]})
     await send({"type": "http.response.body", "body": payload})
 
 
-def _length_header(scope: dict[str, Any]) -> dict[str, str]:
+def _length_header(scope: Scope) -> dict[str, str]:
     """An ASGI scope's headers as far as read_body reads them (content-length)."""
     for name, value in scope.get("headers") or ():
         if name == b"content-length":
@@ -460,16 +471,16 @@ class AgentApp:
     to Starlette's route with its checked arguments, so it is built there. Other attributes
     (routes, state) are the Starlette app's."""
 
-    def __init__(self, app: Any, state: AgentState) -> None:
+    def __init__(self, app: Starlette, state: AgentState) -> None:
         self.app, self.state = app, state
-        self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._batch: list[tuple[dict[str, Any], asyncio.Future[EnvHandle | None]]] = []
         self._busy = 0  # tries in a row that found the index's write lock taken
         self._checked: set[str] = set()  # runtime_envs (as JSON) that passed env_args
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -485,7 +496,7 @@ class AgentApp:
             return
         await self.app(scope, receive, send)
 
-    async def _create(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             body = await read_body(receive, _length_header(scope),
                                    self.state.config.limits.json_bytes)
@@ -522,10 +533,10 @@ class AgentApp:
             self._checked.add(known)
         return args
 
-    async def _hit(self, args: dict[str, Any]) -> Any:
+    async def _hit(self, args: dict[str, Any]) -> EnvHandle | None:
         # group commit: the hits read in one turn of the event loop share one transaction
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done: asyncio.Future[EnvHandle | None] = loop.create_future()
         self._batch.append((args, done))
         if len(self._batch) == 1:
             loop.call_soon(self._commit_batch)
@@ -562,13 +573,14 @@ class AgentApp:
         _settle(batch, results)
 
 
-def _answer(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
-            fut: asyncio.Future[list[Any]]) -> None:
+def _answer(batch: list[tuple[dict[str, Any], asyncio.Future[EnvHandle | None]]],
+            fut: asyncio.Future[list[EnvHandle | None]]) -> None:
     failed = fut.cancelled() or fut.exception() is not None
     _settle(batch, [None] * len(batch) if failed else fut.result())
 
 
-def _settle(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]], results: list[Any]) -> None:
+def _settle(batch: list[tuple[dict[str, Any], asyncio.Future[EnvHandle | None]]],
+            results: list[EnvHandle | None]) -> None:
     for (_args, done), result in zip(batch, results, strict=True):
         if not done.done():
             done.set_result(result)

@@ -47,7 +47,8 @@ def run_probes(address: str, job_runtime_env: Mapping[str, object] | None,
                              hint="check the cluster has the requested resources free") from None
     for line in proc.stdout.splitlines():
         if line.startswith("RTENV-PROBE "):
-            return json.loads(line[len("RTENV-PROBE "):])
+            results: list[dict[str, object]] = json.loads(line[len("RTENV-PROBE "):])
+            return results
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     # the last line of Ray's traceback is its message; the rest is Ray's internals
     last = next((ln for ln in reversed(lines) if ln.strip()), "no output")
