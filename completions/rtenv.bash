@@ -4,6 +4,7 @@
 
 _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a value
     case "$1 $2" in
+        " --color") return 0 ;;
         " validate --api"|" validate --base-dir"|" validate --fail-on"|" validate --glob"|" validate --ray-version"|" validate --format"|" validate -f") return 0 ;;
         " rules --format"|" rules -f") return 0 ;;
         " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
@@ -30,6 +31,9 @@ _rtenv() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == "--" ]]; then
+            if [[ "$path" == " run" ]] && ((i == COMP_CWORD - 1)); then  # the command run starts
+                COMPREPLY=($(compgen -c -- "$cur")); return
+            fi
             COMPREPLY=($(compgen -f -- "$cur")); return  # a command's own words
         fi
         if _rtenv_takes_value "$path" "$word"; then ((i++)); continue; fi
@@ -51,6 +55,7 @@ _rtenv() {
         esac
     done
     case "$path $prev" in
+        " --color") COMPREPLY=($(compgen -W 'auto always never' -- "$cur")); return ;;
         " validate --api") COMPREPLY=($(compgen -W 'job-submit ray-init' -- "$cur")); return ;;
         " validate --base-dir") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " validate --fail-on") COMPREPLY=($(compgen -W 'error warning' -- "$cur")); return ;;
@@ -125,7 +130,7 @@ _rtenv() {
         " cache purge --address") COMPREPLY=(); return ;;
         " cache purge --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache' -- "$cur")); return ;;
         " cache purge --format"|" cache purge -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
-        " ray-env --format"|" ray-env -f") COMPREPLY=(); return ;;
+        " ray-env --format"|" ray-env -f") COMPREPLY=($(compgen -W 'shell json yaml text' -- "$cur")); return ;;
         " ray-env --root") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " ray-env --max-size") COMPREPLY=(); return ;;
         " ray-env --max-age") COMPREPLY=(); return ;;
@@ -135,7 +140,7 @@ _rtenv() {
     esac
     if [[ "$cur" == -* ]]; then
         case "$path" in
-            "") COMPREPLY=($(compgen -W '--version -V --help -h' -- "$cur")) ;;
+            "") COMPREPLY=($(compgen -W '--version -V --quiet -q --color --help -h' -- "$cur")) ;;
             " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
             " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
@@ -156,7 +161,7 @@ _rtenv() {
     case "$path" in
         "") COMPREPLY=($(compgen -W 'validate rules agent run push ls-files check-ignore explain cache ray-env doctor' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -f -- "$cur")) ;;
-        " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
+        " rules") COMPREPLY=($(compgen -W 'RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE182 RTE190 RTE191 RTE192 RTE193 RTE194' -- "$cur")) ;;
         " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -c -- "$cur")) ;;
         " push") COMPREPLY=($(compgen -f -- "$cur")) ;;

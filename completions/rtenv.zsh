@@ -15,8 +15,8 @@ _rtenv_doctor() {
 
 _rtenv_ray_env() {
     _arguments -S \
-        '--format[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]:value: ' \
-        '-f[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]:value: ' \
+        '--format[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]:value:(shell json yaml text)' \
+        '-f[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]:value:(shell json yaml text)' \
         '--root[rtenv'\''s home on the nodes (RTENV_HOME; the store is ROOT/store). Default\: RTENV_HOME if set, else each node'\''s user cache dir.]:file:_files' \
         '--max-size[Keep the store at most this big\: least recently used unreferenced environments go after each build (e.g. 20GB).]:value: ' \
         '--max-age[Drop unreferenced environments unused for this long after each build (e.g. 7d).]:value: ' \
@@ -72,8 +72,8 @@ _rtenv_cache_ls() {
 }
 
 _rtenv_cache() {
-    local -a commands
-    commands=(
+    local -a subcommands
+    subcommands=(
         'ls:List cached entries\: kind, label, URI or key, size, references, created, last used.'
         'gc:Remove unreferenced entries, oldest last use first, until the budget holds.'
         'purge:Remove every unreferenced entry (referenced ones and builds in progress stay).'
@@ -83,7 +83,7 @@ _rtenv_cache() {
         '-h[Show help and exit.]' \
         '1: :->cmd' '*:: :->args'
     case $state in
-        cmd) _describe 'command' commands ;;
+        cmd) _describe 'command' subcommands ;;
         args)
             case $words[1] in
                 ls) _rtenv_cache_ls ;;
@@ -108,7 +108,7 @@ _rtenv_explain() {
         '--node-env-file[dotenv file with the raylet'\''s environment.]:file:_files' \
         '--node-env-from-current[Use this shell'\''s environment as the raylet'\''s.]' \
         '--compare[A second allocation, e.g. '\''num_cpus=1 gpus=1 TPU=4'\''\: could one worker serve both?]:value: ' \
-        '--show-secrets[Show the values of variables whose names look secret (TOKEN, PASSWORD, KEY, ...) instead of redacting them.]' \
+        '--show-secrets[Show secret values (credential formats like hf_..., and values of TOKEN/PASSWORD/KEY variables that look like one) instead of redacting them; --format dotenv/shell refuse to write a redacted value without it.]' \
         '--gpu-map[Query NVML for the GPU map.]' \
         '--no-gpu-map[Query NVML for the GPU map.]' \
         '--verify[Run a probe with this request on --address and diff.]' \
@@ -181,8 +181,8 @@ _rtenv_push() {
 
 _rtenv_run() {
     _arguments -S \
-        '--runtime-env[runtime_env YAML/JSON (a bare runtime_env or a job spec).]:file:_files' \
-        '-r[runtime_env YAML/JSON (a bare runtime_env or a job spec).]:file:_files' \
+        '--runtime-env[runtime_env YAML/JSON (a bare runtime_env or a job spec). Default\: runtime_env.yaml in the current directory, if there is one.]:file:_files' \
+        '-r[runtime_env YAML/JSON (a bare runtime_env or a job spec). Default\: runtime_env.yaml in the current directory, if there is one.]:file:_files' \
         '--base-dir[Resolve relative paths in the runtime_env against this directory. Default\: the current directory, as `ray job submit` does.]:file:_files' \
         '--address[URL of this node'\''s rtenv agent. Default\: the embedded store (no server).]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
@@ -193,7 +193,7 @@ _rtenv_run() {
         '-v[Say more.]' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]' \
-        '*::command:_normal'
+        '*::command:_rtenv_command_line'
 }
 
 _rtenv_agent() {
@@ -221,7 +221,7 @@ _rtenv_rules() {
         '-f[Output format.]:value:(text json)' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]' \
-        '1:value: '
+        '1:value:(RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE182 RTE190 RTE191 RTE192 RTE193 RTE194)'
 }
 
 _rtenv_validate() {
@@ -244,8 +244,8 @@ _rtenv_validate() {
 }
 
 _rtenv() {
-    local -a commands
-    commands=(
+    local -a subcommands
+    subcommands=(
         'validate:Check runtime_env files exactly as Ray 2.60.0 would, and beyond.'
         'rules:List every validation rule, or explain one.'
         'agent:Run the rtenv node agent\: a Ray-compatible package store, delta uploads, environments.'
@@ -261,11 +261,14 @@ _rtenv() {
     _arguments -C \
         '--version[Print the version and exit.]' \
         '-V[Print the version and exit.]' \
+        '--quiet[Print data, warnings and errors only\: no progress or status messages.]' \
+        '-q[Print data, warnings and errors only\: no progress or status messages.]' \
+        '--color[Colour\: auto (on a terminal, unless NO_COLOR is set), always or never.]:value:(auto always never)' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]' \
         '1: :->cmd' '*:: :->args'
     case $state in
-        cmd) _describe 'command' commands ;;
+        cmd) _describe 'command' subcommands ;;
         args)
             case $words[1] in
                 validate) _rtenv_validate ;;
@@ -281,6 +284,11 @@ _rtenv() {
                 doctor) _rtenv_doctor ;;
             esac ;;
     esac
+}
+
+_rtenv_command_line() {  # run's CMD...: a command line, after an optional --
+    if [[ $words[1] == -- ]]; then shift words; (( CURRENT-- )); fi
+    _normal
 }
 
 _rtenv "$@"

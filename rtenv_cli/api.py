@@ -105,6 +105,9 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     the target lacks, as `rtenv push` does.
 
     SOURCE is a runtime_env file or a directory (the working_dir); default ./runtime_env.yaml.
+    A Serve config or KubeRay manifest is pushed whole: the result's `document` is that file
+    with every local path replaced by its URI (comments kept); local requirements files are
+    inlined.
     The target is TO (`http(s)://` dashboard or agent, `file:///dir`, `local`), else ADDRESS
     (a Ray GCS `host:6379`, a dashboard URL, `auto`, an rtenv agent), else RAY_ADDRESS, else the
     embedded local store; TOKEN overrides the target's own token variable. STAGE_TO takes what
@@ -113,17 +116,22 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     The result's `runtime_env` has the URIs in place of local paths; each `PackageOutcome` says
     its URI, file count, bytes and whether it was `uploaded`.
     """
-    from rtenv_cli.core.push import push as core_push
+    from rtenv_cli.core.push_carrier import push_file as core_push
     from rtenv_cli.core.transport.resolve import resolve_target, target_for
 
     env = os.environ if env is None else env
     target = None if dry_run else resolve_target(to, address, env, token=token)
     stage = target_for(stage_to, env) if stage_to and not dry_run else None
-    return core_push(Path(source) if source is not None else None, target=target,
-                     dry_run=dry_run, stage_to=stage, env=env, progress=progress,
-                     base_dir=Path(base_dir) if base_dir is not None else None,
-                     outputs=tuple(Path(o) for o in outputs), sizes=sizes,
-                     rtenv_envs=rtenv_envs)
+    result = core_push(Path(source) if source is not None else None, target=target,
+                       dry_run=dry_run, stage_to=stage, env=env, progress=progress,
+                       base_dir=Path(base_dir) if base_dir is not None else None,
+                       outputs=tuple(Path(o) for o in outputs), sizes=sizes,
+                       rtenv_envs=rtenv_envs)
+    if any(p.uploaded for p in result.packages):  # a zip was built: the build cache grew
+        from rtenv_cli.core.run import enforce_embedded_budget
+
+        enforce_embedded_budget()
+    return result
 
 
 def explain(runtime_env: RuntimeEnvSource | None = None, *,
@@ -145,6 +153,7 @@ def explain(runtime_env: RuntimeEnvSource | None = None, *,
     variable to its value and its origin; `errors` of its `preview` say what Ray would reject.
     """
     from rtenv_cli.core.explain import service
+    from rtenv_cli.core.lint.secrets import is_secret
 
     def source(value: RuntimeEnvSource | None) -> Any:
         if value is None or isinstance(value, Mapping):
@@ -155,7 +164,8 @@ def explain(runtime_env: RuntimeEnvSource | None = None, *,
         runtime_env=source(runtime_env), job_runtime_env=source(job_runtime_env), kind=kind,
         num_cpus=num_cpus, gpus=gpus, num_gpus=num_gpus, resources=list(resources),
         gpu_vendor=gpu_vendor, accelerator_type=accelerator_type, node_env=node_env, app=app)
-    return service.explain(req, compare=compare, gpu_map=gpu_map, show_secrets=show_secrets)
+    return service.explain(req, compare=compare, gpu_map=gpu_map,
+                           is_secret=None if show_secrets else is_secret)
 
 
 def doctor(*, address: str | None = None, path: str | os.PathLike[str] | None = None

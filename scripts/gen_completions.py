@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "completions"
@@ -41,8 +42,9 @@ class Node:
     path: tuple[str, ...]
     help: str
     options: list[Opt]
-    args: str = "none"  # "none", "files", "value" (free text) or "command" (run's CMD...)
+    args: str = "none"  # "none", "files", "value" (free text), "choice" or "command" (run's)
     children: dict[str, Node] = field(default_factory=dict)
+    arg_choices: list[str] = field(default_factory=list)  # with args "choice" (rules' codes)
 
 
 def _first_line(text: str | None) -> str:
@@ -72,6 +74,13 @@ def choices_of(param: object) -> list[str]:
     return [str(c) for c in choices] if choices else []
 
 
+def completed(param: Any, ctx: Any) -> list[str]:
+    """The values the app's own completion offers for PARAM (an `autocompletion=`): plain
+    values only, never click's file or directory markers."""
+    items = param.shell_complete(ctx, "")
+    return [str(i.value) for i in items if getattr(i, "type", "plain") == "plain" and i.value]
+
+
 def _is_path(param: object) -> bool:
     return _annotation(param) is Path or type(getattr(param, "type", None)).__name__ == "Path"
 
@@ -81,22 +90,26 @@ def build_tree() -> Node:
 
     from rtenv_cli.cli import app
 
-    def walk(cmd: object, path: tuple[str, ...]) -> Node:
+    def walk(cmd: Any, path: tuple[str, ...]) -> Node:
         options = []
-        args = "none"
+        args, arg_choices = "none", []
+        ctx = cmd.make_context(path[-1] if path else "rtenv", [], resilient_parsing=True)
         for param in getattr(cmd, "params", []):
             if getattr(param, "hidden", False):
                 continue
             if param.param_type_name == "argument":
-                args = ("command" if path == ("run",) else
+                arg_choices = choices_of(param) or completed(param, ctx)
+                args = ("command" if path == ("run",) else "choice" if arg_choices else
                         "files" if _is_path(param) or param.name == "paths" else "value")
                 continue
             options.append(Opt([*param.opts, *param.secondary_opts],
                                _first_line(getattr(param, "help", "")),
-                               not getattr(param, "is_flag", False), choices_of(param),
+                               not getattr(param, "is_flag", False),
+                               choices_of(param) or completed(param, ctx),
                                _is_path(param), bool(param.multiple)))
         options.append(Opt(["--help", "-h"], "Show help and exit.", False, [], False))
-        node = Node(path, _first_line(getattr(cmd, "help", "")), options, args)
+        node = Node(path, _first_line(getattr(cmd, "help", "")), options, args,
+                    arg_choices=arg_choices)
         for name in getattr(cmd, "commands", {}):
             sub = cmd.commands[name]  # type: ignore[attr-defined]
             if not getattr(sub, "hidden", False):
@@ -139,6 +152,8 @@ def _bash_word_action(node: Node) -> str:
         return 'COMPREPLY=($(compgen -f -- "$cur"))'
     if node.args == "command":
         return 'COMPREPLY=($(compgen -c -- "$cur"))'
+    if node.args == "choice":
+        return f"COMPREPLY=($(compgen -W '{_q(' '.join(node.arg_choices))}' -- \"$cur\"))"
     return _bash_options_action(node)
 
 
@@ -172,6 +187,10 @@ def bash(tree: Node) -> str:
               "    for ((i = 1; i < COMP_CWORD; i++)); do",
               '        word="${COMP_WORDS[i]}"',
               '        if [[ "$word" == "--" ]]; then',
+              *[f'            if [[ "$path" == "{_key(n)}" ]] && ((i == COMP_CWORD - 1)); then'
+                f'  # the command {" ".join(n.path)} starts'
+                "\n                COMPREPLY=($(compgen -c -- \"$cur\")); return\n"
+                "            fi" for n in nodes if n.args == "command"],
               "            COMPREPLY=($(compgen -f -- \"$cur\")); return  # a command's own words",
               "        fi",
               '        if _rtenv_takes_value "$path" "$word"; then ((i++)); continue; fi',
@@ -200,13 +219,26 @@ def _fish_condition(node: Node, tree: Node) -> str:
 
 def fish(tree: Node) -> str:
     lines = [f"# fish completion for rtenv ({HEADER})",
-             "# install: copy to ~/.config/fish/completions/rtenv.fish", ""]
+             "# install: copy to ~/.config/fish/completions/rtenv.fish", "",
+             "function __rtenv_after_dashdash --description 'the words after --, to complete "
+             "as a command line'",
+             "    set -l words (commandline -opc)",
+             "    set -l at (contains -i -- -- $words); or return 1",
+             "    set -e words[1..$at]",
+             "    printf '%s\\n' $words (commandline -ct)",
+             "end", ""]
     for node in all_nodes(tree):
         cond = _fish_condition(node, tree)
         for name, child in node.children.items():
             lines.append(f"complete -c rtenv -n '{cond}' -f -a {name} -d '{_q(child.help)}'")
         if node.args != "files" or node.children:
             lines.append(f"complete -c rtenv -n '{cond}' -f")
+        if node.args == "choice":
+            lines.append(f"complete -c rtenv -n '{cond}' -f -a '{_q(' '.join(node.arg_choices))}'")
+        if node.args == "command":  # after `--`: the command and its own words
+            lines.append(f"complete -c rtenv -n '{cond}; and contains -- -- (commandline -opc)' "
+                         "-x -a '(__fish_complete_subcommand --commandline "
+                         "(__rtenv_after_dashdash))'")
         for opt in node.options:
             parts = [f"-l {n[2:]}" if n.startswith("--") else f"-s {n[1:]}" for n in opt.names]
             arg = {"flag": "", "choice": f" -x -a '{_q(' '.join(opt.choices))}'",
@@ -238,13 +270,15 @@ def zsh(tree: Node) -> str:
                 again = "*" if opt.repeatable else ""
                 specs.append(f"'{again}{n}[{_zsh_desc(opt.help)}]{action}'")
         if node.children:
-            lines += ["    local -a commands", "    commands=("]
+            # not `commands`: that name is zsh's hash of external commands, which a local
+            # array would hide from every completion below (`rtenv run -- pyth<TAB>`)
+            lines += ["    local -a subcommands", "    subcommands=("]
             for name, child in node.children.items():
                 lines.append(f"        '{name}:{_zsh_desc(child.help)}'")
             lines += ["    )", "    _arguments -C \\"]
             lines += [f"        {spec} \\" for spec in specs]
             lines += ["        '1: :->cmd' '*:: :->args'", "    case $state in",
-                      "        cmd) _describe 'command' commands ;;", "        args)",
+                      "        cmd) _describe 'command' subcommands ;;", "        args)",
                       "            case $words[1] in"]
             for name, child in node.children.items():
                 lines.append(f"                {name}) {fn_name(child)} ;;")
@@ -253,14 +287,17 @@ def zsh(tree: Node) -> str:
             lines.append("    _arguments -S \\")
             lines += [f"        {spec} \\" for spec in specs]
             lines.append({"files": "        '*:file:_files'",
-                          "command": "        '*::command:_normal'",
+                          "command": "        '*::command:_rtenv_command_line'",
+                          "choice": f"        '1:value:({' '.join(node.arg_choices)})'",
                           "value": "        '1:value: '", "none": "        "}[node.args]
                          .rstrip())
             if lines[-1] == "":
                 lines[-2] = lines[-2].removesuffix(" \\")
                 lines.pop()
         lines += ["}", ""]
-    lines.append('_rtenv "$@"')
+    lines += ["_rtenv_command_line() {  # run's CMD...: a command line, after an optional --",
+              "    if [[ $words[1] == -- ]]; then shift words; (( CURRENT-- )); fi",
+              "    _normal", "}", "", '_rtenv "$@"']
     return "\n".join(lines) + "\n"
 
 

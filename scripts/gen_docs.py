@@ -228,23 +228,32 @@ def configuration_page() -> str:
              "```toml", "[push]", 'to = "file:///shared/rtenv"', "", "[cache.gc]",
              'keep-storage = "20GB"', "```", ""]
 
+    def keys(heading: str, intro: str, options: dict[str, Any]) -> None:
+        lines.extend([heading, "", intro, "", "| key | type | default | flag |",
+                      "|---|---|---|---|"])
+        for key, option in options.items():
+            param = option.param
+            lines.append(f"| `{key}` | {_cell(toml_type(param))} | {default_text(param)} | "
+                         f"`--{key}` |")
+        lines.append("")
+
     def table(path: tuple[str, ...], entry: Any) -> None:
         if hasattr(entry, "group"):  # a group's tables
             for name in entry:
                 table((*path, name), entry[name])
             return
-        lines.extend([f"## [{'.'.join(path)}]", "",
-                      f"Options of [`rtenv {' '.join(path)}`](commands/{page_name(path)}).", "",
-                      "| key | type | default | flag |", "|---|---|---|---|"])
-        for key in entry:
-            param = entry[key].param
-            lines.append(f"| `{key}` | {_cell(toml_type(param))} | {default_text(param)} | "
-                         f"`--{key}` |")
-        lines.append("")
+        keys(f"## [{'.'.join(path)}]",
+             f"Options of [`rtenv {' '.join(path)}`](commands/{page_name(path)}).",
+             {key: entry[key] for key in entry})
 
     tables = CommandTables(_root())
+    own = {name: tables[name] for name in tables if hasattr(tables[name], "param")}
+    if own:  # the root's own options
+        keys("## Top level", "Options of `rtenv` itself (`rtenv --color never validate`), as "
+             "keys outside any table.", own)
     for name in tables:
-        table((name,), tables[name])
+        if name not in own:
+            table((name,), tables[name])
     return "\n".join(lines)
 
 

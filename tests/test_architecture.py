@@ -122,6 +122,8 @@ ALLOWED = {
     "explain": BASE | {"spec", "packaging", "transport", "rayplugin"},
     "lint": BASE | {"spec", "packaging", "explain", "rayplugin"},
     "push": BASE | {"spec", "packaging", "transport", "lint", "rayplugin"},
+    # a Serve config or KubeRay manifest pushed whole: each runtime_env by `push`, written back
+    "push_carrier": BASE | {"spec", "transport", "rayplugin", "push"},
     "watch": BASE | {"spec", "packaging", "transport", "push"},
     "run": BASE | {"spec", "packaging", "transport", "push", "lint", "explain", "store",
                    "cache"},

@@ -1,5 +1,6 @@
-"""completions/ holds the scripts generated from the current app, and bash really completes with
-them: every option's choices as the app itself completes them, sub-commands, files."""
+"""completions/ holds the scripts generated from the current app, and bash, zsh and fish really
+complete with them: every option's choices as the app itself completes them, rule codes,
+sub-commands, files, and the command after `run --` (zsh and fish: tests/support/shells.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from scripts import gen_completions
+from tests.support.shells import fish_complete, zsh_complete
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "completions" / "rtenv.bash"
@@ -86,6 +88,7 @@ def test_the_app_has_the_choices_this_test_relies_on() -> None:
     assert index[("cache ls", "--kind")] == ["working_dir", "py_modules", "pip", "uv",
                                              "package", "blob", "build-cache"]
     assert index[("ls-files", "--kind")] == ["working_dir", "py_module"]
+    assert index[("ray-env", "--format")] == ["shell", "json", "yaml", "text"]
 
 
 @pytest.mark.parametrize(("path", "option", "values"), CHOICES,
@@ -121,3 +124,41 @@ def test_files_for_path_arguments_and_options(tmp_path: Path) -> None:
 def test_fish_and_zsh_name_the_program() -> None:
     assert (ROOT / "completions" / "rtenv.fish").read_text().count("complete -c rtenv") > 1
     assert (ROOT / "completions" / "rtenv.zsh").read_text().startswith("#compdef rtenv")
+
+
+RULE_CODES = sorted(r.code for r in __import__("rtenv_cli.core.lint.registry",
+                                               fromlist=["all_rules"]).all_rules())
+
+
+def test_bash_offers_rule_codes_and_commands_after_run() -> None:
+    assert complete(["rules", "RTE13"]) == [c for c in RULE_CODES if c.startswith("RTE13")]
+    assert "bash" in complete(["run", "--", "bas"])
+    assert "bash" in complete(["run", "-r", "env.yaml", "--", "bas"])
+    assert "bash" not in complete(["run", "--", "bash", "bas"])  # its own words: files
+
+
+def _lines(tmp_path: Path) -> list[tuple[str, set[str] | None, set[str]]]:
+    """(line typed, exactly what TAB must offer or None, what it must include)."""
+    (tmp_path / "runtime_env.yaml").write_text("{}\n")
+    cases: list[tuple[str, set[str] | None, set[str]]] = [
+        (f"rtenv {' '.join(path)} {option} ", set(values), set())
+        for path, option, values in CHOICES]
+    cases += [
+        ("rtenv rules RTE13", {c for c in RULE_CODES if c.startswith("RTE13")}, set()),
+        ("rtenv cache ", {"ls", "gc", "purge"}, set()),
+        ("rtenv run -- bas", None, {"bash"}),
+        ("rtenv run -r runtime_env.yaml -- bas", None, {"bash"}),
+        ("rtenv validate run", {"runtime_env.yaml"}, set()),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_complete_as_bash_does(shell: str, tmp_path: Path) -> None:
+    cases = _lines(tmp_path)
+    lines = [line for line, _exact, _some in cases]
+    got = (zsh_complete(lines, tmp_path, cwd=tmp_path) if shell == "zsh" else
+           fish_complete(lines, cwd=tmp_path))
+    wrong = {line: sorted(found) for (line, exact, some), found in zip(cases, got, strict=True)
+             if (exact is not None and set(found) != exact) or not some <= set(found)}
+    assert wrong == {}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import time
@@ -362,17 +361,31 @@ def test_pre_commit_hook_matches_the_sample_and_passes_on_the_ci_configs(tmp_pat
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     sample = yaml.safe_load((EXAMPLES / "ci/pre-commit-config.yaml").read_text(encoding="utf-8"))
     [local] = sample["repos"][0]["hooks"]
-    assert (local["id"], local["entry"], local["files"]) == (hook["id"], hook["entry"],
-                                                             hook["files"])
-    # what pre-commit runs: the entry with the staged files its `files` pattern matches
+    keys = ("id", "entry", "files", "pass_filenames")
+    assert [local[k] for k in keys] == [hook[k] for k in keys]
+    # pre-commit runs the hook when a staged file matches `files`: a runtime_env, a Serve config
+    # or a job spec by its name
     configs = sorted(p.relative_to(ROOT).as_posix() for p in (EXAMPLES / "ci").rglob("*"))
-    matched = [p for p in configs if re.search(hook["files"], p)]
-    assert matched == ["examples/ci/configs/serve_config.yaml",
-                       "examples/ci/configs/train_runtime_env.yaml",
-                       "examples/ci/configs/training_runtime_env.yaml"]
+    assert [p for p in configs if re.search(hook["files"], p)] == [
+        "examples/ci/configs/serve_config.yaml", "examples/ci/configs/train_runtime_env.yaml",
+        "examples/ci/configs/training_runtime_env.yaml"]
+    assert re.search(hook["files"], "deploy/train_job.yaml")
+    # and runs the entry alone (no file names): validate's discovery, which keeps a job spec
+    # and leaves out a CI workflow named jobs.yaml
+    assert hook["pass_filenames"] is False
     box = Sandbox.create(tmp_path, ["ci"], dict(os.environ))
-    result = box.run(" ".join([hook["entry"], *map(shlex.quote, matched)]), timeout=60)
-    assert result.exit_code == 0, "\n".join(result.output)
+    (box.root / "deploy").mkdir()
+    (box.root / "deploy" / "train_job.yaml").write_text(
+        "entrypoint: python train.py\nruntime_env:\n  env_vars: {EPOCHS: '3'}\n")
+    (box.root / ".github" / "workflows").mkdir(parents=True)
+    (box.root / ".github" / "workflows" / "jobs.yaml").write_text(
+        "on: [push]\njobs:\n  t: {runs-on: ubuntu-latest, steps: [{run: echo}]}\n")
+    result = box.run(hook["entry"], timeout=60)
+    output = "\n".join(result.output)
+    assert result.exit_code == 0, output
+    assert "deploy/train_job.yaml" in output
+    assert "examples/ci/configs/serve_config.yaml" in output
+    assert "jobs.yaml" not in output
 
 
 # -- Slurm: the readiness gate --------------------------------------------------------------------

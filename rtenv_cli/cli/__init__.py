@@ -6,6 +6,7 @@ and the root group (group.py) imports the one that runs.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -41,15 +42,34 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class Color(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", "-V", help="Print the version and exit.", is_eager=True,
                      callback=_version),
     ] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print data, warnings and errors only: no progress or status "
+        "messages.")] = False,
+    color: Annotated[Color, typer.Option(
+        "--color", help="Colour: auto (on a terminal, unless NO_COLOR is set), always or "
+        "never.")] = Color.auto,
 ) -> None:
     """Ray runtime environments without the surprises."""
+    from rtenv_cli.render.output import configure
+
+    source = ctx.get_parameter_source("color")
+    configure(quiet=quiet, color=color.value,
+              color_from_config=source is not None and source.name == "DEFAULT_MAP")
+    ctx.call_on_close(configure)  # the next run in this process (tests) starts afresh
 
 
 # Commands are listed in rtenv_cli/cli/commands.py and imported only when invoked.

@@ -1,10 +1,12 @@
 """Keep pydantic off the startup path of every command.
 
 typer 0.29 coerces every non-flag parameter through a pydantic `TypeAdapter`, which imports
-pydantic (about 130 ms here): more than the whole budget of `rtenv validate FILE` (< 0.3 s, and
->= 3x faster than importing Ray). For the simple annotations our commands use (str, Path, Enum
-choices, int, float, lists of those), we coerce with typer's own pydantic-free helpers
-(`coerce_cli_choice`, `coerce_cli_path`) and fall back to typer's adapter for anything else, so
+pydantic: a large part of the whole budget of `rtenv validate FILE` (< 0.3 s, and >= 3x faster
+than importing Ray), measured in benchmarks/results/
+validate.json: "ablation: validate train_runtime_env.yaml without cli/_fastcoerce".
+For the simple annotations our commands use (str, Path, Enum choices, int, float, lists of
+those), we coerce with typer's own pydantic-free helpers (`coerce_cli_choice`,
+`coerce_cli_path`) and fall back to typer's adapter for anything else, so
 behaviour and error messages stay typer's.
 
 This patches typer's private internals (`typer.core._TyperParameter.get_runtime_param`,

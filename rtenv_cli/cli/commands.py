@@ -1,8 +1,9 @@
 """The command table: which module implements each command, and its one-line help.
 
 The root group imports a command's module only when that command runs (or its own help is asked
-for): Typer builds a command from its signature at import, and importing every command costs
-about 90 ms, a third of the start-up budget of `rtenv validate FILE`. `rtenv --help` lists the
+for): Typer builds a command from its signature at import, and building every command costs a
+good part of the start-up budget of `rtenv validate FILE` (benchmarks/results/
+fastpaths.json: "build every command"). `rtenv --help` lists the
 commands from this table; tests/cli/test_commands.py checks that it matches the real commands.
 """
 

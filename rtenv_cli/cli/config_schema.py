@@ -63,22 +63,28 @@ class OptionTable(Mapping[str, OptionKey]):
 
 
 class CommandTables(Mapping[str, Any]):
-    """A group's tables, one per sub-command, each built when first looked at."""
+    """A group's tables, one per sub-command, each built when first looked at, and a key per
+    option of the group itself (the root's `color = "never"`, `quiet = true`)."""
 
     def __init__(self, group: Any) -> None:
         self.group = group
+        self._own = {name: p for p in group.params if not p.is_eager
+                     for name in _long_names(p)}
 
     def __getitem__(self, name: str) -> Any:
+        if name in self._own:
+            return OptionKey(self.group, name, self._own[name])
         command = self.group.commands[name]
         if getattr(command, "commands", None) is not None:
             return CommandTables(command)
         return OptionTable(command)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.group.commands)
+        yield from self._own
+        yield from self.group.commands
 
     def __len__(self) -> int:
-        return len(self.group.commands)
+        return len(self._own) + len(self.group.commands)
 
 
 def config_key(param: Any, default_map: Mapping[str, Any]) -> str | None:

@@ -38,7 +38,8 @@ class Vendor(str, Enum):
 
 def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
     runtime_env: Annotated[Path | None, typer.Argument(
-        help="runtime_env YAML/JSON (the task's when --job-runtime-env is given, else the job's).",
+        help="runtime_env YAML/JSON (the task's when --job-runtime-env is given, else the job's). "
+        "Default: runtime_env.yaml in the current directory, if there is one.",
         show_default=False)] = None,
     kind: Annotated[Kind, typer.Option("--kind", help="task or actor.")] = Kind.task,
     num_cpus: Annotated[float | None, typer.Option("--num-cpus", help="CPUs requested.")] = None,
@@ -71,8 +72,9 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         "--compare", help="A second allocation, e.g. 'num_cpus=1 gpus=1 TPU=4': could one "
         "worker serve both?")] = None,
     show_secrets: Annotated[bool, typer.Option(
-        "--show-secrets", help="Show the values of variables whose names look secret (TOKEN, "
-        "PASSWORD, KEY, ...) instead of redacting them.")] = False,
+        "--show-secrets", help="Show secret values (credential formats like hf_..., and values "
+        "of TOKEN/PASSWORD/KEY variables that look like one) instead of redacting them; "
+        "--format dotenv/shell refuse to write a redacted value without it.")] = False,
     gpu_map: Annotated[bool, typer.Option("--gpu-map/--no-gpu-map",
                                           help="Query NVML for the GPU map.")] = True,
     verify: Annotated[bool, typer.Option(
@@ -93,7 +95,7 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
         $ rtenv explain serve_config.yaml --app llm --num-gpus 1
     """
-    from rtenv_cli.core.errors import OperationError, UsageError
+    from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.explain import service
     from rtenv_cli.render import explain as render
     from rtenv_cli.render.output import Output
@@ -106,6 +108,12 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
         "gpu_vendor": gpu_vendor.value, "accelerator_type": accelerator_type,
         "node_env": node, "app": app}
     out = Output("json" if fmt is ExplainFormat.json else "text")
+    if runtime_env is None and job_runtime_env is None:
+        from rtenv_cli.core.spec.locate import default_file
+
+        runtime_env = default_file()
+        if runtime_env is not None:
+            out.message(f"using {runtime_env} (no runtime_env file given)")
     if verify:
         if not address:
             raise UsageError("--verify needs --address", hint="pass the head's GCS address "
@@ -122,6 +130,20 @@ def explain(  # noqa: PLR0917 - one parameter per CLI option is Typer's model
 
     result = api.explain(runtime_env, **request, compare=compare, gpu_map=gpu_map,
                          show_secrets=show_secrets)
+    _render(out, fmt, result)
+
+
+def _render(out: Any, fmt: ExplainFormat, result: Any) -> None:
+    """Print `result` in `fmt`; what a shell would source must hold every real value."""
+    from rtenv_cli.core.errors import OperationError, UsageError
+    from rtenv_cli.render import explain as render
+
+    if result.preview.hidden and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
+        # a sourced file must never set a placeholder in place of the value
+        names = ", ".join(result.preview.hidden)
+        raise UsageError(f"--format {fmt.value} would write <redacted> in place of the secret "
+                         f"value of {names}", hint="pass --show-secrets to write the values, "
+                         "or use --format text or json to see the rest")
     if result.preview.errors and fmt in (ExplainFormat.dotenv, ExplainFormat.shell):
         # values Ray would never produce must not reach a shell that sources them
         raise OperationError("Ray rejects this request: " + "; ".join(result.preview.errors),

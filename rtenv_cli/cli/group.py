@@ -70,6 +70,7 @@ class RtenvContext(Context):
 
 
 _LEAF = "rtenv.leaf_context"
+_ARGV = "rtenv.argv"  # the command line, for errors click raises before any --format is parsed
 _EXPLICIT = frozenset({"COMMANDLINE", "ENVIRONMENT", "PROMPT"})
 
 
@@ -82,7 +83,8 @@ def use_rtenv_context(command: Any) -> Any:
 
 
 class RtenvGroup(TyperGroup):
-    """The root group. The only place that catches exceptions.
+    """The root group: the one boundary where an exception that escapes a command becomes a
+    message and an exit code (code below it catches only what it can handle or report itself).
 
     - RtenvError: its message and hint, exit with its code (1 failure, 2 usage);
     - KeyboardInterrupt: exit 130, no traceback;
@@ -133,7 +135,10 @@ class RtenvGroup(TyperGroup):
             except RtenvError as exc:
                 _report(exc, None)
                 sys.exit(int(exc.exit_code))
-        return super().make_context(info_name, args, parent=parent, **extra)
+        argv = list(args)
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta[_ARGV] = argv
+        return ctx
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -155,6 +160,9 @@ class RtenvGroup(TyperGroup):
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
+            if _is_click_usage_error(exc) and _wants_json(ctx.meta.get(_ARGV, ())):
+                _report_usage_error(exc)
+                raise typer.Exit(int(ExitCode.USAGE)) from None
             if _is_click_control_flow(exc):
                 raise
             raise _internal(exc) from None
@@ -223,13 +231,46 @@ def _is_click_control_flow(exc: Exception) -> bool:
     return type(exc).__module__.startswith(("typer._click", "click"))
 
 
-def _report(exc: RtenvError, ctx: Any) -> None:
-    """EXC for the user, in the format the failed command was asked for (its parsed --format:
-    `{"error": ...}` on stdout for json, whichever command it is)."""
+def _is_click_usage_error(exc: Exception) -> bool:
+    """click's UsageError (an unknown option, a bad value), from click or typer's copy of it
+    (typer exports only its BadParameter subclass)."""
+    return _is_click_control_flow(exc) and any(
+        c.__name__ == "UsageError" for c in type(exc).__mro__)
+
+
+def _report_usage_error(exc: Any) -> None:
+    """A click usage error as rtenv's, on the one error renderer (JSON on stdout)."""
+    from rtenv_cli.core.errors import UsageError
+
+    command = getattr(getattr(exc, "ctx", None), "command_path", None)
+    hint = f"see `{command} --help`" if command else None
+    _report(UsageError(exc.format_message(), hint=hint), None, fmt="json")
+
+
+def _report(exc: RtenvError, ctx: Any, fmt: str | None = None) -> None:
+    """EXC for the user, in the format the failed command was asked for (its parsed --format,
+    or `fmt`: `{"error": ...}` on stdout for json, whichever command it is)."""
     from rtenv_cli.render.output import Output
 
-    fmt = ctx.params.get("fmt") if ctx is not None else None
-    Output(str(getattr(fmt, "value", fmt or "text"))).error(exc)
+    if fmt is None:
+        given = ctx.params.get("fmt") if ctx is not None else None
+        fmt = str(getattr(given, "value", given or "text"))
+    Output(fmt).error(exc)
+
+
+def _wants_json(argv: Any) -> bool:
+    """`--format json` (`--format=json`, `-f json`, `-fjson`) among the arguments click could
+    not parse (up to a `--`, after which they are a command's own)."""
+    words = list(argv)
+    if "--" in words:
+        words = words[:words.index("--")]
+    for i, word in enumerate(words):
+        value = words[i + 1] if word in ("--format", "-f") and i + 1 < len(words) else (
+            word.partition("=")[2] if word.startswith("--format=") else
+            word[2:] if word.startswith("-f") and not word.startswith("--") else None)
+        if value is not None and value.lower() == "json":
+            return True
+    return False
 
 
 def _log_internal_error(exc: Exception) -> Path | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -64,14 +63,19 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     Validates first, computes Ray's own gcs://_ray_pkg_<hash>.zip URI per package, uploads only
     what the target lacks (deflate-compressed, size checked before sending), then prints the
     runtime_env with local paths replaced by URIs, ready for `ray job submit --runtime-env` or
-    `ray.init(runtime_env=...)`. The summary (stderr) lists ignored directories holding .py
-    files. Without --to/--address the embedded local store is used.
+    `ray.init(runtime_env=...)`. A Serve config or a KubeRay manifest is pushed whole: every
+    application's and deployment's runtime_env, and the same file written back (comments
+    kept) ready for `serve deploy` / `kubectl apply`. Local requirements files are inlined, so
+    the output works from any directory. The summary (stderr) lists ignored directories
+    holding .py files. Without --to/--address the embedded local store is used.
 
     Example:
 
         $ rtenv push runtime_env.yaml --address http://127.0.0.1:8265 -o pushed.yaml
 
         $ rtenv push runtime_env.yaml --address head:6379   # straight to the GCS, like ray.init
+
+        $ rtenv push serve_config.yaml -o deploy.yaml   # then: serve deploy deploy.yaml
 
         $ rtenv push src/ --dry-run
 
@@ -107,8 +111,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
                              token=token, fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
                              base_dir=base_dir, output=output,
-                             polling=polling or
-                             os.environ.get("RTENV_WATCH_POLLING") == "1")
+                             polling=polling)  # --poll or RTENV_WATCH_POLLING: typer reads both
         if code:
             raise typer.Exit(code)
         return
@@ -122,9 +125,10 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
                       dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
                       base_dir=base_dir, outputs=(output,) if output is not None else (),
                       rtenv_envs=rtenv_envs)
-    text = dump_runtime_env(result.runtime_env, output)
+    text = result.document if result.document is not None else dump_runtime_env(
+        result.runtime_env, output)
     if output is not None and not dry_run:
-        write_runtime_env(output, result.runtime_env)
+        write_runtime_env(output, result.runtime_env, text)
     if out.is_machine:
         out.json(result.to_dict())
         return

@@ -10,11 +10,19 @@ import typer
 from rtenv_cli.render.output import Output
 
 
+def _formats() -> list[str]:
+    """What TAB offers for --format: the env formats, and text for --check."""
+    from rtenv_cli.core.rayplugin.setup import FORMATS
+
+    return [*FORMATS, "text"]
+
+
 def ray_env(
     *,
     fmt: Annotated[str, typer.Option(
         "--format", "-f", help="shell (export lines), json ({\"env\": {...}}) or yaml (a "
-        "KubeRay `env:` list); with --check: text or json.")] = "shell",
+        "KubeRay `env:` list); with --check: text or json.",
+        autocompletion=_formats)] = "shell",
     root: Annotated[Path | None, typer.Option(
         "--root", help="rtenv's home on the nodes (RTENV_HOME; the store is ROOT/store). "
         "Default: RTENV_HOME if set, else each node's user cache dir.",

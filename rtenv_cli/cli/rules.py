@@ -9,10 +9,17 @@ import typer
 from rtenv_cli.cli.options import FormatOpt, TextJson
 
 
+def _codes() -> list[str]:
+    """What TAB offers for CODE: every rule's code."""
+    from rtenv_cli.core.lint.registry import all_rules
+
+    return [r.code for r in all_rules()]
+
+
 def rules(
     code: Annotated[str | None, typer.Argument(
         help="A rule code (RTE101) or name (unknown-field) to explain.",
-        show_default=False)] = None,
+        show_default=False, autocompletion=_codes)] = None,
     fmt: FormatOpt = TextJson.text,
 ) -> None:
     """List every validation rule, or explain one.

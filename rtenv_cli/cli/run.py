@@ -19,7 +19,8 @@ def run(
     command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).",
                                                   metavar="CMD...", show_default=False)],
     runtime_env: Annotated[Path | None, typer.Option(
-        "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec).",
+        "--runtime-env", "-r", help="runtime_env YAML/JSON (a bare runtime_env or a job spec). "
+        "Default: runtime_env.yaml in the current directory, if there is one.",
         show_default=False)] = None,
     base_dir: Annotated[Path | None, typer.Option(
         "--base-dir", help="Resolve relative paths in the runtime_env against this directory. "
@@ -71,6 +72,12 @@ def run(
         where = resolve_address(address).require(AddressKind.LOCAL, AddressKind.AGENT,
                                                  command="rtenv run")
         address = None if where.kind is AddressKind.LOCAL else where.value
+    if runtime_env is None:
+        from rtenv_cli.core.spec.locate import default_file
+
+        runtime_env = default_file()
+        if runtime_env is not None:
+            out.message(f"using {runtime_env} (no --runtime-env given)")
     req = RunRequest(command=list(command), runtime_env=runtime_env, address=address,
                      token=token, gpus=gpus, num_cpus=num_cpus,
                      memory_bytes=parse_memory(memory) if memory else None,

@@ -86,7 +86,8 @@ def _user_config_dir() -> Path:
     """platformdirs' user config dir for rtenv.
 
     On Linux this is platformdirs' XDG rule written out ($XDG_CONFIG_HOME, else ~/.config): every
-    command reads it at start-up, and importing platformdirs costs ~8 ms of a 0.3 s budget.
+    command reads it at start-up, and importing platformdirs is a visible part of a 0.3 s budget
+    (benchmarks/results/fastpaths.json: "import platformdirs").
     """
     if sys.platform.startswith("linux"):
         xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()

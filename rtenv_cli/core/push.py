@@ -19,8 +19,6 @@ from typing import Any
 from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 
-_PLACEHOLDER_NAME = "_ray_pkg_0000000000000000"
-_PLACEHOLDER = f"gcs://{_PLACEHOLDER_NAME}.zip"
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 
@@ -67,6 +65,7 @@ class PushResult:
     dry_run: bool
     pin_seconds: int | None = None
     notes: tuple[str, ...] = field(default=())
+    document: str | None = None  # a Serve config or KubeRay manifest written back (push_carrier)
 
     @property
     def bytes_uploaded(self) -> int:
@@ -75,7 +74,8 @@ class PushResult:
     def to_dict(self) -> dict[str, Any]:
         return {"packages": [p.to_dict() for p in self.packages], "runtime_env": self.runtime_env,
                 "target": self.target, "dry_run": self.dry_run, "pin_seconds": self.pin_seconds,
-                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes)}
+                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes),
+                "document": self.document}
 
 
 def load_input(path: Path | str | None, cwd: Path | None = None,
@@ -89,10 +89,12 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     from rtenv_cli.core.spec.locate import load_runtime_env_file
 
     cwd = Path.cwd() if cwd is None else cwd
-    base = Path(os.path.abspath(cwd if base_dir is None else cwd / base_dir))
+    base = base_path(cwd, base_dir)
     if path is None:
-        path = cwd / "runtime_env.yaml"
-        if not path.is_file():
+        from rtenv_cli.core.spec.locate import default_file
+
+        path = default_file(cwd)
+        if path is None:
             raise ConfigError("no runtime_env.yaml in the current directory",
                               hint="pass a runtime_env file or a directory: rtenv push src/")
     full = cwd / path
@@ -104,23 +106,32 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     return load_runtime_env_file(full).runtime_env, base, str(path)
 
 
+def base_path(cwd: Path | None, base_dir: Path | None) -> Path:
+    """What relative paths in a runtime_env resolve against: `base_dir`, by default `cwd`."""
+    cwd = Path.cwd() if cwd is None else cwd
+    return Path(os.path.abspath(cwd if base_dir is None else cwd / base_dir))
+
+
 def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str, str]) -> list[str]:
     """Refuse what Ray would refuse; return warnings. Size findings are push's own business."""
     from rtenv_cli.core.lint.diagnostic import Severity
     from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
+    from rtenv_cli.core.spec.model import PLACEHOLDER_URI
 
     # Local working_dir/py_modules are packaged (and checked) by push itself with Ray's exact
     # rules; the validator would walk and hash each tree again (seconds on a 10k-file tree), so
     # it sees them as already-uploaded packages.
     data = copy.deepcopy(data)
     for plan in package_runtime_env(data, base_dir):
-        _set(data, plan.json_path, _PLACEHOLDER)
+        _set(data, plan.json_path, PLACEHOLDER_URI)
     report = validate_runtime_env(data, base_dir=base_dir, source=label,
                                   options=ValidateOptions(api="ray-init", env=dict(env),
                                                           compare_apis=False))
+    placeholder = PLACEHOLDER_URI.removeprefix("gcs://").removesuffix(".zip")
+
     def ours(d: Any) -> bool:  # findings about packaging, which push reports itself
         return d.code in ("RTE150", "RTE151") or ((bool(d.json_path) and d.json_path[0] in (
-            "excludes", "working_dir", "py_modules") and _PLACEHOLDER_NAME in d.message)
+            "excludes", "working_dir", "py_modules") and placeholder in d.message)
                                                    or d.json_path[:1] == ("excludes",))
 
     errors = [d for d in report.diagnostics if d.severity == Severity.ERROR and not ours(d)]
@@ -262,7 +273,8 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             if stage is None:
                 from rtenv_cli.core.transport.ray_dashboard import too_large_error
 
-                raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label)
+                raise too_large_error(uri, built.zip_bytes, limit, offenders(scan), target.label,
+                                      route=getattr(target, "larger_route", ""))
             if not stage.exists(uri):
                 if stage.layout != built.layout:
                     built.path.unlink(missing_ok=True)
@@ -307,6 +319,8 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
     (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
     the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
+    from rtenv_cli.core.rayplugin.convert import inline_files
+
     env = dict(os.environ if env is None else env)
     data, base, label = load_input(path, cwd, base_dir)
     if rtenv_envs:
@@ -317,6 +331,9 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     # packaging checks are push's own), so its import and run are skipped.
     generated = path is not None and Path(path).is_dir()
     notes = [] if generated else validate(data, base, label, env)
+    data, inlined = inline_files(data, base)
+    notes += [f"{'.'.join(p)}: inlined {name}, so the pushed runtime_env works from any "
+              "directory" for p, name in inlined]
     result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
                      progress=progress, outputs=outputs,
                      sizes=dry_run if sizes is None else sizes)
@@ -394,9 +411,11 @@ def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -
     return text
 
 
-def write_runtime_env(path: Path, runtime_env: Mapping[str, Any]) -> None:
-    """Write a pushed runtime_env to `path` (`push -o`), atomically: a reader (or `ray job
-    submit`) never sees half a file, even while --watch rewrites it."""
+def write_runtime_env(path: Path, runtime_env: Mapping[str, Any], text: str | None = None
+                      ) -> None:
+    """Write a pushed runtime_env (or `text`, a pushed Serve config or manifest) to `path`
+    (`push -o`), atomically: a reader (or `ray job submit`) never sees half a file, even while
+    --watch rewrites it."""
     from rtenv_cli.core.fsutil import atomic_write_text
 
-    atomic_write_text(path, dump_runtime_env(runtime_env, path))
+    atomic_write_text(path, dump_runtime_env(runtime_env, path) if text is None else text)

@@ -157,32 +157,54 @@ class _Session:
         handle = self.client.get_or_create(runtime_env, holder=self.holder, pid=os.getpid(),
                                            base_dir=base_dir)
         if handle.built and not self.req.address:
-            budget = embedded_budget()
-            if budget is not None:  # what `rtenv agent` does after each create, in-process
-                budget.enforce(self.target.store)
+            # what `rtenv agent` does after each create, in-process
+            enforce_embedded_budget(self.target.store)
         return handle
 
     def release(self, handle: Any) -> None:
         self.client.release(handle.key, self.holder)
 
 
+BUDGET_ENV = ("RTENV_MAX_SIZE", "RTENV_MAX_AGE")  # as on a node with rtenv's Ray plugin
+
+
 def embedded_budget() -> Any:
-    """The embedded store's size/age budget: the `[agent]` table of the config files
-    (`max-size = "20GB"`, `max-age = "7d"`), the same limits `rtenv agent` takes as flags."""
+    """The embedded store's size/age budget: RTENV_MAX_SIZE / RTENV_MAX_AGE (the variables of
+    rtenv's Ray plugin's store), else the `[agent]` table of the config files (`max-size =
+    "20GB"`, `max-age = "7d"`), the same limits `rtenv agent` takes as flags."""
     from rtenv_cli.core.cache.gc import Budget
     from rtenv_cli.core.config import load_default_map
     from rtenv_cli.core.units import parse_duration, parse_size
 
     table = load_default_map().get("agent") or {}
-    size, age = table.get("max_size"), table.get("max_age")
+    size = os.environ.get(BUDGET_ENV[0]) or table.get("max_size")
+    age = os.environ.get(BUDGET_ENV[1]) or table.get("max_age")
     if size is None and age is None:
         return None
     try:
         return Budget(max_bytes=parse_size(str(size)) if size is not None else None,
                       max_age_s=parse_duration(str(age)) if age is not None else None)
     except (UsageError, ValueError) as exc:
-        raise ConfigError(f"[agent] max-size / max-age in the config: {exc}",
-                          hint="write sizes like 20GB and ages like 7d") from None
+        raise ConfigError(f"{' / '.join(BUDGET_ENV)} or [agent] max-size / max-age in the "
+                          f"config: {exc}", hint="write sizes like 20GB and ages like 7d"
+                          ) from None
+
+
+def enforce_embedded_budget(store: Any = None) -> None:
+    """The embedded budget over this machine's store (`store`, default the local one) and its
+    build cache (the last zip of each pushed source): after each create (`run`) and each push
+    (api.push), so neither grows past what the user allowed."""
+    budget = embedded_budget()
+    if budget is None:
+        return
+    from rtenv_cli.core.packaging.zipreuse import wait_remembered
+
+    wait_remembered()  # a zip being filed gets its sidecar before it may go
+    if store is None:
+        from rtenv_cli.core.transport.local_store import LocalStoreTarget
+
+        store = LocalStoreTarget().store
+    budget.enforce(store, with_build_cache=True)
 
 
 def _empty_handle() -> Any:

@@ -1,4 +1,4 @@
-"""Sizes and durations written by people: `500MB`, `2GiB`, `256M`, `90m`, `7d`.
+"""Sizes and durations written by people, `500MB`, `2GiB`, `256M`, `90m`, `7d`, and for people.
 
 Decimal units (k, M, G, T with or without B) are powers of 1000, binary ones (Ki, Mi, Gi, Ti with
 or without B) powers of 1024, as in `docker --memory`'s documentation and Kubernetes quantities;
@@ -55,6 +55,17 @@ def parse_duration(text: str) -> float:
     if not match:
         raise UsageError(f"cannot read duration {text!r}", hint="write e.g. 90m, 24h or 7d")
     return float(match.group(1)) * _DUR[(match.group(2) or "s").lower()]
+
+
+def human_duration(seconds: float, *, exact: bool = True) -> str:
+    """`7d`, `36h`, `90m`, `45s`: with `exact`, the largest unit that divides `seconds` whole
+    (what parse_duration reads back), else seconds; without, the largest unit not above it,
+    rounded down (`59m` for an hour less a second: an age in a listing)."""
+    for unit in ("d", "h", "m"):
+        size = _DUR[unit]
+        if seconds >= size and (not exact or seconds % size == 0):
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s" if exact else f"{int(seconds)}s"
 
 
 _KIB = 1024

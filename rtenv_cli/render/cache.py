@@ -6,17 +6,13 @@ import time
 from typing import Any
 
 from rtenv_cli.render.output import Output
-from rtenv_cli.render.units import human_bytes
+from rtenv_cli.render.units import human_bytes, human_duration
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
     if not ts:
         return "-"
-    delta = max(0.0, (now or time.time()) - ts)
-    for limit, unit, div in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
-        if delta < limit:
-            return f"{int(delta // div)}{unit} ago"
-    return f"{int(delta // 86400)}d ago"
+    return f"{human_duration(max(0.0, (now or time.time()) - ts), exact=False)} ago"
 
 
 def _table(out: Output, headers: list[str], rows: list[list[str]]) -> None:
@@ -48,7 +44,7 @@ def render_listing(out: Output, listing: Any) -> None:
         return
     rows = [[e["kind"], _short(out, e["label"]), _short(out, e["uri"]),
              human_bytes(e["size_bytes"]),
-             str(e["refs"]), ago(e["created_at"]), ago(e["last_used_at"])] for e in shown]
+             _refs(e), ago(e["created_at"]), ago(e["last_used_at"])] for e in shown]
     if blobs:
         rows.append(["blob", f"{len(blobs)} delta blobs", "sha256:…",
                      human_bytes(sum(b["size_bytes"] for b in blobs)),
@@ -60,15 +56,38 @@ def render_listing(out: Output, listing: Any) -> None:
     t = data["totals"]
     out.line(f"\n{t['count']} entries, {human_bytes(t['size_bytes'])}; "
              f"reclaimable (unreferenced): {human_bytes(t['reclaimable_bytes'])}")
+    if t.get("pinned"):
+        out.line(f"pinned: {t['pinned']} fresh uploads, kept by gc until the job that uses "
+                 "them starts or the pin ends")
     if t.get("uv_cache_bytes"):
         out.line(f"uv cache (shared by the venvs, pruned by `rtenv cache purge`): "
                  f"{human_bytes(t['uv_cache_bytes'])}")
 
 
+def until(ts: float | None, now: float | None = None) -> str:
+    """How long until `ts`: `9m`, `2h`."""
+    if not ts:
+        return "-"
+    delta = max(0.0, ts - (now or time.time()))
+    for limit, unit, div in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
+        if delta < limit:
+            return f"{int(delta // div)}{unit}"
+    return f"{int(delta // 86400)}d"
+
+
+def _refs(entry: dict[str, Any]) -> str:
+    """The refs column: the live holders, and a pin with the time it has left."""
+    refs = str(entry["refs"])
+    if entry.get("pinned"):
+        return f"{refs} +pin {until(entry.get('pinned_until'))}"
+    return refs
+
+
 def render_plan(out: Output, result: Any) -> None:
     plan = result.plan
     if not plan.remove:
-        out.line(f"Nothing to remove ({plan.reason}); {plan.referenced} referenced entries kept")
+        out.line(f"Nothing to remove ({plan.reason}); {plan.referenced} referenced or pinned "
+                 "entries kept")
         return
     rows = [[e.kind, _short(out, e.label), _short(out, e.uri), human_bytes(e.size_bytes),
              ago(e.last_used_at)]

@@ -1,7 +1,9 @@
 """`Output`: the one place that writes to the terminal.
 
 Data goes to stdout (pipeable); messages, warnings, progress and hints go to stderr (uv's style).
-Colour is off under NO_COLOR, when the stream is not a TTY, when TERM=dumb, and for machine formats.
+Colour is off under NO_COLOR, when the stream is not a TTY, when TERM=dumb, and for machine formats;
+`rtenv --color always|never` decides over all of these but the last, and `rtenv --quiet` drops
+messages and progress (data, warnings and errors stay).
 rich is imported only when a table, colour or a progress bar is actually drawn.
 """
 
@@ -28,11 +30,35 @@ def paint(text: str, style: str, color: bool) -> str:
     return f"\x1b[{style}m{text}\x1b[0m" if color else text
 
 
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+class _Chosen:
+    """The root options `--quiet` and `--color` of this invocation (set by `configure`)."""
+
+    quiet = False
+    color = "auto"
+    color_from_config = False  # a config file's `color`: NO_COLOR and FORCE_COLOR beat it
+
+
+def configure(*, quiet: bool = False, color: str = "auto",
+              color_from_config: bool = False) -> None:
+    """`rtenv --quiet/-q` and `--color auto|always|never`: every Output of the run follows them
+    (flag > NO_COLOR/FORCE_COLOR > config file > auto)."""
+    if color not in COLOR_CHOICES:
+        raise UsageError(f"--color {color}: not one of {', '.join(COLOR_CHOICES)}")
+    _Chosen.quiet, _Chosen.color, _Chosen.color_from_config = quiet, color, color_from_config
+
+
 def _wants_color(stream: TextIO) -> bool:
+    if _Chosen.color != "auto" and not _Chosen.color_from_config:
+        return _Chosen.color == "always"
     if os.environ.get("NO_COLOR", "") != "":
         return False
     if os.environ.get("FORCE_COLOR", "") != "":
         return True
+    if _Chosen.color != "auto":
+        return _Chosen.color == "always"
     if os.environ.get("TERM") == "dumb":
         return False
     isatty = getattr(stream, "isatty", None)
@@ -102,9 +128,9 @@ def to_jsonable(obj: Any) -> Any:
 class Output:
     """Renders results, errors, prompts and progress for one command invocation."""
 
-    def __init__(self, fmt: str = "text", *, quiet: bool = False) -> None:
+    def __init__(self, fmt: str = "text", *, quiet: bool | None = None) -> None:
         self.fmt = fmt
-        self.quiet = quiet
+        self.quiet = _Chosen.quiet if quiet is None else quiet  # None: `rtenv --quiet`'s
         self._console: Console | None = None
         self._err_console: Console | None = None
 

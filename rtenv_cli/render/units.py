@@ -1,8 +1,8 @@
-"""Byte counts for people: the one formatter lives in core/units.py (core messages need it too);
-renderers import it from here."""
+"""Byte counts and durations for people: the one formatter of each lives in core/units.py (core
+messages need them too); renderers import them from here."""
 
 from __future__ import annotations
 
-from rtenv_cli.core.units import human_bytes
+from rtenv_cli.core.units import human_bytes, human_duration
 
-__all__ = ["human_bytes"]
+__all__ = ["human_bytes", "human_duration"]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
+
+import pytest
 
 from rtenv_cli.core.store.envs import Environments
 from rtenv_cli.core.store.store import Store
@@ -176,3 +179,56 @@ def test_build_cache_goes_least_recently_used_first(tmp_path: Path) -> None:
     assert res.exit_code == 0
     assert len(res.json["removed"]) == 1
     assert len(list(last.glob("*.zip"))) == 1
+
+
+@pytest.mark.ray
+def test_a_gcs_address_without_the_ray_package_says_so(ray_cluster, tmp_path: Path) -> None:
+    """The driver that scans the nodes needs `ray`: a Python without it (here, one whose `ray`
+    fails to import as a missing package does) is told so, not asked whether the cluster is up."""
+    from tests.support.cli import run_process
+
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    root = Path(__file__).resolve().parents[2]
+    res = run_process(["cache", "ls", "--address", ray_cluster.address],
+                      env={"PYTHONPATH": os.pathsep.join([str(shadow.parent), str(root)])})
+    assert res.exit_code != 0
+    assert "the `ray` package is not installed" in res.stderr, res.stderr
+    assert "pip install 'ray[default]" in res.stderr
+    assert "reachable" not in res.stderr
+
+
+def test_pinned_uploads_are_shown_with_the_time_they_have_left(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("X = 1\n")
+    pushed = run_cli(["push", str(tmp_path / "src")])  # the embedded store pins what it takes
+    assert pushed.exit_code == 0, pushed.stderr
+    listing = run_cli(["cache", "ls", "--format", "json"]).json
+    [entry] = [e for e in listing["entries"] if e["kind"] == "package"]
+    assert entry["refs"] == 0
+    assert entry["pinned"] is True
+    assert entry["pinned_until"] > time.time()
+    assert listing["totals"]["pinned"] == 1
+    text = run_cli(["cache", "ls"]).stdout
+    assert re.search(r"0 \+pin \d+m", text), text
+    assert "pinned: 1 fresh uploads" in text
+    gc = run_cli(["cache", "gc"])
+    assert "1 referenced or pinned entries kept" in gc.stdout
+
+
+def test_the_build_cache_keeps_to_the_stores_budget(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.cache import build_cache
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.py").write_text(f"X = {name!r}\n" * 2000)
+    assert run_cli(["push", str(tmp_path / "a")]).exit_code == 0
+    assert len(build_cache.entries()) == 1  # without a budget the last zip is kept
+    monkeypatch.setenv("RTENV_MAX_SIZE", "1KB")
+    assert run_cli(["push", str(tmp_path / "b")]).exit_code == 0
+    assert build_cache.entries() == []  # over the budget: collected after the push
+    kept = run_cli(["cache", "ls", "--format", "json"]).json["entries"]
+    assert {e["kind"] for e in kept} == {"package"}  # the pinned uploads stay

@@ -89,9 +89,22 @@ def test_text_dotenv_shell_and_redaction(tmp_path) -> None:
     sh = run_cli(["explain", str(rte), "-f", "shell", "--show-secrets"]).stdout
     assert "export API_TOKEN=hunter2" in sh
     assert "export X='a b'" in sh
-    dot = run_cli(["explain", str(rte), "-f", "dotenv"]).stdout
-    assert "X='a b'" in dot
-    assert "hunter2" not in dot
+    for fmt in ("dotenv", "shell"):  # a sourced file never sets a placeholder for a value
+        refused = run_cli(["explain", str(rte), "-f", fmt])
+        assert refused.exit_code == 2
+        assert refused.stdout == ""
+        assert "API_TOKEN" in refused.stderr
+        assert "--show-secrets" in refused.stderr
+
+
+def test_settings_with_secret_sounding_names_are_not_redacted(tmp_path) -> None:
+    rte = write(tmp_path, "r.yaml", "env_vars:\n  TOKENIZERS_PARALLELISM: 'false'\n"
+                "  MAX_TOKENS: '4096'\n  WANDB_API_KEY: ${WANDB_API_KEY}\n")
+    dot = run_cli(["explain", str(rte), "-f", "dotenv"])
+    assert dot.exit_code == 0, dot.stderr
+    assert "TOKENIZERS_PARALLELISM=false" in dot.stdout
+    assert "MAX_TOKENS=4096" in dot.stdout
+    assert "<redacted>" not in dot.stdout
 
 
 def test_compare_and_reuse_key() -> None:

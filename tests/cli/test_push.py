@@ -131,6 +131,7 @@ def test_too_large_is_refused_before_upload_and_a_real_413_maps_the_same(
     assert "100 MiB" in res.stderr
     assert "weights/" in res.stderr
     assert "--stage-to" in res.stderr
+    assert "--address 127.0.0.1:6379" in res.stderr  # the GCS route takes up to 512 MiB
     target = RayDashboardTarget(ray_cluster.dashboard_url)
     target.max_upload_bytes = None  # skip our pre-check: let the server refuse it
     sparse = tmp_path / "sparse.zip"

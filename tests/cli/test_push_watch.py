@@ -134,3 +134,15 @@ def test_output_over_the_watched_file_is_a_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "is the runtime_env being watched" in result.stderr
     assert spec.read_text() == f"working_dir: {tmp_path / 'src'}\n"
+
+
+def test_watch_polling_variable_has_one_reader() -> None:
+    """RTENV_WATCH_POLLING is `--poll`'s variable (flag > variable > config file, as typer reads
+    every option's); nothing else in rtenv reads it, so no second reading can disagree."""
+    import rtenv_cli
+
+    root = Path(rtenv_cli.__file__).parent
+    readers = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if "RTENV_WATCH_POLLING" in p.read_text()]
+    assert readers == ["cli/push.py"]
+    assert run_cli(["push", "--help"]).stdout.count("RTENV_WATCH_POLLING") == 1

@@ -82,3 +82,18 @@ def test_excludes_of_the_wrong_type_are_refused_as_ray_refuses_them(
     # `{"excludes": true}` was an internal TypeError in push (found by the CLI fuzz)
     with pytest.raises(ConfigError, match=r"excludes'\] must be of type List\[str\]"):
         package_runtime_env({"working_dir": ".", "excludes": excludes}, tmp_path)
+
+
+def test_the_placeholder_uri_is_defined_once() -> None:
+    """validate's packaging stage and push's check of the rest of a runtime_env stand a local
+    package in with the same URI, defined once (spec.model)."""
+    import re
+
+    import rtenv_cli
+    from rtenv_cli.core.spec.model import PLACEHOLDER_URI
+
+    root = Path(rtenv_cli.__file__).parent
+    spelled = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if re.search(r"_ray_pkg_0{16}", p.read_text())]
+    assert spelled == ["core/spec/model.py"]
+    assert re.fullmatch(r"gcs://_ray_pkg_0{16}\.zip", PLACEHOLDER_URI)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.agent.server import (
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # starlette is imported when the agent starts, not with this 
     from rtenv_cli.core.store.handle import EnvHandle
 
 __all__ = ["HIT_PATH", "AgentApp", "create_app"]
+
+_log = logging.getLogger("rtenv.agent")
 
 
 def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
@@ -130,8 +133,8 @@ class AgentApp:
             runtime_env = data.get("runtime_env") if type(data) is dict else None
             if type(runtime_env) is dict:
                 known = json.dumps(runtime_env, sort_keys=True)
-        except (ValueError, TypeError, RecursionError):  # the full check says what is wrong
-            pass
+        except (ValueError, TypeError, RecursionError) as exc:  # the full check says what is wrong
+            _log.debug("hit path: runtime_env not remembered (%r); the full check runs", exc)
         if (known is not None and known in self._checked and type(data) is dict
                 and protocol.check_but(data, "EnvRequest", "runtime_env")):
             return protocol.env_request(data, trusted_pid=is_loopback(client))
@@ -171,12 +174,14 @@ class AgentApp:
             try:
                 waited = loop.run_in_executor(
                     None, functools.partial(self.state.envs.try_hits, requests))
-            except RuntimeError:  # the executor is shut down (the agent is stopping)
+            except RuntimeError as exc:  # the executor is shut down (the agent is stopping)
+                _log.debug("hit path: batch to the slow path, no executor: %s", exc)
                 _settle(batch, [None] * len(batch))  # the slow path answers each request
                 return
             waited.add_done_callback(lambda fut: _answer(batch, fut))
             return
-        except Exception:  # e.g. SQLite busy: the slow path answers each request properly
+        except Exception as exc:  # e.g. SQLite busy: the slow path answers each request properly
+            _log.debug("hit path: batch to the slow path: %r", exc)
             results = [None] * len(batch)
         self._busy = 0
         _settle(batch, results)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtenv_cli.core.store.index import Entry
+from rtenv_cli.core.units import human_duration
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,6 @@ class GcResult:
                    extra)
 
 
-def _human_duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 def _entry(e: Entry) -> dict[str, Any]:
     return {"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
             "size_bytes": e.size_bytes, "refs": e.refs, "pinned": e.pinned,
@@ -107,7 +101,7 @@ def plan_gc(entries: list[Entry] | tuple[Entry, ...], *, older_than_s: float | N
                     total -= e.size_bytes
         parts = []
         if older_than_s is not None:
-            parts.append(f"unused for {_human_duration(older_than_s)} or more")
+            parts.append(f"unused for {human_duration(older_than_s)} or more")
         if keep_storage is not None:
             parts.append(f"least recently used until the total is at most "
                          f"{keep_storage / 2**30:.2f} GiB")
@@ -139,11 +133,18 @@ class Budget:
     max_bytes: int | None = None
     max_age_s: float | None = None
 
-    def enforce(self, store: Any) -> GcResult | None:
+    def enforce(self, store: Any, *, with_build_cache: bool = False) -> GcResult | None:
+        """`with_build_cache`: count (and collect) this machine's build cache too, as `rtenv
+        cache gc` does for the embedded store (build_cache.py)."""
         if self.max_bytes is None and self.max_age_s is None:
             return None
         store.index.prune_refs()
-        plan = plan_gc(store.index.all(), older_than_s=self.max_age_s,
+        extra: list[Entry] = []
+        if with_build_cache:  # (the caller waits for zips still being filed: run.py)
+            from rtenv_cli.core.cache import build_cache
+
+            extra = build_cache.entries()
+        plan = plan_gc([*store.index.all(), *extra], older_than_s=self.max_age_s,
                        keep_storage=self.max_bytes)
         return run_gc(store, plan) if plan.remove else None
 

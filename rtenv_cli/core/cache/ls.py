@@ -25,6 +25,7 @@ class CacheListing:
         size = sum(e.size_bytes for e in self.entries)
         reclaimable = sum(e.size_bytes for e in self.entries if e.refs == 0 and not e.pinned)
         return {"count": len(self.entries), "size_bytes": size,
+                "pinned": sum(1 for e in self.entries if e.pinned),
                 "referenced_bytes": size - reclaimable, "reclaimable_bytes": reclaimable,
                 "by_kind": by_kind, "uv_cache_bytes": self.uv_cache_bytes}
 
@@ -33,6 +34,7 @@ class CacheListing:
             "source": self.source,
             "entries": [{"kind": e.kind, "uri": e.uri, "key": e.key, "label": e.label,
                          "size_bytes": e.size_bytes, "refs": e.refs, "pinned": e.pinned,
+                         "pinned_until": e.pinned_until,
                          "created_at": e.created_at, "last_used_at": e.last_used_at}
                         for e in self.entries],
             "totals": self.totals,
@@ -44,7 +46,8 @@ class CacheListing:
         entries = tuple(Entry(key=e.get("key", e["uri"]), kind=e["kind"], uri=e["uri"],
                               label=e["label"], path="", size_bytes=e["size_bytes"],
                               created_at=e["created_at"], last_used_at=e["last_used_at"],
-                              refs=e["refs"], pinned=bool(e.get("pinned")))
+                              refs=e["refs"], pinned=bool(e.get("pinned")),
+                              pinned_until=e.get("pinned_until"))
                         for e in data["entries"])
         return cls(source=data.get("source", ""), entries=entries,
                    busy=tuple(data.get("building") or ()),

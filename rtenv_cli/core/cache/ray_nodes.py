@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.errors import OperationError, TransportError, UnsupportedError
+from rtenv_cli.core.errors import OperationError, TransportError
 
 if TYPE_CHECKING:
     from rtenv_cli.core.cache.gc import GcResult
@@ -173,8 +173,9 @@ def _via_job(address: str, args: list[str], timeout: float, script: str | None =
     try:
         from ray.job_submission import JobStatus, JobSubmissionClient
     except ImportError as exc:
-        raise UnsupportedError("listing Ray nodes needs the `ray` package",
-                               hint="pip install 'ray[default]'") from exc
+        from rtenv_cli.core.transport.ray_driver import missing_ray_error
+
+        raise missing_ray_error(address, "scanning the nodes") from exc
     try:
         client = JobSubmissionClient(address, headers=_auth_headers() or None)
     except Exception as exc:
@@ -210,6 +211,10 @@ def _via_driver(address: str, args: list[str], timeout: float, script: str | Non
     proc = subprocess.run([sys.executable, "-c", script or _script(), *args], env=env, text=True,
                           capture_output=True, timeout=timeout, check=False)
     if proc.returncode != 0:
+        from rtenv_cli.core.transport.ray_driver import missing_ray_error, ray_is_missing
+
+        if ray_is_missing(proc.stdout + proc.stderr):
+            raise missing_ray_error(address, "scanning the nodes")
         raise OperationError(f"the node scan failed: {_failure(proc.stdout + proc.stderr)}",
                              hint="is the Ray cluster reachable at this GCS address?")
     return proc.stdout

@@ -39,6 +39,7 @@ SESSION_RE = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
 MARKER = "RTENV_SCAN "
 ERROR_MARKER = "RTENV_SCAN_ERROR "
 PLUGINS = ("WORKING_DIR", "PY_MODULES", "PIP", "UV", "CONDA", "JAVA_JARS")
+log = logging.getLogger("rtenv.cache.ray_scan")
 
 
 def du(path):
@@ -100,8 +101,8 @@ def agent_states(node):
         )
 
         headers = get_auth_headers_if_auth_enabled(headers)
-    except Exception:  # noqa: S110 - older Ray: no token auth helper
-        pass
+    except Exception as exc:  # older Ray: no token auth helper
+        log.debug("no Ray token auth helper, asking without a token: %r", exc)
     url = f"http://{node['NodeManagerAddress']}:{port}/get_runtime_envs_info"
     try:
         http_req = urllib.request.Request(url, data=req.SerializeToString(), headers=headers)
@@ -135,8 +136,8 @@ def uris_of(env):
             names.append(("pip", ray_pip.get_uri(env)))
         if env.get("uv"):
             names.append(("uv", ray_uv.get_uri(env)))
-    except Exception:  # noqa: S110 - a Ray without these helpers: no pip/uv mapping
-        pass
+    except Exception as exc:  # a Ray without these helpers: no pip/uv mapping
+        log.debug("no pip/uv URI from Ray's helpers: %r", exc)
     out = []
     for kind, uri in names:
         if not uri:
@@ -373,7 +374,11 @@ def node_facts(temp, env, env_from):
 
 def rtenv_store(mode, gc, env):
     """The node's rtenv store (RTENV_HOME of ENV, the node's `ray start` environment), or None
-    when rtenv is not installed on the node."""
+    when rtenv is not installed on the node or its Ray does not load rtenv's plugin (then no
+    store is the node's: the one RTENV_HOME names is some user's own, e.g. this machine's)."""
+    configured = plugin_classes(env.get(PLUGINS_VAR))
+    if not any(str(p.get("class") or "").startswith("rtenv_cli.") for p in configured):
+        return None
     try:
         from rtenv_cli.core.cache.ray_store import node_report
     except ImportError:

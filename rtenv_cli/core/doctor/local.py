@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.doctor.model import Check, fail, ok, warn
-from rtenv_cli.core.units import human_bytes
+from rtenv_cli.core.units import human_bytes, human_duration
 
 MIN_PYTHON = (3, 10)  # pyproject's requires-python
 RAY_PIN = "pip install 'ray[default]==2.60.0'"
@@ -253,12 +253,13 @@ def watched_sources(path: Path | None, cwd: Path | None = None) -> tuple[list[Pa
     """The sources `push --watch PATH` watches: PATH's working_dir and py_modules (a directory
     is the working_dir); without PATH, those of ./runtime_env.yaml when there is one."""
     from rtenv_cli.core.push import load_input, package_runtime_env
+    from rtenv_cli.core.spec.locate import default_file
 
     cwd = Path.cwd() if cwd is None else cwd
     if path is None:
-        if not (cwd / "runtime_env.yaml").is_file():
+        path = default_file(cwd)
+        if path is None:
             return [], None
-        path = Path("runtime_env.yaml")
     data, base, label = load_input(path, cwd)
     return [plan.source for plan in package_runtime_env(data, base)], label
 
@@ -270,8 +271,7 @@ def _budget_text(budget: object) -> str:
     if max_bytes is not None:
         parts.append(f"max-size {human_bytes(max_bytes)}")
     if max_age is not None:
-        parts.append(f"max-age {max_age / 86400:g}d" if max_age >= 86400 else  # noqa: PLR2004 - a day
-                     f"max-age {max_age:g}s")
+        parts.append(f"max-age {human_duration(max_age)}")
     return ", ".join(parts)
 
 

@@ -88,7 +88,8 @@ def read_gpus(pynvml: Any = None) -> NvmlReport:
     nv: Any = pynvml
     if nv is None:
         if not any(os.path.exists(p) for p in _DRIVER_MARKERS):
-            # importing pynvml costs ~25 ms; without the NVIDIA driver it can only fail
+            # without the NVIDIA driver pynvml can only fail: not worth its import
+            # (benchmarks/results/fastpaths.json: "import pynvml")
             return NvmlReport(False, "no NVIDIA driver on this machine (no /dev/nvidiactl, "
                               "/proc/driver/nvidia)")
         try:

@@ -16,7 +16,7 @@ from rtenv_cli.core.explain.allocation import (
     request_from_amount,
     request_from_ids,
 )
-from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, predict
+from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, SecretTest, predict
 
 
 def load_runtime_env(path: Path, app: str | None = None) -> dict[str, object]:
@@ -145,8 +145,11 @@ class ExplainResult:
         return d
 
 
-def explain(req: ExplainRequest, *, compare: str | None = None, gpu_map: bool = True,
-            show_secrets: bool = False, pynvml: object = None) -> ExplainResult:
+def explain(req: ExplainRequest, *, is_secret: SecretTest | None, compare: str | None = None,
+            gpu_map: bool = True, pynvml: object = None) -> ExplainResult:
+    """The preview of `req`; values `is_secret` (validate's detector, lint/secrets.py, which
+    sits above this package) calls secrets are redacted, none when it is None
+    (--show-secrets)."""
     from rtenv_cli.core.explain.reuse import compare as compare_fn
     from rtenv_cli.core.explain.reuse import reuse_key
 
@@ -169,6 +172,6 @@ def explain(req: ExplainRequest, *, compare: str | None = None, gpu_map: bool = 
             preview.warnings.extend(warns)
     verdict = compare_fn(preview, predict(parse_compare(compare, req))).to_dict() \
         if compare else None
-    if not show_secrets:
-        preview = preview.redacted()
+    if is_secret is not None:
+        preview = preview.redacted(is_secret)
     return ExplainResult(preview, gmap, reuse_key(preview), verdict)

@@ -49,6 +49,10 @@ def run_probes(address: str, job_runtime_env: Mapping[str, object] | None,
         if line.startswith("RTENV-PROBE "):
             results: list[dict[str, object]] = json.loads(line[len("RTENV-PROBE "):])
             return results
+    from rtenv_cli.core.transport.ray_driver import missing_ray_error, ray_is_missing
+
+    if ray_is_missing(proc.stderr + proc.stdout):
+        raise missing_ray_error(address, "the probe")
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     # the last line of Ray's traceback is its message; the rest is Ray's internals
     last = next((ln for ln in reversed(lines) if ln.strip()), "no output")

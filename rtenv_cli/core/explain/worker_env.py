@@ -12,8 +12,7 @@ The order Ray builds it in (see shared research, re-checked against Ray's source
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,8 +22,8 @@ from rtenv_cli.core.explain.expand import explain_expansion
 from rtenv_cli.core.explain.limits import SECTION as LIMITS_SECTION
 from rtenv_cli.core.explain.limits import limits_notes
 
-SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 REDACTED = "<redacted>"
+SecretTest = Callable[[str, object], bool]  # (name, value) -> is it a secret (lint/secrets.py)
 
 SRC_NODE = "node env"
 SRC_JOB = "job runtime_env"
@@ -63,16 +62,21 @@ class EnvPreview:
     runtime_env: dict[str, object]
     kind: str = "task"
     python: str | None = None  # the worker's interpreter when a plugin sets it (rtenv)
+    hidden: tuple[str, ...] = ()  # the variables `redacted` hid, sorted
 
-    def redacted(self) -> EnvPreview:
-        env = {k: (REDACTED if v is not None and SECRET_RE.search(k) else v)
-               for k, v in self.env.items()}
+    def redacted(self, is_secret: SecretTest) -> EnvPreview:
+        """Every value `is_secret` calls a secret (by what the value is, not its name alone:
+        validate's detector) as `<redacted>`; `hidden` names them."""
+        hidden = {k for k, v in self.env.items() if v is not None and is_secret(k, v)}
+        env = {k: (REDACTED if k in hidden else v) for k, v in self.env.items()}
         rte = dict(self.runtime_env)
         env_vars = rte.get("env_vars")
         if isinstance(env_vars, dict):
-            rte["env_vars"] = {k: (REDACTED if SECRET_RE.search(str(k)) else v)
+            secret = {str(k) for k, v in env_vars.items() if is_secret(str(k), v)}
+            hidden |= secret
+            rte["env_vars"] = {k: (REDACTED if str(k) in secret else v)
                                for k, v in env_vars.items()}
-        return replace(self, env=env, runtime_env=rte)
+        return replace(self, env=env, runtime_env=rte, hidden=tuple(sorted(hidden)))
 
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "env": dict(sorted(self.env.items())),

@@ -5,6 +5,11 @@ the way `ruff check` finds Python files.
 - Ray Serve configs and job specs: other .yaml/.yml/.json files whose name says so (`serve`,
   `job`), kept only when their content is one (an `applications:` list; a `runtime_env:` with an
   `entrypoint`), so a CI workflow's `jobs.yaml` is not taken for one.
+- runtime_envs by content, whatever their name (`job_env.yaml`): a small .yaml/.yml/.json file
+  (at most `CONTENT_MAX_BYTES`) that is a mapping whose keys are all runtime_env fields (the
+  field table of spec/model.py, and rtenv's own field). A CI workflow (`on:`, `jobs:`) or a k8s
+  manifest (`apiVersion:`) has other keys; a YAML file's unindented keys are read first, so most
+  other files are turned down without a parse.
 - Never what a .gitignore ignores (each directory's own .gitignore applies below it, as git
   reads them), nor the folders of tools and environments (.git, .venv, venv, node_modules,
   __pycache__, .tox).
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,8 @@ from typing import Any
 SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox"})
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 _FORM_WORDS = ("serve", "job")
+CONTENT_MAX_BYTES = 64 * 1024  # a runtime_env is a few KiB; larger files are not read
+_TOP_KEY = re.compile(r"^([^\s#'\"{\[\-][^:#]*?)\s*:(?:\s|$)", re.M)  # an unindented `key:`
 
 
 def find_files(root: Path, globs: Sequence[str], *, by_content: bool) -> list[str]:
@@ -61,7 +69,8 @@ def find_files(root: Path, globs: Sequence[str], *, by_content: bool) -> list[st
             if ignored(prefix + name):
                 continue
             if any(fnmatch.fnmatch(name, g) for g in globs) or \
-                    (by_content and _serve_or_job(here / name)):
+                    (by_content and (_serve_or_job(here / name) or
+                                     _runtime_env_by_content(here / name))):
                 found.append(str(here / name))
     return sorted(found)
 
@@ -75,3 +84,25 @@ def _serve_or_job(path: Path) -> bool:
 
     doc = load_path(path)
     return doc.error is None and document_kind(doc) in ("serve", "job")
+
+
+def _runtime_env_by_content(path: Path) -> bool:
+    """A small YAML/JSON mapping whose keys are all runtime_env fields (see the docstring)."""
+    if not path.name.lower().endswith(_CONFIG_SUFFIXES):
+        return False
+    try:
+        if path.stat().st_size > CONTENT_MAX_BYTES:
+            return False
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    from rtenv_cli.core.spec.model import ALL_TOP_LEVEL_KEYS, RTENV_FIELD
+
+    fields = ALL_TOP_LEVEL_KEYS | {RTENV_FIELD}
+    if any(key.strip() not in fields for key in _TOP_KEY.findall(text)):
+        return False  # an unindented key that is no runtime_env field: no parse needed
+    from rtenv_cli.core.spec.loader import load_text
+
+    data = load_text(text, str(path)).data
+    return isinstance(data, dict) and bool(data) and all(
+        isinstance(k, str) and k in fields for k in data)

@@ -197,7 +197,7 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
         diag = Diagnostic("RTE001", Severity.ERROR, f"{doc.error.kind}: {doc.error.message}",
                           span.line if span else None, span.column if span else None,
                           span.end_line if span else None, span.end_column if span else None,
-                          _parse_hint(doc.error.kind), (), True)
+                          _parse_hint(doc.error.kind, doc.error.message), (), True)
         report = FileReport(path, False, (diag,), None, kind="unknown", source=doc.text)
         return _as_template(report, f"{doc.error.kind}: {doc.error.message}")
     cache = FileCache(run)
@@ -308,7 +308,12 @@ def _sev(code: str) -> Severity:
     return severity_of(code)
 
 
-def _parse_hint(kind: str) -> str:
+def _parse_hint(kind: str, message: str = "") -> str:
+    from rtenv_cli.core.spec.loader import UNCLOSED_QUOTE
+
+    if message.startswith(UNCLOSED_QUOTE):
+        return ("the quote that opens here is never closed (YAML reads on to the end of the "
+                "file): close it, or drop the quotes (a value with `: ` or ` #` needs them)")
     return {
         "ScannerError": "Ray parses .json files as YAML 1.1 too: indent with spaces, not tabs",
         "ComposerError": "a runtime_env file holds one document: remove the extra `---`",
@@ -334,7 +339,8 @@ def validate_bytes(raw: bytes, name: str, options: ValidateOptions) -> FileRepor
 
 def expand_inputs(paths: Sequence[str], globs: Sequence[str]) -> list[str]:
     """Files to validate; directories are searched recursively (lint/discover.py: by name,
-    Serve configs and job specs by content, .gitignore respected); `-` is standard input."""
+    Serve configs, job specs and other runtime_envs by content, .gitignore respected); `-` is
+    standard input."""
     out: list[str] = []
     for raw in paths:
         if raw == "-":

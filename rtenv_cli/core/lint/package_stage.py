@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rtenv_cli.core.lint.context import FileCache
     from rtenv_cli.core.lint.result import Api, PipelineResult
 
-PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
+PLACEHOLDER_URI = model.PLACEHOLDER_URI
 
 
 def _resolve(p: str, base_dir: Path) -> Path:

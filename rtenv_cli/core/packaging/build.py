@@ -274,7 +274,9 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str) -> _Batch:
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
 _BATCH_FILES = 128
-_PROCESS_MIN_FILES = 512  # fewer small files: threads (a process pool costs ~50 ms to start)
+# fewer small files: threads (starting a process pool costs more than they would save:
+# benchmarks/results/fastpaths.json: "start a process pool and run one task")
+_PROCESS_MIN_FILES = 512
 
 
 class _Inline:

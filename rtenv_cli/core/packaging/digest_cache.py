@@ -2,11 +2,12 @@
 
 The Ray entry digest is sha1(relpath + content), so the relative path is part of the key (the
 same file under two package roots has two digests). Each package root has its own pair of
-files: a base (one marshalled dict, ~6 ms to load for 10,000 files, where a table scan of
-SQLite rows took ~35 ms) and a journal that each store appends its rows to in one write (a
-re-push that hashed one file adds a few hundred bytes instead of rewriting the base). A store
-that finds the journal long, or is given the whole scan to prune to, folds the journal into a
-new base under a file lock. Any unreadable file degrades to "no cache", never to a failed push.
+files: a base (one marshalled dict, quicker to load than a table scan of SQLite rows:
+benchmarks/results/fastpaths.json: "load a digest cache of 10,000 files (marshal)") and a
+journal that each store appends its rows to in one write (a re-push that hashed one file adds a
+few hundred bytes instead of rewriting the base). A store that finds the journal long, or is
+given the whole scan to prune to, folds the journal into a new base under a file lock. Any
+unreadable file degrades to "no cache", never to a failed push.
 
 Neither file is fsynced: a crash can at worst leave a torn journal tail (its frames are length-
 prefixed and a short one is dropped) or a torn base (read as empty), which costs a re-hash,

@@ -121,7 +121,8 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
 
 
 def acc_of(digests: Iterable[bytes]) -> bytes:
-    """`fold` over many digests, as one integer XOR (same bytes, ~20x faster in Python)."""
+    """`fold` over many digests, as one integer XOR (same bytes, much faster in Python:
+    benchmarks/results/fastpaths.json: "fold 10,000 digests as one integer XOR")."""
     acc = int.from_bytes(EMPTY_ACC, "big")
     for d in digests:
         acc ^= int.from_bytes(d[:8], "big")

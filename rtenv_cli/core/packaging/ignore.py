@@ -63,8 +63,9 @@ class Pattern(NamedTuple):
 
 
 def _pattern(text: str) -> Pattern:
-    """`text` translated by pathspec, through a persistent cache: importing pathspec costs
-    ~15 ms, more than the rest of a re-push's ignore handling (see _Translations)."""
+    """`text` translated by pathspec, through a persistent cache: importing pathspec costs more
+    than the rest of a re-push's ignore handling (see _Translations; benchmarks/results/
+    fastpaths.json: "import pathspec")."""
     known = _TRANSLATIONS.get(text)
     if known is not None:
         return Pattern(known[0], re.compile(known[1]))

@@ -6,6 +6,12 @@ tested; a matched path is dropped with its subtree. Every kept path is hashed (d
 name); files and directories with no children on disk are zipped. Where Ray hangs or silently
 ships something odd, we raise a PackagingError instead (FIFOs, symlink loops, non-UTF-8 names,
 unreadable files) or warn (broken symlinks and sockets: hashed by name, not zipped, like Ray).
+
+The validator walks with lint/packscan.py instead, on these same ignore matchers: it must go on
+where this walk raises (each problem becomes a finding), name ignored `.py` files at any depth
+(RTE121), and stop at a bound on huge trees; this walk must stop at the first problem and read
+every file it keeps. Two walks for two contracts; tests/test_routes_agree.py and the parity
+suite check that both keep the same files as Ray.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from rtenv_cli.core.packaging.ignore import (
 _PY_SEARCH_LIMIT = 20_000  # entries looked at per ignored directory when searching for .py
 
 
-class Entry(NamedTuple):  # a tuple: built 10,000 times per scan, ~3x cheaper than a dataclass
+# A tuple, with a str path: built once per entry of every scan, it costs a fraction of a
+# dataclass or of a Path object per entry (benchmarks/results/
+# fastpaths.json: "build 10,000 walk entries as NamedTuples", and the ablation rows after it).
+class Entry(NamedTuple):
     relpath: str  # "." for the root; "/"-separated (Linux os.sep, as Ray hashes it)
-    fspath: str  # the absolute path (a str: building 10,000 Path objects costs ~0.1 s)
+    fspath: str  # the absolute path (`path` makes the Path when one is needed)
     is_dir: bool
     size: int
     mode: int  # st_mode (following symlinks)

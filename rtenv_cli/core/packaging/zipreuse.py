@@ -140,7 +140,9 @@ _OFFSET_AT = 42  # where a central record holds its member's local-header offset
 _ZIP64_OFFSET = (1 << 31) - 1  # zipfile.ZIP64_LIMIT: beyond it zipfile writes zip64 fields
 _MAX_COUNT = 0xFFFF  # zipfile.ZIP_FILECOUNT_LIMIT
 _IN_ZIP64 = 0xFFFFFFFF  # a size or offset that lives in a zip64 extra field
-_SIDECAR, _SIDECAR_VERSION = ".state", 1  # marshal: ~8 ms to load for 10,000 members, JSON ~20
+# marshal: quicker to load than JSON (benchmarks/results/
+# fastpaths.json: "load a zip sidecar of 10,000 members (marshal)")
+_SIDECAR, _SIDECAR_VERSION = ".state", 1
 
 
 Known = tuple[bytes, dict[str, tuple[int, int, bytes]]]  # (central directory's sha1, members)
@@ -165,11 +167,12 @@ class Member(NamedTuple):  # a tuple: 10,000 of them are built on every re-push
 class ZipIndex:
     """A zip's members by name, read from its central directory alone, and the zip kept open.
 
-    Building zipfile.ZipInfo objects for 10,000 members costs ~80 ms; this reads the records
-    with one struct each. A zip this cannot splice (zip64 fields, a comment, members that
-    overlap) gives None from `read`, and the caller builds afresh. The descriptor stays open
-    until `close()`: the offsets are the ones of the file that was read, even if another
-    process replaces the path meanwhile.
+    Building a zipfile.ZipInfo object per member costs more; this reads the
+    records with one struct each (benchmarks/results/
+    fastpaths.json: "index a zip of 10,000 members (zipreuse.ZipIndex)"). A zip this cannot
+    splice (zip64 fields, a comment, members that overlap) gives None from `read`, and the
+    caller builds afresh. The descriptor stays open until `close()`: the offsets are the ones
+    of the file that was read, even if another process replaces the path meanwhile.
     """
 
     path: Path
@@ -181,7 +184,8 @@ class ZipIndex:
     @classmethod
     def read(cls, path: Path, known: Known | None = None) -> ZipIndex | None:
         """`known`: (cd_digest, members) of an earlier read of this zip; taken as they are when
-        the central directory still has that digest (a re-push: ~2 ms instead of ~25 ms)."""
+        the central directory still has that digest (a re-push; benchmarks/results/
+        fastpaths.json: "index a zip of 10,000 members again (digest known)")."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:

@@ -113,7 +113,8 @@ class Engine:
             if spec.kind is None:  # `limits` alone: nothing to build, nothing to count
                 return []
             return [URI_SCHEME + _digest(spec, runtime_env)]
-        except Exception:  # Ray calls this outside any error handling
+        except Exception as exc:  # Ray calls this outside any error handling
+            log.debug("rtenv: no URI for an invalid field (the setup reports it): %r", exc)
             return []
 
     # -- create -----------------------------------------------------------------------------------
@@ -226,7 +227,8 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     for name in builders.files_digest(packages):
         try:
             lines += Path(name).read_text(errors="replace").splitlines()
-        except OSError:
+        except OSError as exc:  # the build reads it again and reports it
+            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name, exc)
             continue
     ray = schema.ray_requirement(lines)
     if ray is not None:

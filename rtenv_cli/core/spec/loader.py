@@ -188,8 +188,14 @@ class _Walker:
                 self.walk(value_node, child)
 
 
+UNCLOSED_QUOTE = "while scanning a quoted scalar"  # PyYAML's context of a quote never closed
+
+
 def _problem_span(exc: yaml.MarkedYAMLError) -> Span | None:
-    mark = exc.problem_mark or exc.context_mark
+    """Where the error is: for a quote never closed, the quote (the problem PyYAML marks is
+    the end of the file, far from the mistake)."""
+    unclosed = exc.context == UNCLOSED_QUOTE and exc.context_mark is not None
+    mark = exc.context_mark if unclosed else exc.problem_mark or exc.context_mark
     if mark is None:
         return None
     return Span(mark.line + 1, mark.column + 1, mark.line + 1, mark.column + 2)

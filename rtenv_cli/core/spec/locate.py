@@ -19,9 +19,17 @@ from rtenv_cli.core.spec.loader import LoadedDoc, load_path
 from rtenv_cli.core.spec.model import ALL_TOP_LEVEL_KEYS
 
 DocKind = Literal["runtime_env", "serve", "job"]
+DEFAULT_FILE = "runtime_env.yaml"  # what every command reads when given no file
 
 _SERVE_KEYS = frozenset({"applications", "proxy_location", "http_options", "grpc_options",
                          "logging_config", "target_capacity"})
+
+
+def default_file(cwd: Path | None = None) -> Path | None:
+    """`./runtime_env.yaml` when the directory holds one: the file validate, doctor, push,
+    explain and run take when given none (None: there is none)."""
+    path = (Path.cwd() if cwd is None else cwd) / DEFAULT_FILE
+    return Path(DEFAULT_FILE) if path.is_file() else None
 
 
 def _data(doc: LoadedDoc | object) -> object:

@@ -83,6 +83,9 @@ PY_MODULES_EXTENSIONS = (".zip", ".whl", ".tar.gz", ".tgz", ".tar.xz")
 REMOTE_PROTOCOLS = ("http", "https", "s3", "gs", "azure", "abfss", "file")
 ALL_PROTOCOLS = ("gcs", "conda", "pip", "uv", *REMOTE_PROTOCOLS, "local")
 DEFAULT_EXCLUDES = (".git", ".venv", "venv", "__pycache__")
+# a well-formed package URI that names no package: it stands in for a local working_dir or
+# py_module where only the rest of a runtime_env is checked (validate's packaging stage, push)
+PLACEHOLDER_URI = "gcs://_ray_pkg_0000000000000000.zip"
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)

@@ -58,6 +58,7 @@ class Entry:
     last_used_at: float
     refs: int = 0  # live holders (an environment's, or a create's in progress)
     pinned: bool = False  # a fresh upload within its pin: not collectable, yet held by no one
+    pinned_until: float | None = None  # when the pin ends (with `pinned`)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -284,10 +285,10 @@ class Index:
             "SELECT e.*, (SELECT COUNT(DISTINCT r.env_key || '|' || r.holder) FROM refs r "
             "WHERE r.entry_key=e.key AND r.env_key != ? "
             "AND (r.expires_at IS NULL OR r.expires_at >= ?)) AS refs, "
-            "EXISTS (SELECT 1 FROM refs r WHERE r.entry_key=e.key AND r.env_key = ? "
-            "AND r.expires_at >= ?) AS pinned FROM entries e ORDER BY created_at",
+            "(SELECT MAX(r.expires_at) FROM refs r WHERE r.entry_key=e.key AND r.env_key = ? "
+            "AND r.expires_at >= ?) AS pinned_until FROM entries e ORDER BY created_at",
             (PIN_ENV, now, PIN_ENV, now)).fetchall()
-        return [Entry(**{**dict(r), "pinned": bool(r["pinned"])}) for r in rows]
+        return [Entry(**{**dict(r), "pinned": r["pinned_until"] is not None}) for r in rows]
 
     # -- references -------------------------------------------------------------------------------
     def ref_count(self, db: sqlite3.Connection, key: str) -> int:

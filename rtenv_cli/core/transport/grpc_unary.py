@@ -7,7 +7,8 @@ framed by hand (gRPC's 5-byte length prefix, then the message) and its tail goes
 to the socket under HTTP/2 flow control, so memory stays flat whatever the size. `h2` (the
 python-hyper project) does the HTTP/2 framing, flow control and HPACK; this module only drives a
 socket, except for one thing: the tail's DATA frames. Through h2 each frame's bytes are copied
-three times in Python (read, framed, buffered: ~50 ms for a 56 MB package); instead the 9-byte
+three times in Python (read, framed, buffered: benchmarks/results/
+push.json: "ablation: GCS re-push without sendfile"); instead the 9-byte
 frame header is written here and the payload goes by sendfile(2), straight from the page cache,
 and h2's flow-control windows are debited by hand so that its view stays exact. Messages are
 encoded with the few protobuf primitives below: the GCS calls a push needs are three tiny

@@ -3,9 +3,10 @@ take a connection to a loopback address. The kernel records the uid of the proce
 each socket; nothing here needs privileges or another process's cooperation.
 
 Read from Linux's socket diagnostics (netlink `SOCK_DIAG_BY_FAMILY`, as `ss -ltn` does: only
-the listening table is walked, ~0.5 ms), else from /proc/net/tcp and /proc/net/tcp6 (their LISTEN
-rows carry the uid; the kernel walks every connection to print them, tens of ms on a large
-machine). Both parsed by hand: psutil's `net_connections` reads the /proc tables, at the price
+the listening table is walked), else from /proc/net/tcp and /proc/net/tcp6 (their LISTEN rows
+carry the uid; the kernel walks every connection to print them, slower the more connections:
+benchmarks/results/fastpaths.json: "find the owners of listening sockets (sock_diag)" and the
+row after it). Both parsed by hand: psutil's `net_connections` reads the /proc tables, at the price
 of a dependency for less.
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rtenv_cli.core.errors import PackageTooLargeError, TransportError
 from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT, ZipLayout
@@ -37,16 +38,17 @@ def load_token(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def too_large_error(uri: str, size: int, limit: int, offenders: list[tuple[str, int]] | None,
-                    label: str) -> PackageTooLargeError:
+                    label: str, *, route: str = "") -> PackageTooLargeError:
+    """`route`: a way to the same cluster with a larger limit (a dashboard's GCS)."""
     top = ""
     if offenders:
         top = "; largest: " + ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in offenders[:5])
     return PackageTooLargeError(
         f"{uri} is {size / 2**20:.1f} MiB compressed, over the {limit / 2**20:.0f} MiB upload "
         f"limit of {label}{top}",
-        hint="exclude what the job does not need (`excludes`, .rayignore; see `rtenv push "
-        "--dry-run`), or publish it where Ray's nodes can fetch it: `rtenv push --stage-to "
-        "file:///shared/dir` or `--stage-to http://<rtenv agent>`")
+        hint=f"{route}exclude what the job does not need (`excludes`, .rayignore; see `rtenv "
+        "push --dry-run`), or publish it where Ray's nodes can fetch it: `rtenv push "
+        "--stage-to file:///shared/dir` or `--stage-to http://<rtenv agent>`")
 
 
 class RayDashboardTarget:
@@ -66,6 +68,11 @@ class RayDashboardTarget:
         self.http.headers["User-Agent"] = "rtenv"
         self.url = self.http.url
         self.label = f"Ray cluster {self.url}"
+        host = urlsplit(self.url).hostname or "<head>"
+        # the GCS takes what the dashboard's 100 MiB limit refuses (ray_gcs.GRPC_MAX)
+        self.larger_route = (f"push straight to the cluster's GCS, whose limit is 512 MiB: "
+                             f"--address {host}:6379 (its default port; `ray status` on the "
+                             "head prints it); or ")
         self._env = dict(os.environ if env is None else env)
         self._token = token
         self._ready = False
@@ -132,13 +139,13 @@ class RayDashboardTarget:
         size = path.stat().st_size
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:
             raise too_large_error(uri, size, self.max_upload_bytes, self.offenders.get(uri),
-                                  self.label)
+                                  self.label, route=self.larger_route)
         resp = self._call("PUT", package_name(uri), body_path=path)
         text = resp.text[:300] if resp.status_code != 200 else ""  # noqa: PLR2004
         if resp.status_code == 413 or (resp.status_code == 500  # noqa: PLR2004
                                        and "EntityTooLarge" in text):
             raise too_large_error(uri, size, self.max_upload_bytes or size,
-                                  self.offenders.get(uri), self.label)
+                                  self.offenders.get(uri), self.label, route=self.larger_route)
         if resp.status_code != 200:  # noqa: PLR2004
             raise TransportError(f"{self.label} refused {uri}: HTTP {resp.status_code} {text}")
         if on_progress is not None:

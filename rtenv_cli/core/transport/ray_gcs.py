@@ -5,7 +5,8 @@ in the default namespace (ray_constants.KV_NAMESPACE_PACKAGE is None), after pin
 with `RuntimeEnvGcsService.PinRuntimeEnvURI` for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S
 (600 s) so the GCS does not delete it before a job references it. The dashboard's
 `/api/packages` does the same calls after reading the whole body; going direct skips that hop
-(a 56 MB package: ~0.3 s instead of ~1.1-1.3 s here) and its 100 MiB limit: the GCS takes messages
+(benchmarks/results/push.json: "re-push after a one-file edit (83 MB), to the GCS address",
+beside the row for the dashboard URL) and its 100 MiB limit: the GCS takes messages
 up to RAY_max_grpc_message_size (512 MiB). The zip is streamed from disk (see grpc_unary).
 Token auth (RAY_AUTH_MODE=token) is the same bearer token as the dashboard's, sent as gRPC
 metadata.

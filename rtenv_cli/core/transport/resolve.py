@@ -123,9 +123,32 @@ def _is_agent(url: str) -> bool:
 
     try:
         resp = requests.get(f"{url.rstrip('/')}/api/agent", timeout=5)
+    except requests.ConnectionError:
+        _refuse_grpc_port(url)
+        return False
     except requests.RequestException:
         return False
     return resp.status_code in (200, 401, 403) and "json" in resp.headers.get("content-type", "")
+
+
+def _refuse_grpc_port(url: str) -> None:
+    """UsageError when `url` (an http:// address whose port did not answer HTTP) is a gRPC
+    port, the Ray GCS's: HTTP to it ends in a "connection reset" that names no mix-up."""
+    from urllib.parse import urlsplit
+
+    from rtenv_cli.core.transport.grpc_unary import Channel, GrpcError, NotGrpcError
+
+    parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        return
+    try:
+        Channel(parts.hostname, parts.port, timeout=5, connect_timeout=5).close()
+    except (GrpcError, NotGrpcError, OSError):
+        return  # not a gRPC server (or not up): the HTTP call's own error says what failed
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    raise UsageError(f"{url} is a gRPC port (the Ray GCS's), which does not speak HTTP",
+                     hint=f"give it without http:// (--address {host}:{parts.port}), or give "
+                     f"the dashboard URL (http://{host}:8265)")
 
 
 def _http(url: str, given: str) -> Address:

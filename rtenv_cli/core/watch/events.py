@@ -18,7 +18,6 @@ from typing import Any
 
 WATCHES_SYSCTL = "fs.inotify.max_user_watches"
 INSTANCES_SYSCTL = "fs.inotify.max_user_instances"
-POLL_ENV = "RTENV_WATCH_POLLING"
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Watcher:
                  on_notice: Callable[[WatchNotice], None] | None = None) -> None:
         self.roots = [Path(r).absolute() for r in roots]
         self.on_path = on_path
-        self.polling = bool(polling) if polling is not None else os.environ.get(POLL_ENV) == "1"
+        self.polling = bool(polling)  # the CLI reads --poll and its variable
         self.poll_interval_s = poll_interval_s
         self.observer_factory = observer_factory
         self.on_notice = on_notice

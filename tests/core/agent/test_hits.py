@@ -4,7 +4,6 @@ replies as the route; a hit that meets another writer's lock waits off the event
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,10 +13,17 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 from rtenv_cli.core.agent.hits import create_app
 from rtenv_cli.core.agent.server import AgentConfig
 from rtenv_cli.core.transport.agent_http import AgentTarget
-from tests.support.agent import agent_process
+from tests.support.agent import agent_process, until
 from tests.support.packages import make_tree, ray_package
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
+
+
+def _flock_waiters(path: Path) -> int:
+    """How many flock(2) calls wait for PATH's lock (/proc/locks marks them `->`)."""
+    inode = f":{path.stat().st_ino}"
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines()
+               if "->" in line.split() and any(f.endswith(inode) for f in line.split()))
 
 
 def test_cache_hits_answered_early_keep_auth_and_errors(tmp_path: Path) -> None:
@@ -115,7 +121,8 @@ def test_a_hit_waits_for_another_writer_without_stopping_the_agent(tmp_path: Pat
             with ThreadPoolExecutor(1) as pool:
                 waiting = pool.submit(requests.post, url, json={**body, "holder": "second"},
                                       timeout=30)
-                time.sleep(0.3)  # the hit has reached the lock
+                until("the hit waiting for the write lock",
+                      lambda: _flock_waiters(tmp_path / "s" / "index.sqlite.wlock") > 0)
                 assert not waiting.done()
                 # the event loop is free: another request is answered meanwhile
                 assert requests.get(f"{agent.url}/api/agent", timeout=5).status_code == 200

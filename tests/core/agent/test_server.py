@@ -19,7 +19,7 @@ from rtenv_cli.core.agent.openapi import SCHEMA
 from rtenv_cli.core.agent.server import AgentConfig
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
-from tests.support.agent import AgentProc, agent_process
+from tests.support.agent import AgentProc, agent_process, until
 from tests.support.packages import make_tree, ray_package
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
@@ -60,7 +60,9 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     sha = hashlib.sha256(b"good").hexdigest()
     assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
                         timeout=10).status_code == 422
-    time.sleep(0.2)
+    # the hung-up upload's temp file goes once the agent sees the connection close
+    until("the truncated upload's temp file removed",
+           lambda: not any((agent.root / "tmp").iterdir()))
     assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
     assert not (agent.root / "blobs" / sha[:2] / sha).exists()
     assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
@@ -309,4 +311,3 @@ def test_a_holder_with_a_slash_can_be_released(agent: AgentProc, tmp_path: Path)
     handle = client.get_or_create({"working_dir": uri}, holder="job/42")
     assert client.release(handle.key, "job/42") == 1
     assert client.release(handle.key, "job/42") == 0
-

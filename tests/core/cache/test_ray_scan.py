@@ -4,6 +4,7 @@ finished by the next one (the functions are the ones the task runs on the cluste
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,18 @@ def test_failures_are_one_line_each() -> None:
     assert node_errors(nodes) == (f"node {'n' * 12} (10.0.0.2): node died",
                                   f"node {'n' * 12} (10.0.0.2): cannot delete /t/x: "
                                   "Permission denied")
+
+
+def test_a_node_without_rtenvs_plugin_reports_no_rtenv_store(tmp_path: Path) -> None:
+    """RTENV_HOME of a node whose Ray does not load rtenv's plugin is nobody's plugin store (on
+    one machine, it is the user's own): it is not listed as the node's."""
+    from rtenv_cli.core.store.store import Store
+
+    home = tmp_path / "home"
+    Store(home / "store").close()  # a store that exists, with its index
+    env = {"RTENV_HOME": str(home)}
+    assert ray_scan.rtenv_store("scan", None, env) is None
+    plugin = json.dumps([{"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 10}])
+    listed = ray_scan.rtenv_store("scan", None, {**env, ray_scan.PLUGINS_VAR: plugin})
+    assert listed is not None
+    assert listed["root"] == str(home / "store")

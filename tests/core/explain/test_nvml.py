@@ -94,7 +94,7 @@ def test_explain_gpu_map_follows_the_allocation() -> None:
     req = ExplainRequest(resources=(request_from_ids("GPU", (1,)),),
                          node_env={"CUDA_VISIBLE_DEVICES": "GPU-ccc,MIG-111"},
                          node_env_known=True)
-    result = explain(req, pynvml=fake_pynvml(GPUS))
+    result = explain(req, pynvml=fake_pynvml(GPUS), is_secret=None)
     rows = result.gpu_map["rows"]
     assert [r["visible_id"] for r in rows] == ["MIG-111"]
     assert rows[0]["nvml_index"] == 1

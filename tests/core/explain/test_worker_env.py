@@ -72,10 +72,19 @@ def test_amd_rocr_without_hip_and_cuda_hip_conflict() -> None:
     assert any("disagree" in w for w in p.warnings)
 
 
-def test_secrets_redacted() -> None:
-    p = predict(req(job_runtime_env={"env_vars": {"API_TOKEN": "s3cr3t"}})).redacted()
-    assert p.env["API_TOKEN"] == "<redacted>"  # noqa: S105 - the redaction marker, not a secret
-    assert "s3cr3t" not in str(p.to_dict())
+def test_secrets_redacted_by_what_the_value_is() -> None:
+    from rtenv_cli.core.lint.secrets import is_secret
+
+    env = {"API_TOKEN": "s3cr3tvalue", "OPENAI": "sk-" + "a1" * 12,
+           "TOKENIZERS_PARALLELISM": "false", "MAX_TOKENS": "4096", "HF_TOKEN_FILE": "/t"}
+    p = predict(req(job_runtime_env={"env_vars": env})).redacted(is_secret)
+    assert p.hidden == ("API_TOKEN", "OPENAI")
+    assert p.env["API_TOKEN"] == p.env["OPENAI"] == "<redacted>"  # noqa: S105 - the marker
+    assert "s3cr3tvalue" not in str(p.to_dict())
+    assert env["OPENAI"] not in str(p.to_dict())
+    for name in ("TOKENIZERS_PARALLELISM", "MAX_TOKENS", "HF_TOKEN_FILE"):
+        assert p.env[name] == env[name]
+        assert p.runtime_env["env_vars"][name] == env[name]  # type: ignore[index]
 
 
 def test_resource_arg_forms() -> None:

@@ -39,3 +39,25 @@ def test_uris_match_ray(tmp_path: Path) -> None:
     ours = packscan.package_uri(tmp_path, kind="py_module", excludes=["*.py"])
     assert ours == get_uri_for_directory(str(tmp_path), include_gitignore=True, excludes=["*.py"])
     assert packscan.file_uri(tmp_path / "a.py") == get_uri_for_file(str(tmp_path / "a.py"))
+
+
+def test_the_validator_s_walk_keeps_what_packaging_s_walk_keeps(tmp_path: Path) -> None:
+    """Two walks for two contracts (see packaging/walk.py): on a tree both accept, they keep
+    the same files and the same URI, under every combination of Ray's settings."""
+    from rtenv_cli.core.packaging.hashing import package_uri
+    from rtenv_cli.core.packaging.walk import scan_package
+
+    _tree(tmp_path)
+    (tmp_path / "sub" / "deep" / "e.py").parent.mkdir()
+    (tmp_path / "sub" / "deep" / "e.py").write_text("e")
+    for kind in ("working_dir", "py_module"):
+        for excludes in ((), ("*.txt",), ("sub/deep",), ("!sub/c.txt",)):
+            for env in ({}, {"RAY_RUNTIME_ENV_IGNORE_GITIGNORE": "1"},
+                        {"RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES": ""}):
+                walked = packscan.walk(tmp_path, kind, excludes, env)
+                scan = scan_package(tmp_path, kind=kind, excludes=excludes, env=env)
+                assert sorted(walked.files_only()) == sorted(e.relpath for e in scan.files()), (
+                    kind, excludes, env)
+                uri = package_uri(tmp_path, kind=kind, excludes=excludes, env=env,
+                                  use_cache=False)
+                assert packscan.directory_uri(walked) == uri, (kind, excludes, env)

@@ -149,3 +149,9 @@ def test_ray_env_cli(tmp_path: Path) -> None:
     assert "use one of shell, json, yaml" in bad.stderr
     bad_size = invoke(["ray-env", "--max-size", "lots"])
     assert bad_size.exit_code == 2
+
+
+def test_get_uris_logs_why_a_field_has_no_uri(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="rtenv.rayplugin"):
+        assert Engine().uris({"rtenv": {"pipp": ["six"]}}) == []
+    assert any("no URI" in r.getMessage() and "pipp" in r.getMessage() for r in caplog.records)

@@ -61,7 +61,8 @@ def test_push_watch_run_and_explain_read_a_json_job_spec_identically(
     assert dict(event.runtime_env) == pushed
     ran, _base = load_runtime_env(job)
     assert ran == {"working_dir": "app", "env_vars": EXPECTED_ENV_VARS}
-    preview = explain(build_request(runtime_env=job, node_env={}), gpu_map=False).preview
+    preview = explain(build_request(runtime_env=job, node_env={}), gpu_map=False,
+                      is_secret=None).preview
     assert preview.env["N"] == "1e3"
     assert preview.env["P"] == "x1e3"  # Ray's ${VAR} expansion (sorted keys: N first)
 

@@ -12,6 +12,7 @@ from typing import ClassVar
 import pytest
 
 from rtenv_cli.core.errors import PackageTooLargeError, TransportError
+from rtenv_cli.core.transport.http import Timeouts
 from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget, load_token
 
 
@@ -56,13 +57,11 @@ def dashboard() -> Iterator[str]:
         server.server_close()
 
 
-def test_exists_upload_and_retries(dashboard: str, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("time.sleep", lambda _s: None)
+def test_exists_upload_and_retries(dashboard: str, tmp_path: Path) -> None:
     zip_path = tmp_path / "p.zip"
     zip_path.write_bytes(b"z" * 1000)
     FakeDashboard.script = [(404, "no"), (503, "busy"), (502, "busy"), (200, "")]
-    t = RayDashboardTarget(dashboard)
+    t = RayDashboardTarget(dashboard, timeouts=Timeouts(backoff=0))  # retries at once
     assert t.exists("gcs://_ray_pkg_1.zip") is False
     sent: list[int] = []
     t.upload("gcs://_ray_pkg_1.zip", zip_path, on_progress=sent.append)

@@ -1,5 +1,5 @@
 """Well-known environment variable names (data for RTE136/RTE137/RTE138). Ray's own `RAY_*`
-names are generated: ray_env_names.py (scripts/gen_ray_env_names.py)."""
+names are generated: ray_env_names.json (scripts/gen_ray_env_names.py)."""
 
 from __future__ import annotations
 

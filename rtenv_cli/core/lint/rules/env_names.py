@@ -53,9 +53,9 @@ def path_overwritten(ctx: Context) -> Iterator[Diagnostic]:
 
 def _known(family: str) -> frozenset[str]:
     if family == "RAY_":
-        from rtenv_cli.core.lint.rules.ray_env_names import RAY_ENV_NAMES
+        from rtenv_cli.core.lint.rules.ray_env_names import ray_env_names
 
-        return RAY_ENV_NAMES | frozenset(DRIVER_ONLY)
+        return ray_env_names() | frozenset(DRIVER_ONLY)
     return {"NCCL_": NCCL, "CUDA_": CUDA, "WANDB_": WANDB}.get(
         family, HUGGING_FACE)
 

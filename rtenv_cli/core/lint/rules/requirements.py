@@ -106,7 +106,8 @@ def _conda_pip(ctx: Context) -> list[Requirement]:
 def installed_ray_version(ctx: Context) -> str:
     if ctx.options.ray_version:
         return ctx.options.ray_version
-    # a directory listing instead of importlib.metadata (which costs ~50 ms to import)
+    # a directory listing instead of importlib.metadata, whose import costs more
+    # (benchmarks/results/fastpaths.json: "import importlib.metadata")
     import os
     import sys
 

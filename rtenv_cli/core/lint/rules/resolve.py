@@ -53,13 +53,38 @@ def _lines(value: Any) -> list[str]:
             not p.strip().startswith("#")]
 
 
-def check_resolve(ctx: Context) -> Iterator[Diagnostic]:
-    if not ctx.options.resolve or ctx.pipeline.normalized is None:
-        return
+def _requirements(ctx: Context) -> Iterator[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    """(field, JSON path, Ray's normalized `pip`/`uv` dict) of each set of requirements: Ray's
+    own fields and rtenv's (`rtenv: {pip|uv: ...}`, built by rtenv's plugin)."""
+    from rtenv_cli.core.errors import RtenvError
+    from rtenv_cli.core.rayplugin import schema
+    from rtenv_cli.core.spec.normalize import normalize_pip, normalize_uv
+
+    normalized = ctx.pipeline.normalized or {}
     for field in ("pip", "uv"):
-        value = ctx.pipeline.normalized.get(field)
-        if not isinstance(value, dict):
-            continue
+        if isinstance(normalized.get(field), dict):
+            yield field, (field,), normalized[field]
+    value = ctx.data.get(schema.FIELD) if isinstance(ctx.data, dict) else None
+    if value is None:
+        return
+    try:
+        spec = schema.parse(value)
+        if spec.kind is None:
+            return
+        path = (schema.FIELD, spec.kind)
+        norm = normalize_pip if spec.kind == "pip" else normalize_uv
+        found = norm(spec.value, ctx.base_dir, path)
+    except (RtenvError, ValueError, TypeError):
+        return  # the rtenv field's own rule reports it
+    if found is not None:
+        yield f"{schema.FIELD}.{spec.kind}", path, found
+
+
+def check_resolve(ctx: Context) -> Iterator[Diagnostic]:
+    if not ctx.options.resolve:
+        return
+    for name, json_path, value in _requirements(ctx):
+        field = name.rpartition(".")[2]
         packages = _lines(value.get("packages") or [])
         option_key = "pip_install_options" if field == "pip" else "uv_pip_install_options"
         options = [o for o in value.get(option_key) or [] if o.startswith(("--index-url",
@@ -72,11 +97,11 @@ def check_resolve(ctx: Context) -> Iterator[Diagnostic]:
         tail = " | ".join(output.splitlines()[-4:]) or "no output"
         if any(marker in output.lower() for marker in _OFFLINE_MARKERS) or \
                 output == "uv is not installed":
-            yield ctx.diag("RTE161", f"could not check that `{field}` resolves: {tail}",
-                           (field,), hint="connect to a package index (or set UV_INDEX_URL) "
+            yield ctx.diag("RTE161", f"could not check that `{name}` resolves: {tail}",
+                           json_path, hint="connect to a package index (or set UV_INDEX_URL) "
                            "and rerun with --resolve")
         else:
-            yield ctx.diag("RTE160", f"`{field}` requirements do not resolve: {tail}", (field,),
+            yield ctx.diag("RTE160", f"`{name}` requirements do not resolve: {tail}", json_path,
                            hint="fix the conflicting pins; every node would fail the install")
 
 
