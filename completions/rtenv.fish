@@ -35,7 +35,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from validate' -l format -s f -x -a
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l show-info -l verbose -s v -d 'Also show info-level findings in text and github output (json and sarif always hold them; they never change the exit status).'
 complete -c rtenv -n '__fish_seen_subcommand_from validate' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from rules' -f
-complete -c rtenv -n '__fish_seen_subcommand_from rules' -f -a 'RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE182 RTE190 RTE191 RTE192 RTE193 RTE194'
+complete -c rtenv -n '__fish_seen_subcommand_from rules' -f -a 'RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE148 RTE149 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE183 RTE184 RTE185 RTE186 RTE190 RTE191 RTE192 RTE193 RTE194'
 complete -c rtenv -n '__fish_seen_subcommand_from rules' -l format -s f -x -a 'text json' -d 'Output format.'
 complete -c rtenv -n '__fish_seen_subcommand_from rules' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -f

@@ -83,6 +83,11 @@ class PackagingError(OperationError):
     """A package's content is wrong: unsafe archive, hash mismatch, bad manifest."""
 
 
+class PackageConflictError(PackagingError):
+    """A package name already holds other bytes: a name stands for its content, so the same
+    name with other content is refused, never replaced under the nodes that cached it."""
+
+
 class TransportError(OperationError):
     """A target (Ray dashboard, agent, shared filesystem) refused or could not be reached."""
 
@@ -145,6 +150,7 @@ TABLE: dict[type[RtenvError], Category] = {
     PayloadTooLargeError: Category("too-large", _USAGE, 413),
     OperationError: Category("failure", _FAIL, 500),
     PackagingError: Category("packaging", _FAIL, 422),
+    PackageConflictError: Category("package-conflict", _FAIL, 409),
     TransportError: Category("transport", _FAIL, 502),
     PackageTooLargeError: Category("package-too-large", _FAIL, 413),
     AuthError: Category("unauthorized", _FAIL, 401),

@@ -148,10 +148,11 @@ class _Session:
             self.target: Any = AgentTarget(req.address, token=req.token)
         else:
             from rtenv_cli.core.store.envs import Environments
+            from rtenv_cli.core.transport.http import fetch_archive
             from rtenv_cli.core.transport.local_store import LocalStoreTarget
 
             self.target = LocalStoreTarget()
-            self.client = Environments(self.target.store)
+            self.client = Environments(self.target.store, fetch=fetch_archive)
 
     def create(self, runtime_env: dict[str, Any], base_dir: Path) -> Any:
         handle = self.client.get_or_create(runtime_env, holder=self.holder, pid=os.getpid(),

@@ -23,7 +23,10 @@ GOLDEN = REPO / "tests" / "golden" / "validate"
 GOLDEN_CASES = {"examples/invalid/runtime_env.yaml": "runtime_env_yaml",
                 "examples/ci/configs/train_runtime_env.yaml": "clean_runtime_env_yaml",
                 "examples/invalid/invalid_runtime_env.json": "invalid_runtime_env_json",
-                "examples/invalid/serve_config.yaml": "serve_config_yaml"}
+                "examples/invalid/serve_config.yaml": "serve_config_yaml",
+                # issue 24: runtime_envs Serve drops and keys it ignores
+                "tests/core/lint/forms_corpus/serve_dropped_runtime_envs.yaml":
+                    "serve_dropped_runtime_envs_yaml"}
 FORMATS = {"text": "txt", "json": "json", "github": "github", "sarif": "sarif.json"}
 
 
@@ -222,11 +225,12 @@ def test_stock_training_config_passes_fail_on_warning(tmp_path: Path) -> None:
     result = run_process(["validate", "--fail-on", "warning"], cwd=str(tmp_path))
     assert result.exit_code == 0, result.stdout
     assert " warning:" not in result.stdout
-    assert result.stdout.endswith("0 invalid, 0 errors, 0 warnings (2 infos not shown: -v "
-                                  "shows them)\n")
+    # no info either: `working_dir: .` beside the project and a `.git` beside the user's own
+    # excludes are what everybody writes (issue 24: infos on nearly every file are noise)
+    assert result.stdout.endswith("0 invalid, 0 errors, 0 warnings\n")
     assert "checking 1 file found in the current directory: runtime_env.yaml" in result.stderr
     shown = run_process(["validate", "-v"], cwd=str(tmp_path))
-    assert {"RTE112", "RTE123"} <= set(re.findall(r"RTE\d+", shown.stdout))
+    assert re.findall(r"RTE\d+", shown.stdout) == []
 
 
 def test_infos_only_when_asked_in_text_and_github_always_in_json_and_sarif(

@@ -335,6 +335,20 @@ CASES: list[tuple[str, str, str | bytes]] = [
                                   "    - pip: ['ray[tune]==2.38.0', sklearn]\n"),
     ("uri_with_password", "yaml", "working_dir: 'https://u:p4ssw0rd@example.com/app.zip'\n"),
     ("path_overwritten", "yaml", "env_vars: {PATH: /opt/bin, LD_LIBRARY_PATH: /opt/lib}\n"),
+    # -- issue 24: broken shapes and the files behind its false alarms and misses --------------
+    ("glued_colon", "yaml", "working_dir:/path/to/proj\n"),
+    ("serve_apps_without_key", "yaml", "- name: app\n  import_path: main:app\n"),
+    ("set_literal_doc", "yaml", '{"torch", "numpy"}\n'),
+    ("set_literal_pip", "yaml", 'pip: {"torch", "numpy"}\n'),
+    ("excludes_only", "yaml", "excludes: [outputs/, '*.ckpt']\n"),
+    ("pip_requirements_file_options", "yaml", "pip: ['--extra-index-url https://x/simple', "
+                                              "'-r https://x/r.txt', requests]\n"),
+    ("pip_same_version_other_extras", "yaml", "pip: ['pkg[a]==1.0', 'pkg[b]==1.0']\n"),
+    ("placeholder_key", "yaml", "env_vars: {OPENAI_API_KEY: your key, HF_TOKEN: '<token>'}\n"),
+    ("ray_pin_older", "yaml", "pip: ['ray[default]==2.9.3', pandas]\n"),
+    ("misspelt_rtenv", "yaml", "rtnev: {pip: [six]}\n"),
+    ("stray_quote", "yaml", "pip: ['git+https://github.com/me/tool.git#egg=tool\"']\n"),
+    ("pip_installs_own_project", "yaml", "working_dir: proj\npip: ['-e .', requests]\n"),
     ("everything", "yaml", "working_dir: proj\npy_modules: [proj2/lib]\nexcludes: ['*.txt']\n"
                            "pip: [requests]\nenv_vars: {A: '1'}\nconfig: {eager_install: false}\n"
                            "worker_process_setup_hook: m.f\n"),

@@ -234,12 +234,11 @@ def test_non_json_from_an_agent_on_push_once(serve: Callable[..., FakeServer],
     assert "internal error" not in res.stderr.lower()
 
 
-def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path) -> None:
-    size = 50 * 2**20
-    sent: list[int] = []
-
+def _flood(size: int, sent: list[int], status: int = 500) -> Handler:
+    """A reply of `size` bytes streamed as fast as the socket takes it (counted as it goes)."""
     def handler(c: Conn) -> None:
-        c.send(f"HTTP/1.1 500 Boom\r\nContent-Length: {size}\r\n\r\n".encode())
+        c.send(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {size}\r\n\r\n".encode())
         block, n = b"E" * 65536, 0
         try:
             while n < size:
@@ -248,7 +247,13 @@ def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path
         finally:
             sent.append(n)
 
-    server = serve(handler, agent=False)
+    return handler
+
+
+def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path) -> None:
+    size = 50 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent), agent=False)
     err, _ = bounded(lambda: RayDashboardTarget(server.url).upload(URI, pkg))
     assert "HTTP 500" in err.message
     assert len(err.message) < 1000
@@ -298,3 +303,122 @@ def test_an_environment_build_may_take_longer_than_the_read_timeout(
 
     server = serve(handler)
     assert AgentClient(server.url).get_or_create({}, holder="h").key == "k"
+
+
+# -- issue 22 M7: every request through the one client, the address probe included ------------
+@pytest.mark.parametrize("status", [500, 200])
+def test_a_huge_reply_is_cut_on_every_call_of_a_push(serve: Callable[..., FakeServer],
+                                                     src: Path, status: int) -> None:
+    """A target answering every call (the address probe first) with 300 MB: each reply is
+    read to its cap and the connection dropped, none to its end."""
+    size = 300 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent, status), agent=False)
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert server.url in res.stderr
+    assert "internal error" not in res.stderr.lower()
+    wait_until = time.monotonic() + BOUND
+    while len(sent) < len(server.calls) and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    assert ("GET", "/api/agent") in server.calls
+    assert len(sent) == len(server.calls)
+    assert max(sent) < size, "a reply was read to its end"
+
+
+def test_a_trickled_probe_reply_ends_at_the_deadline(serve: Callable[..., FakeServer],
+                                                     src: Path) -> None:
+    """`GET /api/agent` answered a byte at a time, each within the read timeout: the probe
+    gives up at its deadline (the test's is 3 s) with an error naming the target."""
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 100000\r\n\r\n")
+        for _ in range(120):  # at most a minute: the old probe read it all, then went on
+            if c.stop.wait(0.5):
+                return
+            c.send(b" ")
+
+    server = serve(handler, agent=False)
+    res = run_cli(["push", "--once", str(src), "--to", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert f"the server at {server.url} was still sending its reply to GET /api/agent" \
+        in res.stderr
+    assert "ran out (deadline)" in res.stderr
+    assert server.calls == [("GET", "/api/agent")]  # nothing after a failed probe
+
+
+NOT_AGENTS = {
+    "empty object": (200, b"{}", "application/json"),  # the red team's squatter
+    "wrong types": (200, b'{"entries": [{"kind": 5}]}', "application/json"),
+    "a web page": (404, b"<html>not found</html>", "text/html"),
+    "other JSON error": (500, b'{"detail": "boom"}', "application/json"),
+}
+
+
+@pytest.mark.parametrize("reply", NOT_AGENTS.values(), ids=NOT_AGENTS.keys())
+def test_cache_ls_against_a_server_that_is_not_an_agent(serve: Callable[..., FakeServer],
+                                                        reply: tuple[int, bytes, str]) -> None:
+    status, body, ctype = reply
+    server = serve(lambda c: c.reply(status, body, ctype), agent=False)
+    res = run_cli(["cache", "ls", "--agent", server.url])
+    assert res.exit_code == 1, res.stderr
+    assert f"{server.url} does not answer as an rtenv agent (GET /api/cache" in res.stderr
+    assert "hint:" in res.stderr
+    assert "internal error" not in res.stderr.lower()
+
+
+def test_every_agent_reply_is_checked_before_use(serve: Callable[..., FakeServer]) -> None:
+    server = serve(lambda c: c.reply(200, b'{"key": "k"}'), agent=False)
+    client = AgentClient(server.url)
+    calls: list[Callable[[], object]] = [
+        lambda: client.get_or_create({}, holder="h"), client.info, client.cache,
+        lambda: client.release("k", "h"), lambda: client.gc(dry_run=True),
+        lambda: AgentTarget(server.url).missing_blobs({"uri": URI}),
+        lambda: AgentTarget(server.url).commit_manifest({"uri": 5})]
+    for call in calls:
+        err, _ = bounded(call)
+        assert "does not answer as an rtenv agent" in err.message, err.message
+
+
+# -- the agent's download of a client's http(s) archive: the same client, the same bounds -----
+def test_a_download_is_capped_and_cut(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
+    size = 300 * 2**20
+    sent: list[int] = []
+    server = serve(_flood(size, sent, 200), agent=False)
+    dest = tmp_path / "x.zip"
+    err, _ = bounded(lambda: http.download(f"{server.url}/x.zip", dest, limit=2**20))
+    assert f"the server at {server.url} answered GET /x.zip with more than 1048576 bytes" \
+        in err.message
+    assert dest.stat().st_size <= 2**20
+    wait_until = time.monotonic() + BOUND
+    while not sent and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    assert sent
+    assert sent[0] < size
+
+
+def test_a_trickled_download_ends_at_its_deadline(serve: Callable[..., FakeServer],
+                                                  tmp_path: Path) -> None:
+    def handler(c: Conn) -> None:
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(120):
+            if c.stop.wait(0.5):
+                return
+            c.send(b"P")
+
+    server = serve(handler, agent=False)
+    err, _ = bounded(lambda: http.download(f"{server.url}/x.zip", tmp_path / "x.zip",
+                                           limit=1024))
+    assert "ran out (deadline)" in err.message
+
+
+def test_a_download_gets_the_bytes_or_names_the_status(serve: Callable[..., FakeServer],
+                                                       tmp_path: Path) -> None:
+    server = serve(lambda c: c.reply(200, b"PK-archive", "application/zip")
+                   if c.path == "/ok.zip" else c.reply(404, b"no such file", "text/plain"),
+                   agent=False)
+    http.download(f"{server.url}/ok.zip", tmp_path / "ok.zip", limit=1024)
+    assert (tmp_path / "ok.zip").read_bytes() == b"PK-archive"
+    err, _ = bounded(lambda: http.download(f"{server.url}/gone.zip", tmp_path / "g.zip",
+                                           limit=1024))
+    assert f"{server.url}/gone.zip: HTTP 404 no such file" in err.message

@@ -104,6 +104,41 @@ ABUSE: list[tuple[str, str, Any, int]] = [
 ]
 
 
+# Every wrongly typed field of `pip`, `uv` and `conda` (issue 22 M6): Ray's parser refuses each
+# (or, for a pip requirement that is not a string, `pip install` would), so the agent answers a
+# 4xx naming the field, never a 500. None of these is valid: nothing is built.
+_WRONG = {
+    "packages": [5, 1.5, True, None, {"a": 1}, [5], [None], [["six"]], [{"a": 1}]],
+    "check": [5, 1.5, "yes", None, [True], {"a": 1}],
+    "version": [5, 1.5, True, None, ["1"], {"a": 1}],
+    "install_options": [5, 1.5, True, "-x", None, {"a": 1}, [5], [None], [["-x"]], [True]],
+}
+_KEYS = {"pip": {"packages": "packages", "check": "pip_check", "version": "pip_version",
+                 "install_options": "pip_install_options"},
+         "uv": {"packages": "packages", "check": "uv_check", "version": "uv_version",
+                "install_options": "uv_pip_install_options"}}
+WRONG_TYPES: list[tuple[dict[str, Any], str]] = [
+    *[({kind: {"packages": ["six"], key: value} if field != "packages" else {key: value}},
+       key) for kind, keys in _KEYS.items() for field, key in keys.items()
+      for value in _WRONG[field]],
+    *[({kind: value}, kind) for kind in ("pip", "uv")
+      for value in (5, 1.5, True, False, 0, {}, [5], [None], [["six"]], {"packages": ["six"],
+                                                                            "other": 1})],
+    *[({"conda": value}, "conda") for value in (5, 1.5, True, False, [1], ["x"])],
+]
+
+
+@pytest.mark.parametrize(("runtime_env", "field"), WRONG_TYPES,
+                         ids=[json.dumps(r)[:60] for r, _f in WRONG_TYPES])
+def test_a_wrongly_typed_requirement_field_is_a_4xx_naming_it(
+        agent: AgentProc, runtime_env: dict[str, Any], field: str) -> None:
+    for _ in range(2):  # the second time through the agent's memo of checked requests
+        resp = _send(agent, "POST", "/api/envs", _env(runtime_env=runtime_env))
+        assert resp.status_code in (400, 422), resp.text[:500]
+        err = resp.json()["error"]
+        assert field in err["message"] or field in (err.get("json_path") or []), err
+
+
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProc]:
     with agent_process(tmp_path_factory.mktemp("security") / "store") as proc:

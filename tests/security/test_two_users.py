@@ -185,8 +185,10 @@ def test_no_command_sends_the_token_to_another_users_listener(
 
 def test_a_given_token_goes_where_it_is_told(squatter: Squatter) -> None:
     """An explicit token (--token, RTENV_AGENT_TOKEN) is the user's choice: no owner check, so
-    a shared agent run by a service account stays usable."""
-    AgentClient(f"http://127.0.0.1:{squatter.port}", "given-token").info()
+    a shared agent run by a service account stays usable. (The squatter answers `{}`: not an
+    agent's reply, which the client says.)"""
+    with pytest.raises(TransportError, match="does not answer as an rtenv agent"):
+        AgentClient(f"http://127.0.0.1:{squatter.port}", "given-token").info()
     assert squatter.sent_authorization()
 
 

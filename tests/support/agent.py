@@ -32,11 +32,13 @@ class AgentProc:
 
 @contextmanager
 def agent_process(root: Path, *extra: str, token: str | None = None,
-                  host: str = "127.0.0.1", user_token: bool = False) -> Iterator[AgentProc]:
+                  host: str = "127.0.0.1", user_token: bool = False,
+                  port: int | None = None) -> Iterator[AgentProc]:
     """The agent on `root`. Without `token`, it serves with `--no-token` (the tests' raw
     requests send none), unless `user_token`: then it runs as `rtenv agent` does by default,
-    with this user's token file (RTENV_HOME/agent-token), whose token AgentProc.token holds."""
-    port = free_port()
+    with this user's token file (RTENV_HOME/agent-token), whose token AgentProc.token holds.
+    `port`: the one to listen on (a restarted agent's), else a free one."""
+    port = port or free_port()
     env = dict(os.environ)
     env.pop("RTENV_AGENT_TOKEN", None)
     args = [sys.executable, "-m", "rtenv_cli", "agent", "--host", host, "--port", str(port),

@@ -40,10 +40,11 @@ _log = logging.getLogger("rtenv.agent")
 def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
     from rtenv_cli.core.cache import gc as cache_gc
     from rtenv_cli.core.store.envs import Environments
+    from rtenv_cli.core.transport import http
 
     store = store or Store(config.root)
     store.index.checkpoint_in_background()
-    state = AgentState(config, store, Environments(store),
+    state = AgentState(config, store, Environments(store, fetch=http.fetch_archive),
                        cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s))
     return AgentApp(starlette_app(state), state)
 

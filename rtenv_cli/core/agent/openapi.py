@@ -61,11 +61,13 @@ SCHEMA: dict[str, Any] = {
             "put": {"summary": "Upload a package; verified against its Ray hash",
                     "description": "X-Rtenv-Hashed-Dirs (a JSON list of relpaths) names what "
                     "Ray hashed but its zip cannot show (folders whose files were all "
-                    "excluded); without it such a package is refused (422)",
+                    "excluded); without it such a package is refused (422). A name the "
+                    "agent holds answers 200 to the same content again, 409 to other content",
                     "parameters": [{"name": "X-Rtenv-Hashed-Dirs", "in": "header",
                                     "required": False, "schema": {"type": "string"}}],
                     "requestBody": _RAW_BODY,
-                    "responses": {"200": {"description": "stored"}, **_ERRORS}},
+                    "responses": {"200": {"description": "stored"}, **_ERRORS,
+                                  "409": _json(_ERR, "the name holds other content")}},
         },
         "/api/manifests": {"post": {
             "summary": "Which blobs of a manifest the agent lacks", "requestBody": _MANIFEST_BODY,

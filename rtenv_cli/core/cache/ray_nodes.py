@@ -262,14 +262,15 @@ def _join(node: dict[str, Any]) -> dict[str, Any]:
 def _reported(address: str) -> int | None:
     if not address.startswith(("http://", "https://")):
         return None
-    import requests
+    from rtenv_cli.core.transport.http import HttpClient
 
+    client = HttpClient(address, "Ray dashboard")
+    client.headers.update(_auth_headers())
     try:
-        resp = requests.get(f"{address.rstrip('/')}/api/v0/runtime_envs",
-                            params={"detail": "1", "limit": "10000"}, timeout=30,
-                            headers=_auth_headers())
+        resp = client.request("GET", "/api/v0/runtime_envs", idempotent=True,
+                              params={"detail": "1", "limit": "10000"})
         return int(resp.json()["data"]["result"]["total"])
-    except (requests.RequestException, ValueError, KeyError, TypeError):
+    except (TransportError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -166,6 +166,36 @@ def expects_string(path: Sequence[Any]) -> bool:
     return False
 
 
+def set_literal_hint(raw: str | None, value: Any) -> str | None:
+    """`{"torch", "numpy"}`: YAML's flow mapping of keys without values (a Python set literal,
+    most likely), with the list meant."""
+    if not isinstance(value, dict) or not value or any(v is not None for v in value.values()) \
+            or raw is None or not raw.lstrip().startswith("{") or ":" in raw:
+        return None
+    items = ", ".join(str(k) for k in value)
+    return (f"YAML reads `{raw.strip()}` as a mapping of keys without values, not a set: "
+            f"write a list, `[{items}]`")
+
+
+def shape_hint(data: Any) -> str:
+    """What the user meant by a document that is no mapping (Ray: `'<type>' object has no
+    attribute 'get'`)."""
+    import re
+
+    if isinstance(data, str):
+        glued = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*):(\S.*)$", data)
+        if glued:
+            return (f"YAML reads the line as one string: put a space after the colon "
+                    f"(`{glued.group(1)}: {glued.group(2)}`)")
+    if isinstance(data, list) and data and all(isinstance(a, dict) and "import_path" in a
+                                               for a in data):
+        return ("this is a list of Serve applications: put `applications:` above it and "
+                "indent the items (`serve deploy` reads that key)")
+    if isinstance(data, list) and data and all(isinstance(a, str) for a in data):
+        return "a list of packages goes under a field: `pip: [...]`"
+    return "a runtime_env file must hold a mapping of fields"
+
+
 def coercion_hint(raw: str | None, value: Any) -> str | None:
     """Why YAML 1.1 made `raw` a non-string, and the quoted fix."""
     if raw is None or not raw or raw[0] in "\"'[{|>&*!":

@@ -17,6 +17,7 @@ from rtenv_cli.core.lint.context import (
     ValidateOptions,
     coercion_hint,
     expects_string,
+    set_literal_hint,
 )
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
@@ -45,14 +46,19 @@ class FileReport:
     source: str | None = field(default=None, repr=False, compare=False)
     # env_vars secret values: the renderer hides them in source excerpts too
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    # which check decided a Serve config: Serve's own schema, or rtenv's table (serve_schema.py)
+    serve_check: str | None = None
 
     def count(self, severity: Severity) -> int:
         return sum(1 for d in self.diagnostics if d.severity == severity)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "valid": self.valid,
-                "diagnostics": [d.to_dict() for d in self.diagnostics],
-                "normalized": self.normalized, "notes": list(self.notes)}
+        out = {"path": self.path, "kind": self.kind, "valid": self.valid,
+               "diagnostics": [d.to_dict() for d in self.diagnostics],
+               "normalized": self.normalized, "notes": list(self.notes)}
+        if self.serve_check is not None:
+            out["serve_check"] = self.serve_check
+        return out
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,13 @@ def _ray_diagnostics(ctx: Context, result: PipelineResult) -> list[Diagnostic]:
         value = _lookup(ctx.data, rel)
         if value is not _MISSING and expects_string(rel):
             hint = coercion_hint(ctx.raw(rel), value) or hint
+        for depth in (len(rel), len(rel) - 1):  # the value, or the mapping holding the key
+            holder = _lookup(ctx.data, rel[:depth]) if depth > 0 else _MISSING
+            literal = set_literal_hint(ctx.raw(rel[:depth]), holder) \
+                if holder is not _MISSING else None
+            if literal:
+                hint = literal
+                break
         if hint is None and "can only have these fields" in exc.message and rel:
             hint = _subkey_hint(rel)
         if hint is None:
@@ -205,11 +218,15 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
     file_dir = None if path == "-" else Path(path).resolve().parent
     kind = form.kind
     diags: list[Diagnostic] = sites.form_findings(form)
+    notes: list[str] = list(form.notes)
+    serve_check = None
     if form.serve_configs:  # Serve's schema (pydantic, Ray) only for Serve configs
         from rtenv_cli.core.lint import serve_schema
 
-        diags += serve_schema.check(form.serve_configs, form.sites, doc.positions)
-    notes: list[str] = list(form.notes)
+        found, serve_check, note = serve_schema.check(form.serve_configs, form.sites,
+                                                      doc.positions)
+        diags += found
+        notes.extend([note] if note else [])
     normalized: dict[str, Any] = {}
     valid = not any(d.ray_error for d in diags)
 
@@ -242,7 +259,8 @@ def _finish(path: str, doc: LoadedDoc, options: ValidateOptions, run: RunCache |
                          hint=scrub(d.hint, secrets) if d.hint else d.hint) for d in diags]
     final = normalized.get(".") if kind in ("runtime_env", "wrapped") else normalized
     return _as_template(FileReport(path, valid, tuple(diags), final if valid else None,
-                                   tuple(notes), kind, doc.text, frozenset(secrets)), None)
+                                   tuple(notes), kind, doc.text, frozenset(secrets),
+                                   serve_check), None)
 
 
 def _as_template(report: FileReport, parse_error: str | None) -> FileReport:

@@ -10,6 +10,7 @@ bounded on huge trees (WALK_LIMIT).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,39 @@ def cached_walk(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str
     if key not in cache:
         cache[key] = walk(root, kind, excludes, env)
     return cache[key]
+
+
+# a string literal handed to a call, `open("sft_config.yaml")`, `Path('data/labels.csv')`,
+# `pd.read_csv("x.csv")`: what code opens by name (a cheap scan of the text, not a parse)
+_OPENED = re.compile(r"""[\w.]\(\s*(?:[A-Za-z_]\w*\s*=\s*)?[rRbBuU]?(["'])([^"'\n\\]{1,300})\1""")
+SCAN_BYTES = 8 * 1024 * 1024  # Python text read per package when looking for opened names
+
+
+def opened_names(root: Path, sources: Sequence[str], wanted: set[str]
+                 ) -> dict[str, tuple[str, int]]:
+    """Which of `wanted` (relative paths or file names) the Python files `sources` (relative to
+    `root`) pass to a call as a string literal: {name: (source file, line)}. Bounded to
+    SCAN_BYTES of text; a file is only searched for literals when it holds a wanted name."""
+    found: dict[str, tuple[str, int]] = {}
+    budget = SCAN_BYTES
+    for rel in sources:
+        if budget <= 0 or len(found) == len(wanted):
+            break
+        try:
+            with (root / rel).open("rb") as fh:
+                raw = fh.read(min(budget, SCAN_BYTES // 8))
+        except OSError:
+            continue
+        budget -= len(raw)
+        text = raw.decode("utf-8", "replace")
+        if not any(name.rpartition("/")[2] in text for name in wanted):
+            continue
+        for match in _OPENED.finditer(text):
+            literal = match.group(2).strip().removeprefix("./")
+            for name in (literal, literal.rpartition("/")[2]):
+                if name in wanted and name not in found:
+                    found[name] = (rel, text.count("\n", 0, match.start()) + 1)
+    return found
 
 
 def package_uri(source: Path, *, kind: str, excludes: Sequence[str] = (),

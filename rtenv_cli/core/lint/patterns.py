@@ -120,7 +120,8 @@ def _impossible_segments(text: str) -> Dead | None:
                     "each package root)")
     if parts and parts[0] == "." and len(parts) > 1:
         rest = "/".join(p for p in parts[1:] if p not in ("", "."))
-        return Dead("Ray matches paths like `outputs/x`, never `./outputs/x`",
+        return Dead(f"Ray matches paths relative to the package root, like `{rest}`, never "
+                    f"`{text}`",
                     "/" + rest + ("/" if trailing else ""))
     if "." in parts or "" in parts:
         rest = "/".join(p for p in parts if p not in ("", "."))

@@ -84,9 +84,10 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     if not data:  # `runtime_env or {}`: empty file, comments only, false, [], 0, ""
         data = {}
     if not isinstance(data, dict):
+        from rtenv_cli.core.lint.context import shape_hint
+
         result.errors.append(_e(f"'{type(data).__name__}' object has no attribute 'get'",
-                                prefix, "AttributeError", "shape",
-                                hint="a runtime_env file must hold a mapping of fields"))
+                                prefix, "AttributeError", "shape", hint=shape_hint(data)))
         return result
     import copy
 

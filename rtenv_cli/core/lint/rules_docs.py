@@ -134,10 +134,13 @@ _TABLE: tuple[Rule, ...] = (
          "Flags `~` in working_dir, py_modules, requirement and conda paths.",
          "Ray never expands `~`: it is a directory literally named `~`.",
          "pip: ~/requirements.txt\n", "pip: /home/me/requirements.txt\n"),
-    Rule("RTE112", "uploads-cwd", INFO, "working_dir is the current directory",
-         "Notes `working_dir: \"\"` or `.`, which package whatever directory you run from.",
+    Rule("RTE112", "uploads-cwd", INFO, "working_dir `.` packages another directory than the "
+         "file's",
+         "Notes `working_dir: \"\"` or `.` when the command runs from another directory than "
+         "the file's, or from $HOME or `/`; beside the project it is the usual way and stays "
+         "silent.",
          "The package depends on where the command runs; from $HOME it can be huge.",
-         "working_dir: \"\"\n", "working_dir: ./my_project\n"),
+         "working_dir: \"\"  # validated from $HOME\n", "working_dir: ./my_project\n"),
     # -- excludes and ignore files -------------------------------------------------------------
     Rule("RTE120", "excludes-everything", W, "excludes leave nothing to upload",
          "Packs the local working_dir/py_modules with Ray's exclude rules and reports when the "
@@ -155,7 +158,9 @@ _TABLE: tuple[Rule, ...] = (
          "the hint names that file and line and gives the exact line to add.",
          "# .gitignore\nlib/\n", "# .gitignore\nlib/\n!/lib/m.py\n"),
     Rule("RTE122", "excludes-never-match", W, "an excludes pattern that can never match",
-         "Flags `excludes` without any local working_dir/py_modules, and patterns no path "
+         "Flags `excludes` beside a working_dir that is no local directory (a file without "
+         "working_dir may be for `ray job submit --working-dir DIR`: not flagged), and patterns "
+         "no path "
          "inside a package can match: absolute paths, `./` or `~/` prefixes, `..`, `//`, "
          "backslash separators, an extension written as a name (`.log` for `*.log`) or a dot "
          "added to a folder name (`/.node_modules/`); the hint gives the pattern that works. "
@@ -164,13 +169,14 @@ _TABLE: tuple[Rule, ...] = (
          "uploaded anyway.",
          "working_dir: .\nexcludes: [/home/me/proj/data/, \".log\"]\n",
          "working_dir: .\nexcludes: [/data/, \"*.log\"]\n"),
-    Rule("RTE123", "excludes-redundant-default", INFO, "an excludes pattern Ray's defaults cover",
-         "Notes patterns that only match what Ray's default excludes (.git, .venv, venv, "
-         "__pycache__; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES) already drop from every "
-         "working_dir.",
+    Rule("RTE123", "excludes-redundant-default", INFO, "an excludes list Ray's defaults cover",
+         "Notes, once, an excludes list whose every pattern only matches what Ray's default "
+         "excludes (.git, .venv, venv, __pycache__; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES) "
+         "already drop from every working_dir. A default repeated beside patterns of your own "
+         "is common and harmless: not reported.",
          "Harmless, but the list reads as if those folders were uploaded without it.",
-         "working_dir: .\nexcludes: [.git, \"**/__pycache__\", outputs/]\n",
-         "working_dir: .\nexcludes: [outputs/]\n"),
+         "working_dir: .\nexcludes: [.git, \"**/__pycache__\"]\n",
+         "working_dir: .\n"),
     # -- env_vars ----------------------------------------------------------------------------------
     Rule("RTE130", "overridden-visibility-var", W, "an accelerator visibility variable Ray sets",
          "Flags CUDA_VISIBLE_DEVICES and the other accelerator visibility variables.",
@@ -193,7 +199,8 @@ _TABLE: tuple[Rule, ...] = (
          "Flags env_vars whose value has a known credential shape (hf_, sk-, ghp_, AKIA, xox*-, "
          "JWTs, private keys, URLs with a password), or whose name says token, key, secret or "
          "password while the value looks like one: not a boolean, number, path, plain URL, "
-         "${VAR} reference or placeholder, and for tokens and keys long and random enough. "
+         "${VAR} reference or placeholder (`your key`, `<token>`, `xxxx`, `changeme`, even in a "
+         "credential's shape: `hf_xxxx`), and for tokens and keys long and random enough. "
          "Well-known settings such as TOKENIZERS_PARALLELISM or *_TOKEN_LIMIT are no secrets. "
          "Shown redacted.",
          "runtime_envs are stored in the GCS, shown in the dashboard and in job logs.",
@@ -213,21 +220,28 @@ _TABLE: tuple[Rule, ...] = (
          "env_vars:\n  \"A=B\": x\n", "env_vars:\n  A: B=x\n"),
     # -- requirements ------------------------------------------------------------------------------
     Rule("RTE140", "ray-version-pin", W, "`ray` itself in pip/uv requirements",
-         "Flags `ray` in pip/uv requirements, an error when pinned to another version than the "
-         "installed one.",
-         "The node refuses to change Ray's version ('Changing the ray version is not allowed'), "
-         "after a full install.",
+         "Flags `ray` in pip/uv requirements and, when it pins another version than the "
+         "cluster's (the installed Ray, or --ray-version), says what happens on the cluster. "
+         "A warning: Ray accepts the file at submit.",
+         "Each node installs the pinned Ray into the job's environment, then refuses to change "
+         "Ray's version ('Changing the ray version is not allowed'): runtime_env setup fails "
+         "for every worker, after a full install.",
          "pip: [\"ray[data]==2.9.0\", pandas]\n", "pip: [pandas]\n"),
     Rule("RTE141", "duplicate-requirement", W, "the same package listed twice",
-         "Flags a package listed more than once (with the same or different specifiers).",
+         "Flags a package listed more than once (with the same or different specifiers). The "
+         "same version with other extras (`pkg[a]==1.0`, `pkg[b]==1.0`) is no conflict: pip "
+         "merges the extras.",
          "Ray only drops exact duplicates; conflicting pins fail on every node at install time.",
          "pip: [\"numpy==1.26\", \"numpy>=2\"]\n", "pip: [\"numpy>=2\"]\n"),
     Rule("RTE142", "pip-option-as-package", W, "a pip option written as a package",
-         "Flags requirements starting with `-` (e.g. `--index-url ...`) in the packages list.",
-         "They end up in the generated requirements file in list order; put options in "
-         "pip_install_options / uv_pip_install_options.",
-         "pip: [\"--index-url https://x/simple\", torch]\n",
-         "pip:\n  packages: [torch]\n  pip_install_options: [--index-url, https://x/simple]\n"),
+         "Flags pip options in the packages list that a requirements file cannot hold "
+         "(`--no-deps`, `--upgrade`), and `-r`/`-c` with a local file. Options pip reads in a "
+         "requirements file (`--extra-index-url URL`, `--find-links`, `-r https://...`) are "
+         "fine: Ray writes the list to one.",
+         "pip refuses the generated requirements file on every node; a local `-r` file is "
+         "looked for on the node, where it does not exist.",
+         "pip: [\"--no-deps\", torch]\n",
+         "pip:\n  packages: [torch]\n  pip_install_options: [--no-deps]\n"),
     Rule("RTE143", "git-requirement", W, "a git+ requirement",
          "Flags `git+` URLs in requirements.",
          "Every node needs git and network access to the repository, and the install is not "
@@ -247,6 +261,20 @@ _TABLE: tuple[Rule, ...] = (
          "Ray installs `pip<pip_version>`: `23.3` becomes `pip23.3`, an invalid requirement.",
          "pip:\n  packages: [x]\n  pip_version: \"23.3\"\n",
          "pip:\n  packages: [x]\n  pip_version: \"==23.3\"\n"),
+    Rule("RTE148", "installs-own-project", W, "a pip entry that installs the working_dir's "
+         "own project",
+         "Flags `-e .` / `.` in pip/uv requirements, and the project name of the local "
+         "working_dir's pyproject.toml.",
+         "The node runs pip in an empty directory of its own: `-e .` fails there. The project's "
+         "name fetches another copy from the index (another version, or none), while the "
+         "working_dir is already on every worker's sys.path.",
+         "working_dir: .\npip: [\"-e .\", numpy]\n", "working_dir: .\npip: [numpy]\n"),
+    Rule("RTE149", "stray-quote", W, "a quote inside a requirement",
+         "Flags a requirement whose name, version or URL holds a quote (`...#egg=tool\"`); "
+         "quotes in environment markers (`; python_version < \"3.12\"`) are fine.",
+         "pip reads the quote as part of the requirement and the install fails on every node.",
+         "pip: ['git+https://github.com/me/tool.git#egg=tool\"']\n",
+         "pip: ['git+https://github.com/me/tool.git#egg=tool']\n"),
     # -- size -----------------------------------------------------------------------------------
     Rule("RTE150", "package-too-large", E, "a local package over the upload limit",
          "Sums what Ray would package (its exclude rules) against the 100 MiB job-submit limit "
@@ -300,7 +328,9 @@ _TABLE: tuple[Rule, ...] = (
          "Flags excludes patterns with a wildcard meant for other files (`**/*log*`, `*tmp*`) "
          "that also drop .py files, and names the modules that will be missing. Patterns that "
          "name Python (`*.py`) or a folder left out on purpose (`tests/`, `docs/`) are not "
-         "reported.",
+         "reported. Any pattern that drops a file the packaged code opens by name (a string "
+         "literal passed to a call: `open(\"sft_config.yaml\")`, `Path(\"data/x.csv\")`) is "
+         "reported too.",
          "Ray leaves out every path a pattern matches, directories included: `**/*log*` "
          "drops `pkg/utils/logger/` with the log files, and `import pkg.utils.logger` fails on "
          "every worker.",
@@ -357,7 +387,9 @@ _TABLE: tuple[Rule, ...] = (
     Rule("RTE180", "serve-schema", E, "Ray Serve's schema refuses the Serve config",
          "Validates Serve configs (`serve deploy` files, KubeRay's serveConfigV2) with Ray "
          "Serve's own schema, `ray.serve.schema.ServeDeploySchema`, imported only when a Serve "
-         "config is seen.",
+         "config is seen. Without Ray Serve installed, rtenv's table of Serve's structure checks "
+         "what it can (required keys, list and mapping shapes, import paths, unique "
+         "application names); the file's note says which of the two ran.",
          "`serve deploy`, `serve run` and KubeRay refuse the whole config: nothing is "
          "deployed.",
          "applications:\n  - name: app\n    import_path: app\n",
@@ -372,13 +404,45 @@ _TABLE: tuple[Rule, ...] = (
          "    runtime_env: {working_dir: .}\n",
          "applications:\n  - name: app\n    import_path: main:app\n"
          "    runtime_env: {working_dir: \"s3://bucket/app.zip\"}\n", ray=True),
-    Rule("RTE182", "serve-schema-unavailable", INFO, "Ray Serve's schema could not be imported",
-         "Says that a Serve config was checked without Ray Serve's schema (no Ray installed "
-         "here): only Serve's rule for working_dir/py_modules URIs (RTE181) was applied.",
-         "Other mistakes in the Serve config (import_path, duplicate names, options) are not "
-         "found until `serve deploy`.",
-         "applications: [{import_path: main:app}]\n",
-         "# pip install 'ray[serve]' (the cluster's version)\n"),
+    Rule("RTE183", "serve-runtime-env-dropped", W, "a runtime_env where Serve drops it",
+         "Flags a deployment's `runtime_env` written beside `ray_actor_options` instead of "
+         "inside it, and a `runtime_env` at the top of a Serve config.",
+         "Serve reads runtime_envs per application and in each deployment's "
+         "`ray_actor_options` only; its schema ignores the others without a word, and the "
+         "replicas run without those packages and variables.",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        runtime_env: {pip: [torch]}\n",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        ray_actor_options:\n          runtime_env: {pip: [torch]}\n"),
+    Rule("RTE184", "serve-unknown-key", W, "a key Serve does not know at its level",
+         "Compares the keys of a Serve config, each application, deployment, "
+         "`ray_actor_options`, `http_options` and `grpc_options` with Ray Serve 2.60's schema "
+         "and suggests the key meant.",
+         "Serve's schema ignores unknown keys: `num_replica:` or `autoscaling:` silently keeps "
+         "the default.",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        num_replica: 4\n",
+         "applications:\n  - import_path: main:app\n    deployments:\n      - name: Model\n"
+         "        num_replicas: 4\n"),
+    Rule("RTE185", "serve-single-app-format", E, "the single-application Serve config of old "
+         "`serve build`",
+         "Recognises a Serve config with `import_path` (and `deployments`, `host`, `port`, "
+         "`runtime_env`) at the top and no `applications:`, checks its application, and says "
+         "that Serve 2.60 refuses the file.",
+         "`serve deploy` and KubeRay's serveConfigV2 require `applications`: the whole config is "
+         "refused.",
+         "import_path: main:app\nhost: 0.0.0.0\nport: 8000\n",
+         "http_options: {host: 0.0.0.0, port: 8000}\napplications:\n  - name: app\n"
+         "    import_path: main:app\n", ray=True),
+    Rule("RTE186", "kuberay-field-shape", E, "a KubeRay field of the wrong shape",
+         "Flags a RayJob's (or a RayCronJob's jobTemplate's) `spec.runtimeEnv` written as a "
+         "mapping.",
+         "KubeRay's RayJob (ray.io/v1) takes the runtime_env as `runtimeEnvYAML`, a YAML string; "
+         "`runtimeEnv` was a base64 string in ray.io/v1alpha1. The API server refuses a "
+         "mapping there.",
+         "spec:\n  entrypoint: python main.py\n  runtimeEnv:\n    envVars: {A: \"1\"}\n",
+         "spec:\n  entrypoint: python main.py\n  runtimeEnvYAML: |\n    env_vars:\n"
+         "      A: \"1\"\n", ray=True),
 )
 RULES: tuple[Rule, ...] = tuple(sorted(_TABLE, key=lambda rule: rule.code))
 

@@ -10,7 +10,8 @@
    `TOKENIZERS_PARALLELISM`, `HF_TOKEN_FILE`, `KEY_PREFIX`, `AUTH_TYPE` ...).
 3. And the value must look like one: not a boolean, a number, a path, a URL without a password,
    a `$VAR`/`${VAR}` reference (what the hint recommends), a placeholder (`<token>`, `xxx`,
-   `changeme`) or shorter than 4 characters. For passwords and secrets that is enough; a token
+   `changeme`, `your key`; `hf_xxxx` or `sk-...` is no secret even in a credential's shape)
+   or shorter than 4 characters. For passwords and secrets that is enough; a token
    or key that is a plain lower-case word (`AUTH: basic`, `PARTITION_KEY: user_id`) is a
    setting, not a credential.
 """
@@ -47,8 +48,11 @@ _MAX_PLAIN_NUMBER = 10  # digits: a longer number may be an account secret
 _BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null", "nil",
                        "enabled", "disabled", "0", "1"})
 _PLACEHOLDER = (r"<[^>]*>|\{\{?[^}]*\}\}?|\[[^\]]*\]|(.)\1{2,}|\.\.\.|todo|tbd|changeme|"
-                r"change[_-]?me|replace[_-]?me|your[_-].*|dummy|example|placeholder|redacted|"
+                r"change[_-]?me|replace[_-]?me|your[ _-].*|dummy|example|placeholder|redacted|"
                 r"n/?a|unset|empty")
+# a placeholder anywhere in the value: "<your key>", "sk-xxxx", "hf_...", "put your token here"
+_PLACEHOLDER_PART = r"\byour\b|(?:^|[^a-z])here$|x{4,}|\*{3,}|\.{3}|<[^>]*>"
+_PLACEHOLDER_HINTS = ("your", "here", "xxxx", "***", "...", "<")  # one is in every match
 
 
 def name_words(name: str) -> set[str]:
@@ -83,6 +87,11 @@ def is_secret(name: str, value: object) -> bool:
     """Whether `name: value` in env_vars holds a secret (see the module docstring)."""
     if not isinstance(value, str) or not value.strip():
         return False
+    lower = value.strip().lower()
+    # substrings first: validate compiles no regex for a file without a placeholder
+    if any(part in lower for part in _PLACEHOLDER_HINTS) and \
+            re.search(_PLACEHOLDER_PART, lower) is not None:
+        return False  # an obvious placeholder, even in a credential's shape (`hf_xxxx`)
     if is_credential(value):
         return True
     words = name_words(name)

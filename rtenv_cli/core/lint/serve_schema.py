@@ -1,12 +1,12 @@
 """Serve configs checked with Ray Serve's own schema (`ray.serve.schema.ServeDeploySchema`, what
 `serve deploy`, `serve run` and KubeRay's RayService submit to), imported only when a file holds a
-Serve config: RTE180 (the schema refuses the config), RTE181 (a local working_dir/py_modules,
-which Serve refuses: it needs remote URIs) and RTE182 (Serve's schema cannot be imported here).
+Serve config: RTE180 (the schema refuses the config) and RTE181 (a local working_dir/py_modules,
+which Serve refuses: it needs remote URIs).
 
 Importing `ray.serve` needs Serve's extras (fastapi, ...) that the schema itself does not use;
 without them the schema module is imported on its own (see `_import_schema`). Without Ray at all
-RTE181 still comes from rtenv's copy of Serve's URI rule (`uri_problems`), and RTE182 says that
-nothing else of the schema was checked.
+RTE181 still comes from rtenv's copy of Serve's URI rule (`uri_problems`) and RTE180 from rtenv's
+table of Serve's structure (serve_structure.py); the file's notes say which of the two ran.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from rtenv_cli.core.spec import normalize as n
 from rtenv_cli.core.spec.forms import ServeConfig, Site
 from rtenv_cli.core.spec.loader import Positions
 
+SERVE_SCHEMA = "serve-schema"  # FileReport.serve_check: Ray Serve's own schema ran
+SERVE_TABLE = "rtenv-table"  # rtenv's table of Serve's structure stood in for it
 LOCAL_URI_TEXT = "support only remote URIs"  # in Serve's error for a local path
 _LOCAL_HINT = ("Serve deploys from the cluster: zip the directory to remote storage (s3://, "
                "gs://, https://... .zip), or `rtenv push` it and use the gcs:// URI it prints; "
@@ -88,27 +90,36 @@ def _import_schema() -> Any:
 
 
 def check(configs: list[ServeConfig], sites: list[Site], positions: Positions
-          ) -> list[Diagnostic]:
-    """Serve's verdict on each Serve config of the file, positioned in the file."""
+          ) -> tuple[list[Diagnostic], str, str | None]:
+    """Serve's verdict on each Serve config of the file, positioned in the file; which check
+    decided it (SERVE_SCHEMA: Serve's own; SERVE_TABLE: rtenv's table of Serve's structure,
+    serve_structure.py, when the schema cannot be imported, or for Anyscale's specs); and a note
+    for the file when the table stood in for Serve's schema. The table's key and runtime_env
+    checks run either way: Serve's schema ignores unknown keys without a word."""
+    from rtenv_cli.core.lint import serve_structure
+
     checked = [c for c in configs if c.origin != "anyscale"]  # Anyscale uploads local dirs
-    if not checked:
-        return []
-    schema = import_schema()
+    schema = import_schema() if checked else None
+    missing = isinstance(schema, Exception)
     out: list[Diagnostic] = []
+    for config in configs:
+        out.extend(serve_structure.check(config, positions,
+                                         shapes=missing and config in checked))
+        if config.old_format:
+            out.extend(serve_structure.old_format(config, positions))
     for config in checked:
         serve_sites = [s for s in sites if s.serve == config.prefix]
         local = {path: message for s in serve_sites for path, message in uri_problems(s)}
-        if isinstance(schema, Exception):
+        if missing:
             out.extend(_local_findings(local, positions))
             continue
         out.extend(_schema_findings(schema, config, local, positions))
-    if isinstance(schema, Exception):
-        out.append(diag_at(positions, "RTE182", "Ray Serve's schema is not importable here "
-                           f"({type(schema).__name__}: {schema}): only Serve's rule for "
-                           "working_dir/py_modules URIs was checked", checked[0].prefix,
-                           hint="install ray[serve] (the cluster's version) to check the rest "
-                           "of the Serve config"))
-    return out
+    if missing:
+        return out, SERVE_TABLE, (
+            "Serve config checked with rtenv's table of Serve's structure: Ray Serve's schema is "
+            f"not importable here ({type(schema).__name__}: {schema}); install ray[serve], the "
+            "cluster's version, for Serve's own check")
+    return out, (SERVE_SCHEMA if checked else SERVE_TABLE), None
 
 
 def _local_findings(local: dict[tuple[Any, ...], str], positions: Positions

@@ -99,8 +99,10 @@ def _unwrapped(diag: Diagnostic) -> Diagnostic:
 
 
 def form_findings(form: Form) -> list[Diagnostic]:
-    """Findings of the file's form itself: embedded YAML that does not parse."""
-    out = []
+    """Findings of the file's form itself: embedded YAML that does not parse, and the form's
+    own mistakes (a KubeRay field of the wrong shape)."""
+    out = [diag_at(form.doc.positions, p.code, p.message, p.path, hint=p.hint,
+                   ray_error=p.ray_error) for p in form.problems]
     for prefix, error in form.errors:
         span = error.span
         out.append(Diagnostic(

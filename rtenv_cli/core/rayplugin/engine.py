@@ -82,10 +82,11 @@ class Engine:
             if self._envs is None:
                 from rtenv_cli.core.store.envs import Environments
                 from rtenv_cli.core.store.store import Store
+                from rtenv_cli.core.transport.http import fetch_archive
 
                 try:
                     root = store_root()
-                    self._envs = Environments(Store(root))
+                    self._envs = Environments(Store(root), fetch=fetch_archive)
                 except UsageError as exc:  # a home or store not this user's alone, or no dir
                     raise AgentError(f"cannot open the rtenv store: {exc.message}",
                                      hint="set RTENV_HOME on `ray start` to a directory this "

@@ -5,13 +5,17 @@
   unknown plugin field and applies nothing in it;
 - a job spec: `entrypoint:` beside `runtime_env:`;
 - a Ray Serve config (`serve deploy`): `applications[i].runtime_env` and each deployment's
-  `ray_actor_options.runtime_env`;
-- a KubeRay manifest (RayJob, RayService, RayCluster; one or several `---` documents):
-  `spec.runtimeEnvYAML` (a YAML string), `spec.serveConfigV2` (a Serve config as a YAML string)
-  and the older base64 `spec.runtimeEnv`, with positions in file lines (see embedded.py);
+  `ray_actor_options.runtime_env`; also the single-application format of old `serve build`
+  (`import_path` at the top), which Serve 2.60 refuses (`ServeConfig.old_format`);
+- a KubeRay manifest (RayJob, RayService, RayCluster, RayCronJob; one or several `---`
+  documents): `spec.runtimeEnvYAML` (a YAML string; a RayCronJob's under `spec.jobTemplate`),
+  `spec.serveConfigV2` (a Serve config as a YAML string) and the older base64 `spec.runtimeEnv`
+  (ray.io/v1alpha1), with positions in file lines (see embedded.py); a `spec.runtimeEnv` written
+  as a mapping is a `Problem`: KubeRay's CRD has no such field;
 - an Anyscale job or service spec: `runtime_env` (with Anyscale's `upload_path`),
   `ray_serve_config` (a Serve config, or one application), or the newer top-level
-  `working_dir`/`env_vars`/`excludes`/`py_modules` fields.
+  `working_dir`/`env_vars`/`excludes`/`py_modules` fields; a service is told by its keys
+  (`applications` beside `name`/`image_uri`/Anyscale's own fields), not by `compute_config`.
 
 `read(doc)` returns the `Form`: the kind, every runtime_env (`Site`) with its JSON path, the Serve
 configs (for Serve's own schema) and the embedded documents that do not parse.
@@ -33,7 +37,7 @@ Origin = Literal["runtime_env", "wrapped", "job", "serve", "kuberay", "anyscale"
 # Form.kind: every file form this module recognises (FileReport.kind; the README lists them)
 KINDS = ("runtime_env", "job", "wrapped", "serve", "kuberay", "anyscale-job",
          "anyscale-service")
-KUBERAY_KINDS = ("RayJob", "RayService", "RayCluster")
+KUBERAY_KINDS = ("RayJob", "RayService", "RayCluster", "RayCronJob")
 # top-level keys only Anyscale's job and service specs have
 ANYSCALE_KEYS = frozenset({
     "compute_config", "compute_config_id", "cluster_env", "build_id", "project_id", "project",
@@ -45,6 +49,15 @@ ANYSCALE_KEYS = frozenset({
 ANYSCALE_RUNTIME_ENV_KEYS = ("working_dir", "excludes", "env_vars", "py_modules",
                              "py_executable")
 UPLOAD_PATH = "upload_path"  # Anyscale uploads a local working_dir there; Ray never sees it
+# keys of an Anyscale service spec beside `applications` that no Serve config has
+ANYSCALE_SERVICE_KEYS = frozenset({"name", "image_uri", "version", "description", "env_vars",
+                                   "working_dir", "excludes", "py_modules", "py_executable"})
+# Serve config keys an Anyscale service spec may also have at its top
+_SERVE_TOP_KEYS = frozenset({"applications", "http_options", "grpc_options", "logging_config",
+                             "tracing_config"})
+# the single-application format of old `serve build`: an application's keys at the top
+_OLD_SERVE_KEYS = frozenset({"import_path", "runtime_env", "deployments", "host", "port",
+                             "route_prefix", "name", "args"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,18 @@ class ServeConfig:
     data: object
     origin: Origin  # who deploys it: `serve deploy`, KubeRay, Anyscale
     single_app: bool = False  # one application's fields, not `applications:` (Anyscale)
+    old_format: bool = False  # the single-application file of old `serve build`
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A mistake in the file's form itself, found while reading it (RTE186)."""
+
+    code: str
+    path: JsonPath
+    message: str
+    hint: str
+    ray_error: bool  # the tool that reads the form (kubectl, serve deploy) refuses the file
 
 
 @dataclass
@@ -73,6 +98,7 @@ class Form:
     serve_configs: list[ServeConfig] = field(default_factory=list)
     errors: list[tuple[JsonPath, ParseError]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
 
 def is_kuberay(data: object) -> bool:
@@ -111,6 +137,10 @@ def _manifests(doc: LoadedDoc) -> Form | None:
 def _ray_form(doc: LoadedDoc) -> Form:
     """The forms Ray's own tools read: a runtime_env, a job spec, a Serve config."""
     data = doc.data
+    if is_old_serve(data):
+        form = Form("serve", doc)
+        _serve(form, data, (), "serve", single_app=True, old_format=True)
+        return form
     kind = document_kind(doc)
     if kind == "serve":
         form = Form("serve", doc)
@@ -122,6 +152,14 @@ def _ray_form(doc: LoadedDoc) -> Form:
         value = data["runtime_env"]
         return Form("job", doc, [] if value is None else [Site(("runtime_env",), value, "job")])
     return Form("runtime_env", doc, [Site((), data, "runtime_env")])
+
+
+def is_old_serve(data: object) -> bool:
+    """`import_path:` at the top with an application's other keys, no `applications:`."""
+    if not isinstance(data, dict) or not isinstance(data.get("import_path"), str):
+        return False
+    return {k for k in data if isinstance(k, str)} <= _OLD_SERVE_KEYS and \
+        bool(set(data) & {"deployments", "host", "port", "route_prefix", "runtime_env"})
 
 
 def _name(manifest: dict[str, Any]) -> str:
@@ -137,16 +175,15 @@ def _kuberay(form: Form, manifest: dict[str, Any], at: JsonPath) -> None:
     spec = spec if isinstance(spec, dict) else {}
     kind = manifest["kind"]
     what = _name(manifest)
-    if kind == "RayJob" and isinstance(spec.get("runtimeEnvYAML"), str):
-        found = embed(form.doc, (*at, "spec", "runtimeEnvYAML"), spec["runtimeEnvYAML"])
-        _embedded_site(form, found)
-    elif kind == "RayJob" and isinstance(spec.get("runtimeEnv"), str):
-        decoded = _base64(spec["runtimeEnv"])
-        if decoded is None:
-            form.notes.append(f"{what}: spec.runtimeEnv is not base64 text; not checked")
-        else:
-            _embedded_site(form, embed(form.doc, (*at, "spec", "runtimeEnv"), decoded,
-                                       decoded=True))
+    if kind == "RayCronJob":
+        template = spec.get("jobTemplate")
+        if isinstance(template, dict) and _rayjob(form, template, (*at, "spec", "jobTemplate"),
+                                                  what):
+            return
+        form.notes.append(f"{what}: no spec.jobTemplate.runtimeEnvYAML, so no runtime_env to "
+                          "check")
+    elif kind == "RayJob" and _rayjob(form, spec, (*at, "spec"), what):
+        return
     elif kind == "RayService" and isinstance(spec.get("serveConfigV2"), str):
         found = embed(form.doc, (*at, "spec", "serveConfigV2"), spec["serveConfigV2"])
         if found.error is not None:
@@ -159,6 +196,32 @@ def _kuberay(form: Form, manifest: dict[str, Any], at: JsonPath) -> None:
     else:
         holder = "spec.runtimeEnvYAML" if kind == "RayJob" else "spec.serveConfigV2"
         form.notes.append(f"{what}: no {holder}, so no runtime_env to check")
+
+
+def _rayjob(form: Form, spec: dict[str, Any], at: JsonPath, what: str) -> bool:
+    """A RayJob spec's runtime_env (a RayCronJob's `jobTemplate` is one); False when it has
+    none."""
+    from rtenv_cli.core.spec.embedded import embed
+
+    value = spec.get("runtimeEnvYAML")
+    old = spec.get("runtimeEnv")
+    if isinstance(value, str):
+        _embedded_site(form, embed(form.doc, (*at, "runtimeEnvYAML"), value))
+    elif isinstance(old, str):  # ray.io/v1alpha1: base64 of the runtime_env's JSON
+        decoded = _base64(old)
+        if decoded is None:
+            form.notes.append(f"{what}: spec.runtimeEnv is not base64 text; not checked")
+        else:
+            _embedded_site(form, embed(form.doc, (*at, "runtimeEnv"), decoded, decoded=True))
+    elif isinstance(old, dict):
+        form.problems.append(Problem(
+            "RTE186", (*at, "runtimeEnv"), f"{what}: `runtimeEnv` written as a mapping: "
+            "KubeRay's RayJob has no such field (ray.io/v1 takes `runtimeEnvYAML`, a YAML "
+            "string); the API server refuses the manifest", "write it as `runtimeEnvYAML: |` "
+            "followed by the runtime_env's YAML, indented", ray_error=True))
+    else:
+        return False
+    return True
 
 
 def _embedded_site(form: Form, found: Any) -> None:
@@ -179,9 +242,9 @@ def _base64(text: str) -> str | None:
 
 
 def _serve(form: Form, config: Any, prefix: JsonPath, origin: Origin, *,
-           single_app: bool = False) -> None:
+           single_app: bool = False, old_format: bool = False) -> None:
     """A Serve config's runtime_envs: each application's and each deployment's."""
-    form.serve_configs.append(ServeConfig(prefix, config, origin, single_app))
+    form.serve_configs.append(ServeConfig(prefix, config, origin, single_app, old_format))
     if single_app:
         apps: list[tuple[JsonPath, Any]] = [(prefix, config)]
     else:
@@ -224,7 +287,10 @@ def _anyscale(doc: LoadedDoc, data: dict[Any, Any]) -> Form | None:
         single = isinstance(config, dict) and "applications" not in config
         _serve(form, config, ("ray_serve_config",), "anyscale", single_app=single)
         return form
-    if "entrypoint" in data and (marked or (top and "runtime_env" not in data)):
+    # `image_uri` beside `entrypoint` is Anyscale's container image, not Ray's field
+    imaged = "image_uri" in data and "runtime_env" not in data and \
+        keys <= ANYSCALE_KEYS | ANYSCALE_SERVICE_KEYS | {"entrypoint", "tags"}
+    if "entrypoint" in data and (marked or imaged or (top and "runtime_env" not in data)):
         form = Form("anyscale-job", doc)
         if isinstance(runtime_env, dict):
             form.sites.append(Site(("runtime_env",),
@@ -232,7 +298,9 @@ def _anyscale(doc: LoadedDoc, data: dict[Any, Any]) -> Form | None:
         elif top:
             form.sites.append(Site((), {k: data[k] for k in top}, "anyscale"))
         return form
-    if marked and isinstance(data.get("applications"), list) and \
+    service = marked or (bool(keys & {"name", "image_uri"}) and
+                         keys <= ANYSCALE_KEYS | ANYSCALE_SERVICE_KEYS | _SERVE_TOP_KEYS)
+    if service and isinstance(data.get("applications"), list) and \
             not keys & (ALL_TOP_LEVEL_KEYS - set(ANYSCALE_RUNTIME_ENV_KEYS) - {"image_uri"}):
         form = Form("anyscale-service", doc)
         if top:

@@ -21,8 +21,10 @@ from rtenv_cli.core.spec.model import ALL_TOP_LEVEL_KEYS
 DocKind = Literal["runtime_env", "serve", "job"]
 DEFAULT_FILE = "runtime_env.yaml"  # what every command reads when given no file
 
+# ServeDeploySchema's fields (Ray Serve 2.60.0; lint/serve_structure.py's LEVELS["config"])
 _SERVE_KEYS = frozenset({"applications", "proxy_location", "http_options", "grpc_options",
-                         "logging_config", "target_capacity"})
+                         "logging_config", "target_capacity", "controller_options",
+                         "tracing_config"})
 
 
 def default_file(cwd: Path | None = None) -> Path | None:

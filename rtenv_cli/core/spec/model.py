@@ -54,10 +54,11 @@ RTENV_FIELD = "rtenv"
 RENAMED = {"nsight": "_nsight", "rocprof_sys": "_rocprof_sys"}
 FLAGS = frozenset({"_validate"})
 ALL_TOP_LEVEL_KEYS = KNOWN_FIELDS | frozenset(RENAMED) | FLAGS
-# what a user would type (did-you-mean candidates): no internal spellings
+# what a user would type (did-you-mean candidates): no internal spellings; rtenv's own plugin
+# field too (a misspelt `rtnev:` silently installs nothing)
 SUGGESTABLE_KEYS = tuple(sorted(
     (KNOWN_FIELDS - {"_nsight", "_rocprof_sys", "_ray_release", "_inject_current_ray"})
-    | frozenset(RENAMED)
+    | frozenset(RENAMED) | {RTENV_FIELD}
 ))
 
 # named parameters of RuntimeEnv.__init__, in the order it inserts them after the **kwargs

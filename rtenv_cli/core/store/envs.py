@@ -16,15 +16,16 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from rtenv_cli.core.errors import (
     AgentError,
     PackagingError,
     RtenvError,
+    TransportError,
     UnsupportedError,
     UsageError,
     ValidationError,
@@ -39,18 +40,24 @@ if TYPE_CHECKING:
     import sqlite3
 
 UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
+_OPTIONS = {"pip": "pip_install_options", "uv": "uv_pip_install_options"}
 
 
 def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], list[str]]:
     """(requirements, install options) of a `pip` or `uv` field, normalised like Ray."""
     from rtenv_cli.core.spec import normalize
 
+    packages = value.get("packages") if isinstance(value, dict) else None
+    for n, item in enumerate(packages if isinstance(packages, list) else ()):
+        if not isinstance(item, str):  # Ray's pip dict lets it through to `pip install` (fails)
+            raise ValidationError(f"`{kind}.packages[{n}]` must be a requirement string, not "
+                                  f"{type(item).__name__}", hint="write it as pip would, e.g. "
+                                  "\"six==1.16.0\"")
     fn = normalize.normalize_pip if kind == "pip" else normalize.normalize_uv
     value = fn(value, base_dir or Path.cwd())
     if not isinstance(value, dict) or not isinstance(value.get("packages"), list):
         raise ValidationError(f"`{kind}` must be a list of requirements or a dict with `packages`")
-    opts_key = "pip_install_options" if kind == "pip" else "uv_pip_install_options"
-    options = [str(o) for o in value.get(opts_key) or []]
+    options = [str(o) for o in value.get(_OPTIONS[kind]) or []]
     if value.get("pip_check" if kind == "pip" else "uv_check"):
         options.append(builders.CHECK_MARK)  # part of the key; the builder runs `uv pip check`
     return [str(p) for p in value["packages"]], options
@@ -62,17 +69,25 @@ def _packages(kind: str, value: Any, base_dir: Path | None) -> tuple[list[str], 
 MEMO_MAX_JSON = 16 * 1024
 
 
+def _strings(value: Any) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 def _memo_key(kind: str, value: Any) -> str | None:
-    """A memo key for literal requirement lists; None when files are involved (they change)."""
-    items = value if isinstance(value, list) else (value or {}).get("packages") \
+    """A memo key for literal requirement lists; None when files are involved (they change),
+    and for any value not shaped as Ray's parser wants it: that one is not looked at here (it
+    is read before the normaliser runs), `_packages` refuses it with the field's name."""
+    items = value if isinstance(value, list) else value.get("packages") \
         if isinstance(value, dict) else None
-    if not isinstance(items, list) or any(str(i).lstrip().startswith("-") for i in items):
+    if not _strings(items) or any(i.lstrip().startswith("-") for i in items):
         return None
-    if isinstance(value, dict) and any(builders.referenced_files([str(o)]) or str(o) in (
-            "-r", "-c", "--requirement", "--constraint")
-            for o in value.get("pip_install_options") or value.get("uv_pip_install_options")
-            or ()):
-        return None  # options naming files: their contents are part of the key
+    if isinstance(value, dict):
+        options = value.get(_OPTIONS[kind], [])
+        if not _strings(options):
+            return None
+        if any(builders.referenced_files([o]) or o in ("-r", "-c", "--requirement",
+                                                         "--constraint") for o in options):
+            return None  # options naming files: their contents are part of the key
     return kind + json.dumps(value, sort_keys=True, default=str)
 
 
@@ -104,8 +119,13 @@ class _Plan:
 
 
 class Environments:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *,
+                 fetch: Callable[[str, Path], None] | None = None) -> None:
+        """`fetch(url, dest)` downloads an http(s) archive: what serves requests passes
+        transport.http.fetch_archive (a deadline and a size cap; the store sits below the
+        transports); builders.fetch_url by default."""
         self.store = store
+        self._fetch_url = fetch or builders.fetch_url
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
         self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
@@ -167,7 +187,10 @@ class Environments:
                                      hint="point file:// at a .zip (or a .whl in py_modules)")
             return path
         dest = work / uri.rsplit("/", 1)[-1]
-        builders.fetch_url(uri, dest)
+        try:
+            self._fetch_url(uri, dest)
+        except TransportError as exc:  # the request's archive, not the agent, failed: a 4xx
+            raise PackagingError(f"cannot fetch {uri}: {exc.message}", hint=exc.hint) from None
         return dest
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
@@ -270,6 +293,11 @@ class Environments:
         """The plan of `runtime_env`, and (with `ensure`) its entries built or found, each held
         for the create `hold`: (plan, keys of the entries this call built)."""
         bad = [k for k in runtime_env if k in UNSUPPORTED]
+        conda = runtime_env.get("conda")
+        if conda is not None and not isinstance(conda, str | dict):  # Ray's TypeError first
+            from rtenv_cli.core.spec.normalize import normalize_conda
+
+            normalize_conda(conda, Path.cwd())
         if bad:
             raise UnsupportedError(
                 f"`{bad[0]}` is not supported by the rtenv agent",
@@ -294,7 +322,9 @@ class Environments:
             built += [key] if fresh else []
         venv_key = None
         for kind in ("pip", "uv"):
-            if runtime_env.get(kind):
+            # no requirements: null or [] (Ray drops both); any other value is parsed, so that
+            # a 0, false, "" or {} is refused as Ray refuses it, not taken for "none"
+            if runtime_env.get(kind) not in (None, []):
                 venv_key, fresh = self._venv_entry(kind, runtime_env[kind], base_dir, env_vars,
                                                    ensure=ensure, hold=hold)
                 keys.append(venv_key)

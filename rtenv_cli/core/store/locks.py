@@ -59,7 +59,7 @@ class KeyLocks:
                 try:
                     yield True
                 finally:
-                    os.close(fd)  # closing the descriptor releases the flock
+                    _let_go(path, fd)
                 return
             flock = FileLock(str(path), thread_local=False)
             try:
@@ -107,8 +107,10 @@ class Owners:
 def _flock_file(path: Path, *, blocking: bool) -> int | None:
     """An fd holding `path` locked (flock), or None if `blocking` is off and it is taken.
 
-    The lock file may be removed with its entry while others wait on it: a lock won on a
-    file that no longer has that name is let go and taken again on the current one.
+    Its holder removes the lock file as it lets go (`_let_go`), while others may wait on it: a
+    lock won on a file that no longer has that name is let go and taken again on the current
+    one. So a lock is held only while `path` names the locked file, and only its holder can
+    unlink that name: two holders never overlap.
     """
     assert fcntl is not None  # noqa: S101 - callers check
     while True:
@@ -126,4 +128,18 @@ def _flock_file(path: Path, *, blocking: bool) -> int | None:
                 return fd
         except FileNotFoundError:
             pass
+        os.close(fd)
+
+
+def _let_go(path: Path, fd: int) -> None:
+    """Remove the lock file, still holding its lock, then release it (closing the descriptor
+    releases the flock). Lock files exist only while held: none is left behind by an entry
+    removed, a build that failed, a package asked for that never came. A waiter on this file
+    finds the name gone (or naming a newer file) and locks afresh (`_flock_file`)."""
+    try:
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    except FileNotFoundError:  # recovery, alone on the store, cleared locks/
+        pass
+    finally:
         os.close(fd)

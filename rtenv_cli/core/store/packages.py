@@ -6,6 +6,7 @@ for the package: its zip, manifest and remote rendition."""
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import json
 import os
 import threading
@@ -14,12 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.errors import PackageConflictError, PackagingError
 from rtenv_cli.core.fsutil import fsync_dir
 from rtenv_cli.core.store.files import copy_in, disk_bytes, write_synced
 from rtenv_cli.core.store.index import Entry
 from rtenv_cli.core.store.layout import Layout
-from rtenv_cli.core.store.rayhash import ContentMismatchError, verify_package
+from rtenv_cli.core.store.rayhash import ContentMismatchError, content_named, verify_package
 from rtenv_cli.core.store.zips import prefixed_copy, zip_manifest
 
 _RECENT_MANIFESTS = 4  # kept parsed in memory: the bases of the next edits
@@ -119,7 +120,9 @@ class Packages:
         final = layout.package_path(name)
         key = f"package:{name}"
         with layout.locks.lock(key):
-            if final.exists() and (entry := layout.index.get(key)) is not None:
+            entry = layout.index.get(key) if self.has(name) else None
+            if entry is not None and isinstance(src, Path):
+                self._check_same(name, src, extra_dirs)
                 return entry
             with layout.scratch(key) as work:
                 tmp = work / name
@@ -127,10 +130,30 @@ class Packages:
                 if expected_size is not None and size != expected_size:
                     raise PackagingError(f"upload of {name} truncated: {size} of "
                                          f"{expected_size} bytes", hint="push it again")
+                if entry is not None:
+                    self._check_same(name, tmp, extra_dirs)
+                    return entry
                 _verify(name, tmp, extra_dirs)
                 os.rename(tmp, final)
                 fsync_dir(final.parent)
             return self._index(name, f"packages/{name}")
+
+    def _check_same(self, name: str, path: Path, extra_dirs: Sequence[str]) -> None:
+        """A package sent again under a name the store holds: the same bytes, or for Ray's
+        hash names (`_ray_pkg_<hash>`) the same content by Ray's hash, is the same package; other
+        content is refused, never answered as stored while the store keeps the first bytes. Ray
+        names its packages by their content, and every node caches a package by its name, so
+        a name cannot be given new content (PackageConflictError, HTTP 409)."""
+        with contextlib.suppress(FileNotFoundError):  # held only as a manifest (delta push)
+            if filecmp.cmp(path, self.layout.package_path(name), shallow=False):
+                return
+        if content_named(name):
+            _verify(name, path, extra_dirs)  # other zip bytes of the same tree pass
+            return
+        raise PackageConflictError(
+            f"gcs://{name} is already stored with other content", path=name,
+            hint="a package name stands for its content: upload the new content under a new "
+            "name (`rtenv push` names packages by their hash, as Ray does)")
 
     def put_manifest(self, name: str, doc: dict[str, Any]) -> Entry:
         """Publish a verified manifest (written in tmp/, synced, renamed into place: a kill

@@ -135,6 +135,12 @@ def _digests_for_zip(path: Path, extra_dirs: Iterable[str] = (),
     return accs
 
 
+def content_named(name: str) -> bool:
+    """Whether `name` is one of Ray's content names (`_ray_pkg_<16 hex>.zip`, or a file's
+    SHA-1): verify_package checks the content against it. Other names say nothing of it."""
+    return bool(DIR_HASH_RE.match(name) or FILE_SHA1_RE.match(name))
+
+
 def verify_package(name: str, path: Path, *, extra_dirs: Iterable[str] = ()) -> None:
     """Raise PackagingError unless the file at `path` is what `name` says it is.
 

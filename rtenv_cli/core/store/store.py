@@ -11,7 +11,7 @@ Layout under the root::
     tmp/                builds in progress: <key>.<pid>.<rand>; published by rename
     trash/              tombstones: renamed here under the key's lock, then deleted
     locks/<key>.lock    one flock per key: identical creates build once across processes
-                        (removed with its entry)
+                        (exists only while held: its holder removes it as it lets go)
     quarantine/         what recovery could not read (a torn meta.json, ...), kept for a look
     owners.lock         every process with the store open holds it shared
     uv-cache/           uv's cache, shared by all venvs (hardlinked into them)
@@ -150,9 +150,7 @@ class Store:
                 return False
             if key.startswith("package:"):  # a delta package may have both forms
                 self.packages.forget(key.removeprefix("package:"))
-            # the lock file goes with its entry; one waiting on it retries on a fresh file
-            self.layout.locks.path(key).unlink(missing_ok=True)
-            return True
+            return True  # the lock file goes as the lock is let go (locks._let_go)
 
     # -- packages and manifests -------------------------------------------------------------------
     def package_path(self, name: str) -> Path:

@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rtenv_cli.core.errors import PackagingError, TransportError
+from rtenv_cli.core.errors import PackagingError, TransportError, UsageError
 from rtenv_cli.core.store.handle import EnvHandle
-from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, decode_error, download_capability
+from rtenv_cli.core.transport.agent_protocol import (
+    REPLIES,
+    TOKEN_ENV,
+    check,
+    decode_error,
+    download_capability,
+    is_error_body,
+)
 from rtenv_cli.core.transport.base import ZipLayout
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
@@ -63,18 +70,27 @@ class _Http:
                                  f"(HTTP {resp.status_code})",
                                  hint=f"pass --token or set {TOKEN_ENV} (this user's own "
                                  "loopback agent needs neither: its token file is read)")
+        if not is_error_body(body):
+            raise self._not_an_agent(resp, f"HTTP {resp.status_code}")
         raise decode_error(body, resp.text[:500] or f"HTTP {resp.status_code}")
 
+    def json(self, method: str, path: str, reply: str, **kw: Any) -> Any:
+        """`call`'s JSON body, checked against the protocol's `reply` schema (REPLIES) before
+        anything reads it."""
+        resp = self.call(method, path, **kw)
+        body = resp.json()
+        try:
+            check(body, REPLIES[reply])
+        except UsageError as exc:
+            raise self._not_an_agent(resp, exc.message) from None
+        return body
 
-def _field(reply: Reply, key: str, kind: type) -> Any:
-    """`reply`'s JSON object's `key`, which the protocol says is a `kind`."""
-    body = reply.json()
-    value = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(value, kind):
-        raise TransportError(f"{reply.target} answered {reply.call} without the {kind.__name__} "
-                             f"{key!r} the protocol requires: {reply.text[:200]!r}",
-                             hint=reply.hint)
-    return value
+    def _not_an_agent(self, resp: Reply, what: str) -> TransportError:
+        return TransportError(f"{self.url} does not answer as an rtenv agent ({resp.call}: "
+                              f"{what}; it sent {resp.text[:200] or 'an empty body'!r})",
+                              hint="check the URL and its port: another server listens "
+                              "there; an rtenv agent (`rtenv agent`, port 8790 by default) "
+                              "answers GET /api/agent with {\"agent\": \"rtenv\", ...}")
 
 
 class AgentTarget:
@@ -127,8 +143,8 @@ class AgentTarget:
         return f"{self.http.url}/download/{download_capability(self.http.token, name)}/{name}"
 
     def missing_blobs(self, manifest: Mapping[str, Any]) -> list[str]:
-        reply = self.http.call("POST", "/api/manifests", json=dict(manifest))
-        return [str(sha) for sha in _field(reply, "missing", list)]
+        reply = self.http.json("POST", "/api/manifests", "Missing", json=dict(manifest))
+        return list(reply["missing"])
 
     def put_blob(self, sha256: str, path: Path) -> None:
         self.http.call("PUT", f"/api/blobs/{sha256}", body_path=Path(path), idempotent=True)
@@ -153,8 +169,8 @@ class AgentTarget:
             self.http.call("POST", "/api/blobs", data=body(), size=size)
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/manifests/commit", json=dict(manifest),
-                                   wait=WORK_WAIT).json())
+        return dict(self.http.json("POST", "/api/manifests/commit", "Committed",
+                                   json=dict(manifest), wait=WORK_WAIT))
 
 
 class AgentClient:
@@ -165,7 +181,7 @@ class AgentClient:
         self.http = _Http(url, token, timeouts)
 
     def info(self) -> dict[str, Any]:
-        return dict(self.http.call("GET", "/api/agent", idempotent=True).json())
+        return dict(self.http.json("GET", "/api/agent", "AgentInfo", idempotent=True))
 
     def get_or_create(self, runtime_env: Mapping[str, Any], *, holder: str,
                       pid: int | None = None, lease_s: float | None = None,
@@ -173,17 +189,17 @@ class AgentClient:
         del base_dir  # requirement files are resolved by the caller's validation
         body = {"runtime_env": dict(runtime_env), "holder": holder, "pid": pid,
                 "lease_s": lease_s}
-        return EnvHandle.from_dict(self.http.call("POST", "/api/envs", json=body,
-                                                  wait=BUILD_WAIT).json())
+        return EnvHandle.from_dict(self.http.json("POST", "/api/envs", "EnvHandle", json=body,
+                                                  wait=BUILD_WAIT))
 
     def release(self, env_key: str, holder: str) -> int:
         path = f"/api/envs/{quote(env_key, safe='')}/refs/{quote(holder, safe='')}"
-        return int(_field(self.http.call("DELETE", path), "released", int))
+        return int(self.http.json("DELETE", path, "Released")["released"])
 
     def cache(self, kinds: tuple[str, ...] = ()) -> dict[str, Any]:
-        return dict(self.http.call("GET", "/api/cache", idempotent=True,
-                                   params=[("kind", k) for k in kinds])
-                    .json())
+        return dict(self.http.json("GET", "/api/cache", "CacheListing", idempotent=True,
+                                   params=[("kind", k) for k in kinds]))
 
     def gc(self, **params: Any) -> dict[str, Any]:
-        return dict(self.http.call("POST", "/api/gc", json=params, wait=WORK_WAIT).json())
+        return dict(self.http.json("POST", "/api/gc", "GcResult", json=params,
+                                   wait=WORK_WAIT))

@@ -102,6 +102,48 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "purge": {"type": "boolean"}, "dry_run": {"type": "boolean"}}},
 }
 
+# What the agent answers, checked by its client before use (`agent_http`): a server that is not
+# an rtenv agent, or not this protocol's, is told apart from one (a clear error, not a KeyError).
+_STRS = {"type": "array", "items": {"type": "string"}}
+_PATH = {"type": "string", "nullable": True}
+_COUNT = {"type": "integer", "minimum": 0}
+_ROW = {"type": "object", "required": ["kind", "uri", "label", "size_bytes", "created_at",
+                                       "last_used_at", "refs"], "properties": {
+    "kind": {"type": "string"}, "uri": {"type": "string"}, "key": {"type": "string"},
+    "label": {"type": "string"}, "size_bytes": _COUNT, "refs": _COUNT,
+    "pinned": {"type": "boolean"}, "created_at": {"type": "number"},
+    "last_used_at": {"type": "number"}}}
+_ROWS = {"type": "array", "items": _ROW}
+REPLIES: dict[str, dict[str, Any]] = {
+    "AgentInfo": {"type": "object", "required": ["agent", "version"], "properties": {
+        "agent": {"enum": ["rtenv"]}, "version": {"type": "string"},
+        "root": {"type": "string"}}},
+    "EnvHandle": {"type": "object", "required": ["key", "holder", "working_dir", "py_modules",
+                                                 "venv", "env_vars", "entries"], "properties": {
+        "key": {"type": "string"}, "holder": {"type": "string"}, "working_dir": _PATH,
+        "py_modules": _STRS, "venv": _PATH,
+        "env_vars": {"type": "object", "additionalProperties": {"type": "string"}},
+        "entries": _STRS, "built": _STRS}},
+    "Released": {"type": "object", "required": ["released"], "properties": {
+        "released": _COUNT}},
+    "Missing": {"type": "object", "required": ["missing"], "properties": {"missing": _STRS}},
+    "Committed": {"type": "object", "required": ["uri"], "properties": {
+        "uri": {"type": "string"}, "package_bytes": {**_COUNT, "nullable": True}}},
+    "CacheListing": {"type": "object", "required": ["entries"], "properties": {
+        "source": {"type": "string"}, "entries": _ROWS, "building": _STRS,
+        "totals": {"type": "object", "properties": {
+            "uv_cache_bytes": {**_COUNT, "nullable": True}}}}},
+    "GcResult": {"type": "object", "required": ["dry_run", "plan", "removed", "skipped"],
+                 "properties": {
+                     "dry_run": {"type": "boolean"}, "removed": _ROWS, "skipped": _ROWS,
+                     "plan": {"type": "object", "required": ["remove", "keep_bytes",
+                                                             "referenced", "reason"],
+                              "properties": {"remove": _ROWS, "keep_bytes": _COUNT,
+                                             "referenced": _COUNT,
+                                             "reason": {"type": "string"}}},
+                     "uv_cache_pruned_bytes": {**_COUNT, "nullable": True}}},
+}
+
 _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,),
                                        "number": (int, float), "boolean": (bool,),
                                        "object": (dict,), "array": (list,)}
@@ -263,6 +305,13 @@ def download_capability(token: str | None, name: str) -> str:
 # -- errors on the wire -------------------------------------------------------------------------
 def error_body(exc: RtenvError) -> dict[str, Any]:
     return {"error": exc.to_dict()}
+
+
+def is_error_body(body: Any) -> bool:
+    """Whether `body` is the agent's error envelope (`{"error": {"code"|"kind", "message"}}`)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    return isinstance(err, dict) and isinstance(err.get("code", err.get("kind")), str) \
+        and "message" in err
 
 
 def decode_error(body: Any, fallback: str) -> RtenvError:

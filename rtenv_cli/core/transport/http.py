@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -49,12 +49,16 @@ class _DeadlinePassed(Exception):
     pass
 
 
+class Unreachable(TransportError):
+    """The target refused or reset the connection, every try: nothing answered there."""
+
+
 @dataclass
 class Reply:
     """A reply whose body was read (bounded) and whose connection is released."""
 
     status_code: int
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # names in any case
     content: bytes
     target: str = field(repr=False, default="")
     call: str = field(repr=False, default="")
@@ -134,11 +138,13 @@ class HttpClient:
     def request(self, method: str, path: str, *, idempotent: bool, body_path: Path | None = None,
                 data: Iterable[bytes] | None = None, size: int = 0, wait: float = 0,
                 ok: Callable[[int], bool] = lambda s: 200 <= s < 300,  # noqa: PLR2004 - 2xx
-                **kw: Any) -> Reply:
+                limit: int = REPLY_LIMIT, sink: BinaryIO | None = None, **kw: Any) -> Reply:
         """`method path`, its body a file (`body_path`, re-read on a retry) or chunks (`data`,
         `size` bytes in all, never retried). A reply whose status `ok` refuses is read only up
-        to ERROR_BODY_LIMIT. `wait`: the seconds the target may work before it answers (an
-        environment build), which lengthen the read timeout and the deadline."""
+        to ERROR_BODY_LIMIT, one it accepts up to `limit` (more is an error), into `sink` if
+        given (a download: the deadline then grows with `limit` as with bytes sent). `wait`: the
+        seconds the target may work before it answers (an environment build), which lengthen
+        the read timeout and the deadline."""
         import requests
 
         t = self.timeouts
@@ -146,7 +152,7 @@ class HttpClient:
         if body_path is not None:
             size = body_path.stat().st_size
         read = max(t.read, wait)
-        allowed = t.deadline(size) + wait
+        allowed = t.deadline(size + (limit if sink is not None else 0)) + wait
         end = time.monotonic() + allowed
         attempts = t.retries if idempotent and data is None else 1
         delay = t.backoff
@@ -173,8 +179,8 @@ class HttpClient:
                           "connection reset" if "reset" in text or "aborted" in text else
                           type(exc).__name__)
                 if last or time.monotonic() + delay > end:
-                    raise TransportError(f"cannot reach {self.target} ({reason}; {call})",
-                                         hint=self.hint) from exc
+                    raise Unreachable(f"cannot reach {self.target} ({reason}; {call})",
+                                      hint=self.hint) from exc
             except requests.RequestException as exc:
                 raise self._error(f"failed {call}: {type(exc).__name__}: {exc}", exc) from None
             else:
@@ -184,8 +190,10 @@ class HttpClient:
                 else:
                     good = ok(status)
                     body = self._read(resp, call, end, allowed, read,
-                                      REPLY_LIMIT if good else ERROR_BODY_LIMIT, strict=good)
-                    return Reply(status, dict(resp.headers), body, self.target, call, self.hint)
+                                      limit if good else min(limit, ERROR_BODY_LIMIT),
+                                      strict=good, sink=sink if good else None)
+                    # headers as requests keeps them: names looked up in any case
+                    return Reply(status, resp.headers, body, self.target, call, self.hint)
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
@@ -206,9 +214,10 @@ class HttpClient:
         return self.session().request(method, self.url + path, **args)
 
     def _read(self, resp: Any, call: str, end: float, allowed: float,  # noqa: PLR0917 - private
-              read: float, limit: int, *, strict: bool) -> bytes:
-        """At most `limit` bytes of the body; past it a reply the caller wants is an error, an
-        error reply is cut (the connection is closed, the rest never read)."""
+              read: float, limit: int, *, strict: bool, sink: BinaryIO | None = None) -> bytes:
+        """At most `limit` bytes of the body (written to `sink` instead, if given); past it a
+        reply the caller wants is an error, an error reply is cut (the connection is closed,
+        the rest never read)."""
         from urllib3.exceptions import HTTPError, ReadTimeoutError
 
         chunks: list[bytes] = []
@@ -218,23 +227,56 @@ class HttpClient:
                 if time.monotonic() > end:
                     raise self._error(f"was still sending its reply to {call} when the "
                                       f"{allowed:.0f} s allowed ran out (deadline)")
-                chunk = resp.raw.read1(_READ_SIZE)
+                try:
+                    chunk = resp.raw.read1(_READ_SIZE)
+                except ReadTimeoutError as exc:
+                    raise self._error(f"stopped sending its reply to {call} for {read:g} s "
+                                      "(read timeout)", exc) from None
+                except (HTTPError, OSError) as exc:
+                    raise self._error(f"sent a truncated reply to {call} (the connection ended "
+                                      "mid-body)", exc) from None
                 if not chunk:
                     break
-                chunks.append(chunk)
                 n += len(chunk)
-        except ReadTimeoutError as exc:
-            raise self._error(f"stopped sending its reply to {call} for {read:g} s (read "
-                              "timeout)", exc) from None
-        except (HTTPError, OSError) as exc:
-            raise self._error(f"sent a truncated reply to {call} (the connection ended "
-                              "mid-body)", exc) from None
+                if sink is None:
+                    chunks.append(chunk)
+                elif n <= limit:  # a write's error (a full disk) is the caller's, as it is
+                    sink.write(chunk)
         finally:
             resp.close()
         body = b"".join(chunks)
         if n > limit:
             if strict:
-                raise self._error(f"answered {call} with more than {limit} bytes, more than the "
-                                  "protocol sends")
+                raise self._error(f"answered {call} with more than {limit} bytes, more than "
+                                  "rtenv reads from it")
             body = body[:limit]
         return body
+
+
+def download(url: str, dest: Path, *, limit: int) -> None:
+    """`url` (http or https) into the file `dest`, through HttpClient: a deadline for the whole
+    download (its floor plus `limit` at the minimum rate), at most `limit` bytes, retried on a
+    refused connection; any status but 200 is an error naming it."""
+    from urllib.parse import urlsplit
+
+    split = urlsplit(url)
+    base = f"{split.scheme}://{split.netloc}"
+    client = HttpClient(base, "server", hint="check that the URL is reachable from this node "
+                        "and that the archive is not larger than it may be")
+    with dest.open("wb") as out:
+        # identity: the bytes as stored (an archive), never a compressed transfer of them
+        reply = client.request("GET", url[len(base):] or "/", idempotent=True, limit=limit,
+                               sink=out, ok=lambda s: s == 200,  # noqa: PLR2004 - HTTP OK
+                               headers={"Accept-Encoding": "identity"})
+    if reply.status_code != 200:  # noqa: PLR2004 - HTTP OK
+        raise TransportError(f"{url}: HTTP {reply.status_code} {reply.text[:200]}",
+                             hint=client.hint)
+
+
+def fetch_archive(url: str, dest: Path) -> None:
+    """A runtime_env's http(s) archive (working_dir, py_modules) into `dest`: `download`, at
+    most what one archive may unpack to (store.unpack's limit). What every Environments that
+    serves a request is given (the agent, rtenv's Ray plugin, `rtenv run`)."""
+    from rtenv_cli.core.store.unpack import MAX_TOTAL_BYTES
+
+    download(url, dest, limit=MAX_TOTAL_BYTES)

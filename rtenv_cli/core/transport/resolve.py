@@ -27,12 +27,14 @@ import contextlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import TransportError, UsageError
+from rtenv_cli.core.transport import http
+from rtenv_cli.core.transport.http import Timeouts
 
 
 class AddressKind(str, Enum):
@@ -118,15 +120,29 @@ def auto_address(env: Mapping[str, str]) -> str:
     return text
 
 
-def _is_agent(url: str) -> bool:
-    import requests
+PROBE_LIMIT = 64 * 1024  # an agent's /api/agent is a few dozen bytes
 
+
+def probe_timeouts() -> Timeouts:
+    """The address probe's bounds: the client's, shortened (a probe is one small GET)."""
+    t = http.DEFAULT_TIMEOUTS
+    return replace(t, connect=min(t.connect, 5.0), read=min(t.read, 5.0),
+                   floor=min(t.floor, 10.0), retries=1)
+
+
+def _is_agent(url: str) -> bool:
+    """Whether `url` answers `GET /api/agent` as an rtenv agent does (JSON, or a token refusal),
+    through the one HTTP client: a deadline for the whole exchange and a cap on what it reads.
+    One that cannot be reached is left to the target's own calls to report; one that accepts
+    and then stalls, trickles or floods is an error here."""
+    client = http.HttpClient(url, "server", timeouts=probe_timeouts(),
+                             hint="check the address: an rtenv agent (http://<node>:8790) or a "
+                             "Ray dashboard (http://<head>:8265)")
     try:
-        resp = requests.get(f"{url.rstrip('/')}/api/agent", timeout=5)
-    except requests.ConnectionError:
+        resp = client.request("GET", "/api/agent", idempotent=False, limit=PROBE_LIMIT,
+                              ok=lambda s: s in (200, 401, 403))
+    except http.Unreachable:  # refused or reset: the target's own calls say so
         _refuse_grpc_port(url)
-        return False
-    except requests.RequestException:
         return False
     return resp.status_code in (200, 401, 403) and "json" in resp.headers.get("content-type", "")
 
@@ -223,20 +239,20 @@ def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
     import time
     from urllib.parse import urlsplit
 
-    import requests
-
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
     token = load_token(os.environ if env is None else env)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = http.HttpClient(url, "Ray dashboard", timeouts=probe_timeouts())
+    if token:
+        client.headers["Authorization"] = f"Bearer {token}"
     deadline = time.monotonic() + wait_s
     port = None
     while port is None:
         try:
-            resp = requests.get(f"{url.rstrip('/')}/nodes", params={"view": "summary"},
-                                headers=headers, timeout=10)
+            resp = client.request("GET", "/nodes", idempotent=True,
+                                  params={"view": "summary"})
             port = _gcs_port(resp.json()["data"]["summary"])
-        except (requests.RequestException, ValueError, KeyError, TypeError):
+        except (TransportError, KeyError, TypeError, AttributeError):  # not ready, not Ray's
             port = None
         if port is None:
             if time.monotonic() > deadline:

@@ -49,7 +49,7 @@ class PushEvent:
     removed: tuple[str, ...]
     bytes_sent: int
     elapsed_ms: float
-    trigger: str  # initial | change | reconcile | env
+    trigger: str  # initial | change | reconcile | env | retry (the target answered again)
     uris: Mapping[str, str] = field(default_factory=dict)  # field label -> URI
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     triggered_by: tuple[str, ...] = ()
@@ -96,6 +96,9 @@ class WatchSession:
         self._deferred: set[str] = set()  # ephemeral paths, re-checked with the next batch
         self._deferred_lock = threading.Lock()
         self._early = Change()  # what `prepare` applied to the snapshots since the last batch
+        # what a failed push left unpublished (change, triggered_by): the next push reports it
+        # with its own, counted since the last push that reached the target
+        self._unpublished: tuple[Change, tuple[str, ...]] | None = None
         try:
             self.env.adopt(*self.env.load())
         except BaseException:
@@ -113,19 +116,29 @@ class WatchSession:
     # -- pushing -------------------------------------------------------------------------------
     def _push_all(self, change: Change, trigger: str, triggered_by: tuple[str, ...],
                   start: float) -> PushEvent | None:
+        if self._unpublished is not None:  # a push failed since the last one that reached it
+            before, before_by = self._unpublished
+            change = before.then(change)
+            triggered_by = tuple(dict.fromkeys(before_by + triggered_by))
         sent = 0
-        for attempt in range(MAX_RETRIES + 1):
-            try:
-                for src in self.sources:
-                    if src.pushed != src.snap.uri or trigger == "initial":
-                        sent += self.publisher.push(src)
-                        src.pushed = src.snap.uri
-                break
-            except ContentChanged as exc:
-                if attempt == MAX_RETRIES:
-                    raise
-                for src in self.sources:
-                    change = change.merge(src.snap.update([str(src.snap.root / exc.relpath)]))
+        try:
+            for attempt in range(MAX_RETRIES + 1):
+                try:
+                    for src in self.sources:
+                        if src.pushed != src.snap.uri or trigger == "initial":
+                            sent += self.publisher.push(src)
+                            src.pushed = src.snap.uri
+                    break
+                except ContentChanged as exc:
+                    if attempt == MAX_RETRIES:
+                        raise
+                    for src in self.sources:
+                        change = change.merge(
+                            src.snap.update([str(src.snap.root / exc.relpath)]))
+        except BaseException:
+            self._unpublished = (change, triggered_by)
+            raise
+        self._unpublished = None
         published = self.env.published_env(self.target.published_uri)
         for src in self.sources:
             if src.snap.uri not in self.pinned:
@@ -254,6 +267,7 @@ class WatchSession:
                                   else src.snap.reconcile())
         change = early.then(change)
         if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
+            self._unpublished = None  # the target holds this version: nothing is left to send
             return None
         rels = tuple(sorted({r for s in self.sources for p in paths
                              if (r := s.snap.relpath(p)) is not None}))

@@ -69,6 +69,79 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     assert [p for p in (agent.root / "tmp").iterdir()] == []
 
 
+def test_a_name_that_holds_a_package_refuses_other_bytes(agent: AgentProc,
+                                                        tmp_path: Path) -> None:
+    """A second PUT of a name with other bytes is a 409, and an environment made from the name
+    has the first bytes; the same bytes again are a 200. For Ray's hash names, other bytes are
+    refused by the hash (422), as on a first upload (issue 22 M6)."""
+    import zipfile
+
+    def zipped(name: str, text: str) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("main.py", text)
+        return path
+
+    other = zipped("other.zip", "VALUE = 'other'\n")
+    first, second = zipped("first.zip", "VALUE = 1\n").read_bytes(), other.read_bytes()
+    url = f"{agent.url}/api/packages/gcs/my_pkg.zip"
+    assert requests.put(url, data=first, timeout=30).status_code == 200
+    assert requests.put(url, data=first, timeout=30).status_code == 200  # the same: idempotent
+    again = requests.put(url, data=second, timeout=30)
+    assert again.status_code == 409, again.text
+    err = again.json()["error"]
+    assert err["code"] == "package-conflict"
+    assert "gcs://my_pkg.zip" in err["message"]
+    assert "new name" in err["hint"]
+    from rtenv_cli.core.errors import PackageConflictError
+
+    with pytest.raises(PackageConflictError, match="already stored with other content"):
+        AgentTarget(agent.url).upload("gcs://my_pkg.zip", other)
+    handle = AgentClient(agent.url).get_or_create({"working_dir": "gcs://my_pkg.zip"},
+                                                  holder="h")
+    assert (Path(handle.working_dir) / "main.py").read_text() == "VALUE = 1\n"
+    assert requests.get(url + "?download=1", timeout=30).content == first
+    # a hash name: the same tree zipped again passes; another tree is refused by its hash
+    uri, zpath = ray_package(make_tree(tmp_path / "wd", {"a.py": "1"}), tmp_path)
+    named = f"{agent.url}/api/packages/gcs/{uri.removeprefix('gcs://')}"
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=zpath.read_bytes(), timeout=30).status_code == 200
+    assert requests.put(named, data=second, timeout=30).status_code == 422
+
+
+def test_an_http_working_dir_is_fetched_by_the_bounded_client(agent: AgentProc,
+                                                              tmp_path: Path) -> None:
+    """The agent downloads a client's http(s) archive through transport.http.download (a
+    deadline and a size cap, tests/reliability/test_network_faults.py): the archive arrives,
+    and a missing one is a 422 naming the URL and its status."""
+    import http.server
+    import threading
+
+    from tests.support.packages import crafted_zip
+
+    site = tmp_path / "site"
+    site.mkdir()
+    crafted_zip(site / "proj.zip", [("proj-main/app.py", b"print('remote')\n")])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw:
+                                             http.server.SimpleHTTPRequestHandler(
+                                                 *a, directory=str(site), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        handle = AgentClient(agent.url).get_or_create({"working_dir": f"{base}/proj.zip"},
+                                                      holder="h")
+        assert (Path(handle.working_dir) / "app.py").read_text() == "print('remote')\n"
+        gone = requests.post(f"{agent.url}/api/envs", timeout=60, json={
+            "runtime_env": {"working_dir": f"{base}/gone.zip"}, "holder": "h"})
+        assert gone.status_code == 422, gone.text  # the request's archive: a client error
+        assert f"cannot fetch {base}/gone.zip: " in gone.json()["error"]["message"]
+        assert f"{base}/gone.zip: HTTP 404" in gone.json()["error"]["message"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
     src = make_tree(tmp_path / "wd", {"a.py": "a\n", "s/b.py": "b\n"})
     uri, _zip = ray_package(src, tmp_path)

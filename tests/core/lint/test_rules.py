@@ -42,7 +42,7 @@ CASES = [
     ("RTE109", "env_vars: {A: '1'}\nupload_path: s3://b/uploads\n", 2, True),
     ("RTE111", "pip: ~/reqs.txt\n", 1, False),
     ("RTE112", "working_dir: ''\nexcludes: ['*']\n", 1, True),
-    ("RTE122", "excludes: ['*.log']\n", 1, True),
+    ("RTE122", "working_dir: s3://b/app.zip\nexcludes: ['*.log']\n", 2, True),
     ("RTE122", "working_dir: .\nexcludes: ['.log']\n", 2, True),
     ("RTE123", "working_dir: .\nexcludes: [.git]\n", 2, True),
     ("RTE130", "env_vars: {CUDA_VISIBLE_DEVICES: '0'}\n", 1, True),
@@ -53,7 +53,10 @@ CASES = [
     ("RTE135", "env_vars: {'A=B': x}\n", 1, True),
     ("RTE140", "pip: ['ray==2.9.0']\n", 1, True),
     ("RTE141", "pip: [a, 'a==1']\n", 1, True),
-    ("RTE142", "uv: ['--index-url x', a]\n", 1, True),
+    ("RTE142", "uv: ['--no-deps', a]\n", 1, True),
+    ("RTE142", "pip: ['-r requirements-dev.txt', a]\n", 1, True),
+    ("RTE148", "pip: ['-e .', a]\n", 1, True),
+    ("RTE149", "pip: ['git+https://github.com/me/tool.git#egg=tool\"']\n", 1, True),
     ("RTE143", "pip: ['git+https://example.com/x.git']\n", 1, True),
     ("RTE190", "rtenv:\n  pipp: [six]\n", 2, True),  # the plugin's field: rules/rtenv_field.py
     ("RTE190", "rtenv: [six]\n", 1, True),
@@ -244,7 +247,8 @@ def test_every_rule_is_documented() -> None:
     # RTE160/161: tests/core/lint/test_resolve; the forms corpus and Serve: test_forms_corpus,
     # test_serve_schema
     elsewhere = {"RTE160", "RTE161", "RTE106", "RTE124", "RTE136", "RTE137", "RTE138",
-                 "RTE139", "RTE147", "RTE180", "RTE181", "RTE182"}
+                 "RTE139", "RTE147", "RTE180", "RTE181", "RTE183", "RTE184", "RTE185",
+                 "RTE186"}
     assert used | elsewhere == set(codes)
 
 
@@ -259,3 +263,79 @@ def test_excludes_matching_nothing(tmp_path: Path) -> None:
     assert set(found) == {2}  # `*.log`: no log file yet, and that is fine
     assert "absolute path" in found[2].message
     assert found[2].hint == "write `/data`"
+
+
+# -- issue 24: false alarms removed, misses caught -----------------------------------------------
+def test_misspelt_rtenv_field_suggests_rtenv(tmp_path: Path) -> None:
+    report = check("rtnev:\n  pip: [six]\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE101"]
+    assert diag.hint == "did you mean `rtenv`?"
+
+
+def test_ray_pin_is_a_warning_saying_what_the_cluster_does(tmp_path: Path) -> None:
+    report = check("pip: ['ray[default]==2.9.3', pandas]\n", tmp_path, ray_version="2.60.0")
+    [diag] = [d for d in report.diagnostics if d.code == "RTE140"]
+    assert diag.severity == Severity.WARNING
+    assert report.valid
+    assert "Ray 2.60.0 cluster" in diag.message
+    assert "Changing the ray version is not allowed" in diag.message
+
+
+def test_same_version_with_other_extras_is_no_conflict(tmp_path: Path) -> None:
+    report = check("pip: ['pkg[a]==1.0', 'pkg[b]==1.0', 'other[x]==1', 'other==2']\n", tmp_path)
+    assert [d.message for d in report.diagnostics if d.code == "RTE141"] == [
+        "`other` is listed twice: `other[x]==1` and `other==2` may conflict"]
+
+
+def test_pip_entry_naming_the_working_dirs_own_project(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text('[project]\nname = "My_Trainer"\n')
+    report = check("working_dir: proj\npip: [my-trainer, numpy]\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE148"]
+    assert diag.line == 2
+    assert "`my-trainer`" in diag.message
+
+
+def test_quotes_in_markers_are_no_stray_quotes(tmp_path: Path) -> None:
+    report = check("pip: ['numpy; python_version < \"3.12\"']\n", tmp_path)
+    assert not [d for d in report.diagnostics if d.code == "RTE149"]
+
+
+def test_excludes_dropping_a_file_the_code_opens_by_name(tmp_path: Path) -> None:
+    (tmp_path / "proj" / "configs").mkdir(parents=True)
+    (tmp_path / "proj" / "train.py").write_text(
+        "import yaml\n\ncfg = yaml.safe_load(open('sft_config.yaml'))\n")
+    (tmp_path / "proj" / "sft_config.yaml").write_text("lr: 1\n")
+    (tmp_path / "proj" / "configs" / "unused.yaml").write_text("a: 1\n")
+    report = check("working_dir: proj\nexcludes: ['*.yaml']\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE124"]
+    assert diag.line == 2
+    assert "`sft_config.yaml`, which `train.py` opens by name (line 3)" in diag.message
+    assert "!/sft_config.yaml" in (diag.hint or "")
+    quiet = check("working_dir: proj\nexcludes: ['configs/']\n", tmp_path)
+    assert not [d for d in quiet.diagnostics if d.code == "RTE124"]
+
+
+@pytest.mark.parametrize(("text", "code", "hint"), [
+    ("working_dir:/path/to/proj\n", "RTE002", "put a space after the colon (`working_dir: "
+                                              "/path/to/proj`)"),
+    ("- name: app\n  import_path: main:app\n", "RTE002", "put `applications:` above it"),
+    ('pip: {"torch", "numpy"}\n', "RTE006", "write a list, `[torch, numpy]`"),
+    ('{"torch", "numpy"}\n', "RTE108", "write a list, `[torch, numpy]`"),
+])
+def test_broken_shapes_say_what_was_meant(tmp_path: Path, text: str, code: str,
+                                          hint: str) -> None:
+    """Ray's message for each is a bare `'<type>' object has no attribute 'get'` (or no error
+    at all for the set at the top: its names become plugins that do nothing)."""
+    report = check(text, tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == code]
+    assert hint in (diag.hint or ""), diag.hint
+
+
+def test_dot_slash_pattern_names_the_pattern_that_works(tmp_path: Path) -> None:
+    (tmp_path / "proj" / "data").mkdir(parents=True)
+    (tmp_path / "proj" / "data" / "x.csv").write_text("a\n")
+    report = check("working_dir: proj\nexcludes: ['./data']\n", tmp_path)
+    [diag] = [d for d in report.diagnostics if d.code == "RTE122"]
+    assert "like `data`, never `./data`" in diag.message
+    assert diag.hint == "write `/data`"

@@ -73,8 +73,89 @@ def test_without_ray_the_uri_rule_still_runs(tmp_path: Path, monkeypatch: pytest
     by_code = {d.code: d for d in report.diagnostics}
     assert by_code["RTE181"].line == 4
     assert by_code["RTE181"].ray_error
-    assert by_code["RTE182"].severity.value == "info"
-    assert "ray[serve]" in (by_code["RTE182"].hint or "")
+    assert not [d for d in report.diagnostics if d.severity.value == "info"]  # no noise
+    assert report.serve_check == "rtenv-table"
+    [note] = [n for n in report.notes if "Serve" in n]
+    assert "rtenv's table of Serve's structure" in note
+    assert "ray[serve]" in note
+    # the table still finds what Serve's schema would refuse
+    broken = check("applications:\n  - name: a\n    deployments:\n      - num_replicas: 2\n"
+                   "  - name: a\n    import_path: nodot\n", tmp_path)
+    found = {(d.code, d.line) for d in broken.diagnostics}
+    assert {("RTE180", 2), ("RTE180", 4), ("RTE180", 5), ("RTE180", 6)} <= found, found
+    assert not broken.valid
+
+
+def test_the_note_names_serves_own_schema_when_it_ran(tmp_path: Path) -> None:
+    report = check("applications:\n  - import_path: m:app\n", tmp_path)
+    assert report.serve_check == "serve-schema"
+    assert report.to_dict()["serve_check"] == "serve-schema"
+    assert report.notes == ()
+    assert report.diagnostics == ()
+
+
+def test_structure_table_is_serves_schema() -> None:
+    """serve_structure.LEVELS holds the installed Serve's fields, required ones included."""
+    from rtenv_cli.core.lint.serve_structure import LEVELS
+
+    schema = import_schema()
+    assert not isinstance(schema, Exception), schema
+    models = {"config": schema.ServeDeploySchema, "application": schema.ServeApplicationSchema,
+              "deployment": schema.DeploymentSchema,
+              "ray_actor_options": schema.RayActorOptionsSchema,
+              "http_options": schema.HTTPOptionsSchema, "grpc_options": schema.gRPCOptionsSchema}
+    for level, model in models.items():
+        fields = model.model_fields
+        assert LEVELS[level] == (frozenset(fields),
+                                 frozenset(k for k, f in fields.items() if f.is_required())), level
+
+
+STRUCTURES = [
+    {"applications": [{"import_path": "m:app"}]},
+    {"applications": [{"name": "a"}]},
+    {"applications": {"name": "a", "import_path": "m:app"}},
+    {"applications": ["m:app"]},
+    {"applications": [{"import_path": "m:app", "deployments": [{"num_replicas": 1}]}]},
+    {"applications": [{"import_path": "m:app", "deployments": {"name": "D"}}]},
+    {"applications": [{"import_path": "m:app", "deployments": [{"name": "D",
+                                                                "ray_actor_options": 3}]}]},
+    {"applications": [{"import_path": "a:b:c"}]}, {"applications": [{"import_path": "nodot"}]},
+    {"applications": [{"import_path": ":app"}]}, {"applications": [{"import_path": "m."}]},
+    {"applications": [{"import_path": 5}]},
+    {"applications": [{"import_path": "m:app", "route_prefix": "api"}]},
+    {"applications": [{"import_path": "m:app", "route_prefix": "/api"}]},
+    {"applications": [{"name": "x", "import_path": "m:a"}, {"name": "x", "import_path": "m:b"}]},
+    {"applications": [{"import_path": "m:a"}, {"import_path": "m:b"}]},
+    {"import_path": "m:app", "host": "0.0.0.0", "port": 8000},
+    {"runtime_env": {"pip": ["x"]}, "applications": [{"import_path": "m:app", "foo": 1}]},
+    {"applications": [{"import_path": "m:app", "deployments": [
+        {"name": "D", "runtime_env": {"pip": ["x"]}, "num_replica": 2}]}]},
+]
+
+
+@pytest.mark.parametrize("config", STRUCTURES, ids=[str(i) for i in range(len(STRUCTURES))])
+def test_structure_verdict_is_serves(config: dict[str, Any]) -> None:
+    """rtenv's table refuses (RTE180/RTE185) exactly what Serve's schema refuses."""
+    from pydantic import ValidationError
+
+    from rtenv_cli.core.lint.serve_structure import check as structure
+    from rtenv_cli.core.lint.serve_structure import old_format
+    from rtenv_cli.core.spec.forms import ServeConfig, is_old_serve
+    from rtenv_cli.core.spec.loader import Positions
+
+    schema = import_schema()
+    try:
+        schema.ServeDeploySchema.model_validate(config)
+    except ValidationError:
+        serve_ok = False
+    else:
+        serve_ok = True
+    old = is_old_serve(config)
+    serve_config = ServeConfig((), config, "serve", single_app=old, old_format=old)
+    found = structure(serve_config, Positions(), shapes=True)
+    if old:
+        found += list(old_format(serve_config, Positions()))
+    assert (not any(d.ray_error for d in found)) == serve_ok, [d.message for d in found]
 
 
 def test_serve_is_imported_only_for_serve_configs(tmp_path: Path) -> None:

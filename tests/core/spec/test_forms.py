@@ -32,6 +32,21 @@ def _sites(text: str) -> tuple[str, list[tuple[tuple[object, ...], str]]]:
      "anyscale-service", [(("ray_serve_config", "runtime_env"), "anyscale")]),
     ("apiVersion: ray.io/v1\nkind: RayJob\nspec:\n  runtimeEnvYAML: |\n    pip: [x]\n",
      "kuberay", [(("spec", "runtimeEnvYAML"), "kuberay")]),
+    # issue 24: a RayCronJob's RayJob spec is its jobTemplate; several documents too
+    ("apiVersion: ray.io/v1\nkind: RayCronJob\nspec:\n  schedule: '0 3 * * *'\n"
+     "  jobTemplate:\n    runtimeEnvYAML: |\n      pip: [x]\n---\napiVersion: v1\n"
+     "kind: ConfigMap\ndata: {a: b}\n",
+     "kuberay", [((0, "spec", "jobTemplate", "runtimeEnvYAML"), "kuberay")]),
+    # an Anyscale service told by its keys, without compute_config
+    ("name: s\nimage_uri: anyscale/ray:2.60.0\nworking_dir: .\napplications:\n"
+     "  - import_path: m:a\n    runtime_env: {pip: [x]}\n", "anyscale-service",
+     [((), "anyscale"), (("applications", 0, "runtime_env"), "anyscale")]),
+    # an Anyscale job with its image, no compute_config: image_uri is Anyscale's, not Ray's
+    ("name: j\nentrypoint: python x.py\nimage_uri: anyscale/ray:2.60.0\n", "anyscale-job", []),
+    # the single-application format of old `serve build`
+    ("import_path: m:a\nhost: 0.0.0.0\nport: 8000\nruntime_env: {pip: [x]}\n", "serve",
+     [(("runtime_env",), "serve")]),
+    ("tracing_config: {}\napplications:\n  - import_path: m:a\n", "serve", []),
 ])
 def test_forms(text: str, kind: str, sites: list[tuple[tuple[object, ...], str]]) -> None:
     assert _sites(text) == (kind, sites)
@@ -80,3 +95,14 @@ def test_several_documents_are_indexed() -> None:
     assert span is not None
     assert span.line == 4
     assert load_documents("a: [1\n---\n", "m.yaml").error is not None
+
+
+def test_rayjob_runtime_env_as_a_mapping_is_a_problem() -> None:
+    """KubeRay's RayJob CRD (ray.io/v1) has `runtimeEnvYAML: string` and no `runtimeEnv`."""
+    form = read(load_text("apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: t}\nspec:\n"
+                          "  runtimeEnv:\n    envVars: {A: '1'}\n", "j.yaml"))
+    assert form is not None
+    [problem] = form.problems
+    assert (problem.code, problem.path, problem.ray_error) == ("RTE186", ("spec", "runtimeEnv"),
+                                                               True)
+    assert "runtimeEnvYAML" in problem.message

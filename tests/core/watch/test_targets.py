@@ -37,6 +37,41 @@ def test_delta_to_a_real_agent_sends_only_the_changed_file(tree: Path, tmp_path:
             assert ev.bytes_sent < 10_000
 
 
+def test_a_watch_publishes_as_soon_as_its_stopped_agent_is_back(tree: Path,
+                                                                tmp_path: Path) -> None:
+    """The agent is SIGKILLed while the watch runs, files change, the agent comes back on its
+    port: the watch publishes by itself (no reconcile: it is an hour away), and its report
+    counts every change since the last push that reached the agent, not 0/0/0 (issue 22 L10)."""
+    import signal
+
+    from rtenv_cli.core.packaging.hashing import package_uri
+    from tests.core.watch.helpers import wait_for
+
+    root = tmp_path / "agent-store"
+    with agent_process(root) as agent:
+        port = int(agent.url.rsplit(":", 1)[1])
+        target = resolve(None, agent.url)
+        with Running(tree, target, reconcile_s=3600) as run:
+            agent.kill(signal.SIGKILL)
+            (tree / "main.py").write_text("VALUE = 'v2'\n")
+            wait_for(lambda: any("trying again until it answers" in m
+                                 for _k, m, _h in run.notices), timeout=60)
+            (tree / "new.py").write_text("NEW = 1\n")
+            (tree / "mod0.py").unlink()
+            # the second batch has failed too (its files are the snapshot's), still unpublished
+            wait_for(lambda: run.session.sources[0].snap.uri != run.events[0].uri
+                     and "new.py" in (run.session._unpublished or ((), ()))[0].added,
+                     timeout=60)
+            assert len(run.events) == 1
+            with agent_process(root, port=port) as again:
+                ev = run.next_event(1, timeout=60)
+                assert ev.trigger == "retry"
+                assert (ev.added, ev.modified, ev.removed) == (("new.py",), ("main.py",),
+                                                               ("mod0.py",))
+                assert ev.uri == package_uri(tree, kind="working_dir")  # a fresh push's
+                assert resolve(None, again.url).exists(ev.uri)
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("via", ["dashboard", "gcs"])
 def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: Any,

@@ -25,7 +25,10 @@ def check_excludes(ctx: Context) -> Iterator[Diagnostic]:
         return
     excludes = ctx.data.get("excludes")
     scans = package_scans(ctx)
-    if isinstance(excludes, list) and excludes and not scans and not ctx.pipeline.errors:
+    # without a working_dir the file may be for `ray job submit --working-dir DIR`, which
+    # sets the working_dir these excludes apply to
+    if isinstance(excludes, list) and excludes and not scans and not ctx.pipeline.errors and \
+            "working_dir" in ctx.data:
         yield ctx.diag("RTE122", "excludes has no effect: there is no local working_dir or "
                        "py_modules to package", ("excludes",),
                        hint="remove it, or point working_dir at a local directory")
@@ -173,6 +176,7 @@ def _unmatched(ctx: Context, excludes: list[object],
         return
     everything = [rel for paths in trees for rel in paths]
     defaults = default_excludes(ctx.env) if has_working_dir else []
+    redundant: list[tuple[int, str, str]] = []
     for i, pattern in enumerate(excludes):
         if not isinstance(pattern, str) or not pattern.strip() or \
                 pattern.strip().startswith(("#", "!")):
@@ -190,11 +194,16 @@ def _unmatched(ctx: Context, excludes: list[object],
             continue
         covered = patterns.default_covered(matcher, defaults) if matcher is not None else None
         if covered is not None:
-            yield ctx.diag("RTE123", f"`{pattern}` repeats Ray's default excludes: `{covered}` "
-                           "is never uploaded with a working_dir", ("excludes", i),
-                           prefer="value", hint="remove it (the defaults are "
-                           f"{', '.join(defaults)}; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES "
-                           "changes them)")
+            redundant.append((i, pattern, covered))
+    # a default repeated beside the user's own patterns is harmless (and common): only a list
+    # that changes nothing at all is worth one note
+    if redundant and len(redundant) == len(excludes):
+        shown = ", ".join(f"`{p}`" for _i, p, _c in redundant)
+        yield ctx.diag("RTE123", f"excludes changes nothing: {shown} only repeat Ray's default "
+                       "excludes, never uploaded with a working_dir", ("excludes",),
+                       hint="remove the list (the defaults are "
+                       f"{', '.join(defaults)}; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES "
+                       "changes them)")
 
 
 CHECKS = (check_excludes,)

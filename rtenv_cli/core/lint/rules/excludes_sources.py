@@ -1,6 +1,8 @@
 """RTE124: an excludes pattern written for other files (`**/*log*`, `*tmp*`) that also drops
 Python sources (`pkg/utils/logger/`): the modules it drops are named, since importing them
-fails on the workers.
+fails on the workers. Any pattern that drops a data file the packaged code opens by name (a
+string literal passed to a call: `open("sft_config.yaml")`, `Path("data/x.csv")`; packscan's
+`opened_names`) is reported too.
 
 Deliberate exclusions stay silent: a pattern that names Python (`*.py`, `*_test.py`), one whose
 last part has no wildcard (`tests/`, `/scripts`), and one naming a folder of code people leave
@@ -72,21 +74,25 @@ def excludes_drop_sources(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
         return
     excludes = ctx.data.get("excludes")
-    if not isinstance(excludes, list) or not any(isinstance(p, str) and _accidental(p)
-                                                 for p in excludes):
+    if not isinstance(excludes, list) or not any(isinstance(p, str) for p in excludes):
         return
     from rtenv_cli.core.lint import packscan
 
     user = [p for p in excludes if isinstance(p, str)]
     sources = []  # per package: the Python files the excludes (negations included) leave out
+    opened: list[tuple[str, str, int]] = []  # dropped files the kept code opens by name
     for _path, source, kind, _scan in package_scans(ctx):
         if source.is_dir():
             walked = packscan.cached_walk(source, kind, (), ctx.env, ctx.cache.walks)
             kept = packscan.cached_walk(source, kind, user, ctx.env, ctx.cache.walks)
             if not walked.truncated and not kept.truncated:
                 left = set(kept.files_only())
-                sources.append([rel for rel in walked.files_only()
-                                if rel.endswith(".py") and rel not in left])
+                gone = [rel for rel in walked.files_only() if rel not in left]
+                sources.append([rel for rel in gone if rel.endswith(".py")])
+                opened += _opened(source, gone, [rel for rel in left if rel.endswith(".py")])
+    yield from _opened_findings(ctx, excludes, opened)
+    if not any(isinstance(p, str) and _accidental(p) for p in excludes):
+        return
     for index, pattern in enumerate(excludes):
         if not isinstance(pattern, str) or not _accidental(pattern):
             continue
@@ -104,6 +110,46 @@ def excludes_drop_sources(ctx: Context) -> Iterator[Diagnostic]:
                        prefer="value", hint=f"narrow it to the files you meant, e.g. "
                        f"{_narrower(pattern)}, or keep the code with {_keep(dropped[0])} "
                        "after it")
+
+
+def _opened(root: Any, gone: list[str], code: list[str]) -> list[tuple[str, str, int]]:
+    """(dropped file, the kept module that opens it by name, line): data files the excludes
+    leave out while the code passes their name to open()/Path()/read_csv()..."""
+    from rtenv_cli.core.lint import packscan
+
+    data = [rel for rel in gone if not rel.endswith(".py")]
+    if not data or not code:
+        return []
+    names: dict[str, str] = {}
+    for rel in data:
+        names.setdefault(rel, rel)
+        names.setdefault(rel.rpartition("/")[2], rel)
+    found = packscan.opened_names(root, code, set(names))
+    out: dict[str, tuple[str, str, int]] = {}
+    for name, (module, line) in found.items():
+        out.setdefault(names[name], (names[name], module, line))
+    return list(out.values())
+
+
+def _opened_findings(ctx: Context, excludes: list[Any], opened: list[tuple[str, str, int]]
+                     ) -> Iterator[Diagnostic]:
+    from rtenv_cli.core.lint import packscan
+
+    for index, pattern in enumerate(excludes):
+        matcher = packscan.pattern_matcher(pattern) if isinstance(pattern, str) and \
+            pattern.strip() and not pattern.strip().startswith(("#", "!")) else None
+        if matcher is None:
+            continue
+        hits = [(rel, module, line) for rel, module, line in opened
+                if _dropped(matcher, rel) is not None]
+        if not hits:
+            continue
+        rel, module, line = hits[0]
+        more = f" (and {len(hits) - 1} more file(s) the code opens)" if len(hits) > 1 else ""
+        yield ctx.diag("RTE124", f"`{pattern}` drops `{rel}`, which `{module}` opens by name "
+                       f"(line {line}){more}: it fails with FileNotFoundError on the workers",
+                       ("excludes", index), prefer="value",
+                       hint=f"keep it with `!/{rel}` after the pattern, or narrow the pattern")
 
 
 CHECKS = (excludes_drop_sources,)

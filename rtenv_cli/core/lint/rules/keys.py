@@ -135,6 +135,14 @@ def not_a_runtime_env(ctx: Context) -> Iterator[Diagnostic]:
     foreign = looks_foreign(ctx.data, near_miss)
     if not foreign:
         return
+    from rtenv_cli.core.lint.context import set_literal_hint
+
+    literal = set_literal_hint(ctx.raw(()), ctx.data)
+    if literal:
+        yield ctx.diag("RTE108", "this is no runtime_env but a set of names: Ray would apply "
+                       "none of them", (foreign[0],), hint=f"{literal}, under the field meant: "
+                       "`pip: [...]` for packages")
+        return
     shown = ", ".join(f"`{k}`" for k in foreign[:_SHOWN_FOREIGN])
     more = f" and {len(foreign) - _SHOWN_FOREIGN} more" if len(foreign) > _SHOWN_FOREIGN else ""
     yield ctx.diag("RTE108", f"this does not look like a runtime_env: {len(foreign)} of its "

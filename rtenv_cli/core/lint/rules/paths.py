@@ -43,9 +43,11 @@ def check_paths(ctx: Context) -> Iterator[Diagnostic]:
                            "the command")
             continue
         if path == ("working_dir",) and value in ("", ".", "./"):
-            yield ctx.diag("RTE112", f"working_dir `{value}` packages the directory the command "
-                           f"runs from ({ctx.base_dir})", path, prefer="value",
-                           hint="name the project directory explicitly")
+            if _cwd_surprises(ctx):
+                yield ctx.diag("RTE112", f"working_dir `{value}` packages the directory the "
+                               f"command runs from ({ctx.base_dir}), not the file's "
+                               f"({ctx.file_dir})", path, prefer="value",
+                               hint="run from the project directory, or name it explicitly")
             continue
         if Path(value).is_absolute() or ctx.file_dir is None:
             continue
@@ -60,6 +62,16 @@ def check_paths(ctx: Context) -> Iterator[Diagnostic]:
                 prefer="value",
                 hint=f"run from {ctx.file_dir}, pass --base-dir {ctx.file_dir}, or write the path "
                 "relative to where you submit")
+
+
+def _cwd_surprises(ctx: Context) -> bool:
+    """`working_dir: .` is the usual way to ship the project the file sits in; it is worth a
+    note only when the command runs elsewhere (another directory than the file's, or $HOME or
+    `/`, which package everything below them)."""
+    cwd = ctx.base_dir.resolve()
+    if cwd in (Path.home().resolve(), Path(cwd.anchor)):
+        return True
+    return ctx.file_dir is not None and ctx.file_dir.resolve() != cwd
 
 
 CHECKS = (check_paths,)

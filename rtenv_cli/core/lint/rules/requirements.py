@@ -1,6 +1,7 @@
 """pip/uv requirement rules: RTE140 ray pins, RTE141 duplicates, RTE142 options as packages,
 RTE143 git+ URLs, RTE144 unpinned heavy packages, RTE145 requirements-file noise, RTE146
-pip_version/uv_version without an operator, RTE147 import names that are not installable.
+pip_version/uv_version without an operator, RTE147 import names that are not installable,
+RTE148 the working_dir's own project installed again, RTE149 a stray quote in a requirement.
 The pip lists of a conda environment (`conda.dependencies[].pip`, inline or in the YAML file)
 get the same rules: conda hands them to pip."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.lint.context import Context
-from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.spec import model
 
 HEAVY = frozenset({"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-gpu", "jax",
@@ -140,6 +141,10 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
             text = req.text.strip()
             if not text or text.startswith("#"):
                 continue
+            found = list(_line_problems(ctx, req, text))
+            yield from found
+            if any(d.code == "RTE148" for d in found):
+                continue
             if text.startswith("-"):
                 yield from _option(ctx, field, req, text)
                 continue
@@ -152,7 +157,7 @@ def check_requirements(ctx: Context) -> Iterator[Diagnostic]:
                 continue
             name = canonical(match.group(1))
             spec = match.group(3).split(";")[0].split("#")[0].strip()
-            if name in seen:
+            if name in seen and not _extras_only(seen[name].text.strip(), text):
                 same = seen[name].text.strip() == text
                 yield ctx.diag("RTE141", f"`{name}` is listed twice{_where(req)}: "
                                + ("Ray drops the exact duplicate" if same else
@@ -175,16 +180,114 @@ def _option(ctx: Context, field: str, req: Requirement, text: str) -> Iterator[D
     """A requirement line that is a pip option."""
     if field == "conda":
         return  # conda writes its pip list to a requirements file: options are fine there
-    if text.startswith(("-r ", "--requirement", "-c ", "--constraint")):
+    option, _, argument = text.partition(" ")
+    option = option.split("=", 1)[0]
+    if option in _FILE_OPTIONS:
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", argument.strip().split("=", 1)[-1]):
+            return  # pip (and uv) fetch a requirements URL themselves
         yield ctx.diag("RTE142", f"`{text}` names a file that must exist on every node: "
                        f"pip reads it there, not on this machine{_where(req)}",
                        req.path, prefer="value",
                        hint="inline its requirements, or pass the file itself as "
                        f"`{field}: path/to/requirements.txt`")
         return
+    if option in REQUIREMENTS_FILE_OPTIONS:
+        return  # Ray writes the list to a requirements file, where pip reads this option
     opt = "pip_install_options" if field == "pip" else "uv_pip_install_options"
     yield ctx.diag("RTE142", f"`{text}` is a pip option, not a package{_where(req)}",
                    req.path, prefer="value", hint=f"move it to `{field}.{opt}`")
+
+
+# pip options a requirements file may hold (pip's `req_file.SUPPORTED_OPTIONS`; uv reads the
+# same ones): Ray writes the packages list to a requirements file, so these are fine there
+REQUIREMENTS_FILE_OPTIONS = frozenset({
+    "-i", "--index-url", "--extra-index-url", "--no-index", "-f", "--find-links",
+    "--trusted-host", "--pre", "--prefer-binary", "--only-binary", "--no-binary",
+    "--require-hashes", "--use-feature", "-e", "--editable", "-r", "--requirement", "-c",
+    "--constraint",
+})
+_FILE_OPTIONS = frozenset({"-r", "--requirement", "-c", "--constraint"})
+
+
+def _line_problems(ctx: Context, req: Requirement, text: str) -> Iterator[Diagnostic]:
+    """RTE149 a stray quote, RTE148 the working_dir's own project."""
+    stray = _stray_quote(text)
+    if stray:
+        yield ctx.diag("RTE149", f"`{text}` holds a stray {stray}: pip reads it as part of the "
+                       f"requirement and the install fails on every node{_where(req)}",
+                       req.path, prefer="value",
+                       hint="remove the quote (YAML quotes go around the whole item)")
+    own = _installs_own_project(ctx, text)
+    if own:
+        yield ctx.diag("RTE148", f"`{text}` {own}{_where(req)}", req.path, prefer="value",
+                       hint="drop it: working_dir is on every worker's sys.path; list only the "
+                       "project's dependencies")
+
+
+def _stray_quote(text: str) -> str | None:
+    """A quote in the requirement itself (`...#egg=tool"`); markers may quote their values."""
+    head = text.split(";", 1)[0]
+    if '"' not in head and "'" not in head:
+        if not text.count('"') % 2 and not text.count("'") % 2:
+            return None
+        head = text
+    first = min(i for i in (head.find('"'), head.find("'")) if i >= 0)
+    return "double quote" if head[first] == '"' else "single quote"
+
+
+def _installs_own_project(ctx: Context, text: str) -> str | None:
+    """What is wrong when `text` installs the project the local working_dir already ships:
+    `-e .` / `.` (pip runs in an empty directory on the node) or the project's own name (from
+    the working_dir's pyproject.toml: pip fetches that name from the index)."""
+    target = text
+    for flag in ("--editable=", "--editable ", "-e "):
+        if target.startswith(flag):
+            target = target[len(flag):].strip()
+            break
+    if target.split("[", 1)[0] in (".", "./"):
+        return ("installs `.` of the node's pip directory (an empty folder Ray creates), not "
+                "your working_dir: the install fails")
+    name = _REQ.match(target)
+    project = _project_name(ctx)
+    if name is None or project is None or canonical(name.group(1)) != project or \
+            "://" in target:
+        return None
+    return (f"installs `{project}` from the package index, though the working_dir already "
+            f"ships the project `{project}` (its pyproject.toml): another version, or none")
+
+
+def _project_name(ctx: Context) -> str | None:
+    """The `[project] name` of the local working_dir's pyproject.toml, canonical."""
+    if not isinstance(ctx.data, Mapping) or not isinstance(ctx.data.get("working_dir"), str):
+        return None
+    from rtenv_cli.core.spec.normalize import is_path
+
+    wd = ctx.data["working_dir"]
+    if not is_path(wd):
+        return None
+    root = Path(wd) if Path(wd).is_absolute() else ctx.base_dir / wd
+    try:
+        text = (root / "pyproject.toml").read_text()
+    except (OSError, ValueError):
+        return None
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        name = tomllib.loads(text).get("project", {}).get("name")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return None
+    return canonical(name) if isinstance(name, str) else None
+
+
+def _extras_only(first: str, second: str) -> bool:
+    """`pkg[a]==1.0` beside `pkg[b]==1.0` (or an unversioned one): pip merges the extras."""
+    a, b = _REQ.match(first), _REQ.match(second)
+    if a is None or b is None or (a.group(2) or "") == (b.group(2) or ""):
+        return False
+    spec_a, spec_b = (m.group(3).split(";")[0].split("#")[0].replace(" ", "") for m in (a, b))
+    return spec_a == spec_b or not spec_a or not spec_b
 
 
 def _not_installable(ctx: Context, req: Requirement, written: str, name: str) -> Diagnostic:
@@ -201,9 +304,13 @@ def _ray_pin(ctx: Context, req: Requirement, text: str, spec: str, field: str
     refusal = (f"Ray puts `ray=={version}` first in this conda pip list, so pip cannot "
                "resolve both" if field == "conda" else "the node refuses to change Ray's version")
     if pinned and pinned.group(1) != version:
-        yield ctx.diag("RTE140", f"`{text}` pins Ray {pinned.group(1)}, the cluster runs "
-                       f"{version}: {refusal}{_where(req)}",
-                       req.path, severity=Severity.ERROR, prefer="value",
+        # Ray accepts the file at submit: the failure comes on the node, at install time
+        when = ("conda's pip install fails on every node" if field == "conda" else
+                f"every node installs Ray {pinned.group(1)} into the job's environment, then "
+                "the runtime_env setup fails ('Changing the ray version is not allowed')")
+        yield ctx.diag("RTE140", f"`{text}` pins Ray {pinned.group(1)}; on a Ray {version} "
+                       f"cluster {refusal}: {when}, after the install, for every worker"
+                       f"{_where(req)}", req.path, prefer="value",
                        hint="remove `ray` from the requirements (the cluster's Ray is used)")
     else:
         yield ctx.diag("RTE140", f"`{text}`: Ray is already installed on the cluster "
