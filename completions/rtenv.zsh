@@ -168,7 +168,7 @@ _rtenv_push() {
         '--once[With the watch engine\: push once and exit.]' \
         '--on-change[With --watch\: run CMD after each push.]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
-        '--quiet-ms[With --watch\: quiet period before a push (events are coalesced).]:value: ' \
+        '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
@@ -187,7 +187,7 @@ _rtenv_run() {
         '--address[URL of this node'\''s rtenv agent. Default\: the embedded store (no server).]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--gpus[GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).]:value: ' \
-        '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).]:value: ' \
+        '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it), at least 0.1.]:value: ' \
         '--memory[Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command is killed above it). A bare number is bytes; below 1 MiB it is refused.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \

@@ -50,8 +50,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     polling: Annotated[bool, typer.Option("--poll", envvar="RTENV_WATCH_POLLING",
                                           help="With --watch: poll instead of inotify.")] = False,
     # -- watch debounce (WATCH feature) --
-    quiet_ms: Annotated[int, typer.Option("--quiet-ms", help="With --watch: quiet period before "
-                                          "a push (events are coalesced).")] = 200,
+    quiet_ms: Annotated[int, typer.Option("--quiet-ms", help="With --watch: quiet period for "
+                                          "writes still open and bursts (a closed save is "
+                                          "pushed at once).")] = 200,
     max_wait_ms: Annotated[int, typer.Option("--max-wait-ms", help="With --watch: push at the "
                                              "latest this long after the first event.")] = 2000,
     # -- end watch debounce --

@@ -253,7 +253,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
              env: Mapping[str, str], progress: Progress | None,
              digests: Any = None) -> tuple[str, int | None, bool, bool, str]:
     """(published uri, zip bytes, uploaded, staged, target label)."""
-    from rtenv_cli.core.packaging.build import build_scan
+    from rtenv_cli.core.packaging.build import build_scan, fits_stored
     from rtenv_cli.core.packaging.sizes import offenders
     from rtenv_cli.core.paths import rtenv_home
 
@@ -264,9 +264,11 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             target.upload(uri, plan.source, on_progress=adv)
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
+    # stored as Ray stores it, unless it would not fit: deflate is what makes it fit
+    compress = fits_stored(scan, target.layout, target.max_upload_bytes) is False
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
         built = build_scan(scan, dest_dir=dest, layout=target.layout, on_progress=adv,
-                           digests=digests)
+                           digests=digests, compress=compress)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
@@ -279,7 +281,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                 if stage.layout != built.layout:
                     built.path.unlink(missing_ok=True)
                     built = build_scan(scan, dest_dir=dest, layout=stage.layout,
-                                       digests=digests)
+                                       digests=digests, compress=True)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
                     stage.upload(uri, built.path, on_progress=adv, **_hashed(stage, built))
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label

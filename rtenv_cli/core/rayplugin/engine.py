@@ -225,12 +225,15 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     normal = fn(value, base or Path("/"), (schema.FIELD, kind))
     packages = [str(p) for p in (normal or {}).get("packages", [])]
     lines = list(packages)
+    from rtenv_cli.core.spec.loader import read_file
+
     for name in builders.files_digest(packages):
-        try:
-            lines += Path(name).read_text(errors="replace").splitlines()
-        except OSError as exc:  # the build reads it again and reports it
-            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name, exc)
+        raw, error = read_file(name)  # bounded, as every requirements file (files_digest's)
+        if raw is None:  # the build reads it again and reports it
+            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name,
+                      error.message if error else "")
             continue
+        lines += raw.decode(errors="replace").splitlines()
     ray = schema.ray_requirement(lines)
     if ray is not None:
         raise ValidationError(f"runtime_env['{schema.FIELD}']['{spec.kind}'] installs `{ray}`: "

@@ -68,7 +68,7 @@ class RayGcsTarget:
         self.label = f"Ray cluster {address} (GCS)"
         limit = self._env.get("RAY_max_grpc_message_size", "")
         self.max_upload_bytes: int | None = (int(limit) if limit.isdigit() else GRPC_MAX) - 4096
-        self._token = token if token is not None else load_token(self._env)
+        self._token = token if token is not None else load_token(self._env, to=address)
         self._channel = channel
         self.offenders: dict[str, list[tuple[str, int]]] = {}
 
