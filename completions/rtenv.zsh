@@ -127,6 +127,8 @@ _rtenv_check_ignore() {
         '--non-matching[Also list paths that are packaged.]' \
         '-n[Also list paths that are packaged.]' \
         '--root[The package directory.]:file:_files' \
+        '--runtime-env[A runtime_env file\: each path is decided by the package it lies in (the working_dir or a py_module), with the file'\''s excludes, as `rtenv push` packages it; a path in no package is reported as such.]:file:_files' \
+        '-r[A runtime_env file\: each path is decided by the package it lies in (the working_dir or a py_module), with the file'\''s excludes, as `rtenv push` packages it; a path in no package is reported as such.]:file:_files' \
         '--kind[working_dir (Ray'\''s default excludes apply) or py_module.]:value:(working_dir py_module)' \
         '*--exclude[An `excludes` pattern (repeatable), as in the runtime_env.]:value: ' \
         '*-e[An `excludes` pattern (repeatable), as in the runtime_env.]:value: ' \
@@ -163,6 +165,7 @@ _rtenv_push() {
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--rtenv-envs[Move `pip\:`/`uv\:` into `rtenv\:` so the nodes build it with rtenv'\''s Ray plugin (`rtenv ray-env`); conda and the like are refused.]' \
+        '--via[auto\: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address) loads rtenv'\''s plugin, else Ray'\''s gcs\:// zips, saying why; tree or zip\: that path only.]:value: ' \
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \

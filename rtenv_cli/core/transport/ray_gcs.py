@@ -113,6 +113,13 @@ class RayGcsTarget:
                 delay *= 2
         raise AssertionError("unreachable")
 
+    def call(self, method: str, message: bytes) -> bytes:
+        """One unary call of `method` (`/ray.rpc.Service/Method`) with retries (see `_call`);
+        the reply's GcsStatus (field 1) checked."""
+        reply = self._call(method, message)
+        _check_status(reply, 1, self.label)
+        return reply
+
     def _error(self, method: str, exc: GrpcError, *, connected: bool) -> TransportError:
         if not connected:
             return TransportError(f"cannot reach {self.label}: {exc.message}",
