@@ -288,7 +288,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         # -- ablation: the same hits with every create going through Starlette's route ---------
         port = free_port()
         agent = _agent(work / "home" / "store", port,
-                       prelude="import rtenv_cli.core.agent.server as m; m.HIT_PATH = False")
+                       prelude="import rtenv_cli.core.agent.hits as m; m.HIT_PATH = False")
         try:
             with_path = {r.metric: r.rtenv for r in rows}
             for conns in (1, 4, 16):

@@ -58,7 +58,8 @@ def _toml_load(path: Path) -> dict[str, Any]:
         import tomli as tomllib
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            table: dict[str, Any] = tomllib.load(fh)
+            return table
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}", path=str(path),
                           hint="fix the TOML syntax, or set RTENV_CONFIG to another file") from None

@@ -514,7 +514,8 @@ def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -
         return json.dumps(dict(runtime_env), indent=2) + "\n"
     import yaml
 
-    return yaml.safe_dump(dict(runtime_env), sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(dict(runtime_env), sort_keys=False, allow_unicode=True)
+    return text
 
 
 def write_runtime_env(path: Path, runtime_env: Mapping[str, Any], text: str | None = None

@@ -14,11 +14,14 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import ConfigError, UsageError
 from rtenv_cli.core.spec.forms import Form
 from rtenv_cli.core.transport.base import Target
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.push import PushResult
 
 CARRIERS = ("serve", "kuberay")  # Form kinds pushed as a whole file
 _MISSING = object()  # no value equals it
@@ -38,7 +41,7 @@ def read_carrier(path: Path | str | None, cwd: Path) -> Form | None:
     return form if form is not None and form.kind in CARRIERS else None
 
 
-def push_file(path: Path | str | None, **options: Any) -> Any:
+def push_file(path: Path | str | None, **options: Any) -> PushResult:
     """`rtenv push PATH`: a Serve config or KubeRay manifest pushed whole (see the module
     docstring), anything else by core/push.py's `push`; `options` are `push`'s."""
     from rtenv_cli.core.push import push
@@ -54,7 +57,7 @@ def push_carrier(form: Form, label: str, *, target: Target | None, dry_run: bool
                  stage_to: Target | None = None, env: Mapping[str, str] | None = None,
                  progress: Any = None, cwd: Path | None = None, base_dir: Path | None = None,
                  outputs: Sequence[Path] = (), sizes: bool | None = None,
-                 rtenv_envs: bool = False, **publish_options: Any) -> Any:
+                 rtenv_envs: bool = False, **publish_options: Any) -> PushResult:
     """Push every runtime_env of `form` (`push`'s options; the rest go to `publish`); the
     result's `document` is the file written back."""
     import os

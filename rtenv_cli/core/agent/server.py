@@ -7,25 +7,24 @@ threadpool. Every JSON body is checked against its schema (`agent_protocol`) and
 refused over its size limit before it is read. Errors are `RtenvError`s, answered by one
 exception handler with the HTTP status and wire `code` of `core.errors.TABLE`.
 
-`AgentApp` is the ASGI entry point in front of Starlette: it checks the bearer token for every
-route but `/openapi.json` and `/download/...` (compared in constant time), and answers cache hits
-of `POST /api/envs` itself. Serving it (sockets, timeouts, worker processes) is `agent.serving`.
+`agent.hits` puts `AgentApp` in front of this Starlette app (`create_app`): it checks the bearer
+token for every route but `/openapi.json` and `/download/...` (compared in constant time), and
+answers cache hits of `POST /api/envs` itself. Serving it (sockets, timeouts, worker processes)
+is `agent.serving`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hmac
 import ipaddress
-import json
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rtenv_cli import __version__
 from rtenv_cli.core.errors import (
@@ -36,14 +35,24 @@ from rtenv_cli.core.errors import (
     UsageError,
     from_os_error,
 )
-from rtenv_cli.core.store.envs import MEMO_MAX_JSON
 from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport import agent_protocol as protocol
 from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV, Limits
 
-__all__ = ["TOKEN_ENV", "AgentApp", "AgentConfig", "check_bind", "create_app", "is_loopback"]
+if TYPE_CHECKING:  # starlette is imported when the agent starts, not with this module
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from starlette.types import Receive
+
+    from rtenv_cli.core.cache.gc import Budget
+    from rtenv_cli.core.store.envs import Environments
+
+__all__ = ["TOKEN_ENV", "AgentConfig", "check_bind", "is_loopback", "starlette_app"]
 
 _log = logging.getLogger("rtenv.agent")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,8 @@ class AgentState:
 
     config: AgentConfig
     store: Store
-    envs: Any  # agent.envs.Environments
-    budget: Any  # cache.gc.Budget
+    envs: Environments
+    budget: Budget
 
     def refusal(self, header: str) -> RtenvError | None:
         """None when a request with this Authorization header may pass, else why not."""
@@ -99,15 +108,14 @@ class AgentState:
         return ForbiddenError("wrong bearer token", hint=f"pass --token or set {TOKEN_ENV}")
 
 
-def _state(request: Any) -> AgentState:
-    return request.app.state.agent
+def _state(request: Request) -> AgentState:
+    state: AgentState = request.app.state.agent
+    return state
 
 
 # -- bodies -------------------------------------------------------------------------------------
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 
-
-async def read_body(receive: Receive, headers: Any, limit: int) -> bytes:
+async def read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
     """The whole request body, refused (413) over `limit` by its Content-Length before anything
     is read, or as soon as a chunked body passes it."""
     protocol.check_length(headers.get("content-length"), limit)
@@ -125,13 +133,13 @@ async def read_body(receive: Receive, headers: Any, limit: int) -> bytes:
             return b"".join(chunks)
 
 
-async def json_body(request: Any, schema: str, limit: int | None = None) -> dict[str, Any]:
+async def json_body(request: Request, schema: str, limit: int | None = None) -> dict[str, Any]:
     limits = _state(request).config.limits
     body = await read_body(request.receive, request.headers, limit or limits.json_bytes)
     return protocol.parse_json(body, schema)
 
 
-async def spool(request: Any, limit: int) -> Path:
+async def spool(request: Request, limit: int) -> Path:
     """The request body in a temp file inside the store (same filesystem as the target),
     refused over `limit` before or while it is read."""
     declared = protocol.check_length(request.headers.get("content-length"), limit)
@@ -160,7 +168,7 @@ async def spool(request: Any, limit: int) -> Path:
     return Path(name)
 
 
-async def _stored(request: Any, limit: int, put: Callable[[Path], Any]) -> Any:
+async def _stored(request: Request, limit: int, put: Callable[[Path], T]) -> T:
     from starlette.concurrency import run_in_threadpool
 
     path = await spool(request, limit)
@@ -170,19 +178,19 @@ async def _stored(request: Any, limit: int, put: Callable[[Path], Any]) -> Any:
         path.unlink(missing_ok=True)
 
 
-def _json(data: Any, status: int = 200) -> Any:
+def _json(data: Any, status: int = 200) -> JSONResponse:
     from starlette.responses import JSONResponse
 
     return JSONResponse(data, status_code=status)
 
 
 # -- routes -------------------------------------------------------------------------------------
-async def info(request: Any) -> Any:
+async def info(request: Request) -> Response:
     return _json({"agent": "rtenv", "version": __version__,
                   "root": str(_state(request).store.root)})
 
 
-async def get_package(request: Any) -> Any:
+async def get_package(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import FileResponse, Response
 
@@ -198,7 +206,7 @@ async def get_package(request: Any) -> Any:
                     status_code=200 if exists else 404)
 
 
-async def put_package(request: Any) -> Any:
+async def put_package(request: Request) -> Response:
     from starlette.responses import Response
 
     from rtenv_cli.core.store import delta
@@ -211,7 +219,7 @@ async def put_package(request: Any) -> Any:
     return Response(status_code=200)
 
 
-async def manifests(request: Any) -> Any:
+async def manifests(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.store import delta
@@ -222,7 +230,7 @@ async def manifests(request: Any) -> Any:
     return _json({"missing": await run_in_threadpool(delta.missing, state.store, man)})
 
 
-async def commit(request: Any) -> Any:
+async def commit(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.store import delta
@@ -233,7 +241,7 @@ async def commit(request: Any) -> Any:
     return _json(await run_in_threadpool(delta.commit, state.store, man))
 
 
-async def blob(request: Any) -> Any:
+async def blob(request: Request) -> Response:
     from starlette.responses import Response
 
     state, sha = _state(request), request.path_params["sha"]
@@ -243,7 +251,7 @@ async def blob(request: Any) -> Any:
     return Response(status_code=200)
 
 
-async def blobs(request: Any) -> Any:
+async def blobs(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.agent.bodyreader import BodyReader
@@ -252,7 +260,7 @@ async def blobs(request: Any) -> Any:
     limit = state.config.limits.blob_bytes
     protocol.check_length(request.headers.get("content-length"), limit)
 
-    async def bounded() -> Any:
+    async def bounded() -> AsyncIterator[bytes]:
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -275,14 +283,14 @@ def env_args(data: dict[str, Any], client: str, config: AgentConfig) -> dict[str
     return args
 
 
-_ENV_ARGS = "rtenv_env_request"  # where AgentApp leaves a checked create request for the route
+ENV_ARGS = "rtenv_env_request"  # where AgentApp (agent.hits) leaves a checked create request
 
 
-async def create_env(request: Any) -> Any:
+async def create_env(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     state = _state(request)
-    args = request.scope.get("state", {}).get(_ENV_ARGS)
+    args = request.scope.get("state", {}).get(ENV_ARGS)
     if args is None:  # not through AgentApp (which has checked the body already)
         client = request.client.host if request.client else ""
         args = env_args(await json_body(request, "EnvRequest"), client, state.config)
@@ -294,7 +302,7 @@ async def create_env(request: Any) -> Any:
     return _json(handle.to_dict())
 
 
-async def release(request: Any) -> Any:
+async def release(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     n = await run_in_threadpool(_state(request).envs.release, request.path_params["key"],
@@ -302,13 +310,13 @@ async def release(request: Any) -> Any:
     return _json({"released": n})
 
 
-async def list_envs(request: Any) -> Any:
+async def list_envs(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     return _json({"envs": await run_in_threadpool(_state(request).envs.list_envs)})
 
 
-async def cache(request: Any) -> Any:
+async def cache(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.cache.ls import list_store
@@ -319,7 +327,7 @@ async def cache(request: Any) -> Any:
     return _json({**listing.to_dict(), "source": f"agent {request.base_url}"})
 
 
-async def gc(request: Any) -> Any:
+async def gc(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     from rtenv_cli.core.cache import gc as cache_gc
@@ -341,7 +349,7 @@ async def gc(request: Any) -> Any:
     return _json(await run_in_threadpool(work))
 
 
-async def download(request: Any) -> Any:
+async def download(request: Request) -> Response:
     """A package as a remote zip for Ray's nodes: `working_dir: http://.../<name>.zip`."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import FileResponse
@@ -356,19 +364,19 @@ async def download(request: Any) -> Any:
     return FileResponse(path, media_type="application/zip")
 
 
-async def openapi(_request: Any) -> Any:
+async def openapi(_request: Request) -> Response:
     from rtenv_cli.core.agent.openapi import SCHEMA
 
     return _json(SCHEMA)
 
 
 # -- errors -------------------------------------------------------------------------------------
-async def _on_rtenv_error(_request: Any, exc: Exception) -> Any:
+async def _on_rtenv_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RtenvError)  # noqa: S101 - registered for RtenvError only
     return _json(protocol.error_body(exc), exc.http_status)
 
 
-async def _on_os_error(request: Any, exc: Exception) -> Any:
+async def _on_os_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OSError)  # noqa: S101 - registered for OSError only
     mapped = from_os_error(exc, f"{request.method} {request.url.path}")
     if mapped is None:
@@ -376,7 +384,7 @@ async def _on_os_error(request: Any, exc: Exception) -> Any:
     return await _on_rtenv_error(request, mapped)
 
 
-async def _on_unexpected(_request: Any, exc: Exception) -> Any:
+async def _on_unexpected(_request: Request, exc: Exception) -> Response:
     _log.error("internal error", exc_info=exc)
     return _json({"error": {"code": "error", "message": f"internal error: "
                             f"{type(exc).__name__}", "hint": "see the agent's log"}}, 500)
@@ -385,7 +393,7 @@ async def _on_unexpected(_request: Any, exc: Exception) -> Any:
 PUBLIC = ("/openapi.json", "/download/")  # no bearer token: the schema, capability URLs
 
 
-def routes() -> list[Any]:
+def routes() -> list[Route]:
     from starlette.routing import Route
 
     return [
@@ -407,172 +415,13 @@ def routes() -> list[Any]:
     ]
 
 
-def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
+def starlette_app(state: AgentState) -> Starlette:
+    """The routes and their error handlers over `state`; `agent.hits.create_app` puts the token
+    check and the hit path (AgentApp) in front of it."""
     from starlette.applications import Starlette
 
-    from rtenv_cli.core.cache import gc as cache_gc
-    from rtenv_cli.core.store.envs import Environments
-    from rtenv_cli.core.transport import http
-
-    store = store or Store(config.root)
-    store.index.checkpoint_in_background()
-    state = AgentState(config, store, Environments(store, fetch=http.fetch_archive,
-                                                   file_roots=config.file_roots),
-                       cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s))
     app = Starlette(routes=routes(), exception_handlers={
         RtenvError: _on_rtenv_error, OSError: _on_os_error, Exception: _on_unexpected})
     app.state.agent = state
-    app.state.store = store
-    return AgentApp(app, state)
-
-
-# -- the ASGI entry point -----------------------------------------------------------------------
-async def _send_json(send: Any, status: int, payload: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-def _length_header(scope: dict[str, Any]) -> dict[str, str]:
-    """An ASGI scope's headers as far as read_body reads them (content-length)."""
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length":
-            return {"content-length": value.decode("latin-1")}
-    return {}
-
-
-# Cache hits answered before Starlette's routing (AgentApp). False sends every create through
-# the route: the agent benchmark flips it for its ablation row, which shows what the path buys.
-HIT_PATH = True
-BUSY_RETRIES = 5  # 1 ms apart, on the event loop, before a batch waits in a thread
-
-
-class AgentApp:
-    """The ASGI app: the token check for every protected route, then cache hits of
-    `POST /api/envs` answered before Starlette's routing.
-
-    A hit is the agent's hot path (raylets and `rtenv run`s asking for environments that
-    exist), and Starlette's stack costs about as much as the hit itself. Hits read in the same
-    turn of the event loop are committed together (one SQLite transaction), and answered once
-    it has committed (each holder's reference is on disk before its reply); the loop never
-    sleeps on another writer's lock (`_commit_batch`). A runtime_env checked once is not
-    walked again (`_env_args`), nor planned again (`Environments.try_hits`). A request refused
-    (bad body, too large) gets the same error reply Starlette's handler would give; a miss goes
-    to Starlette's route with its checked arguments, so it is built there. Other attributes
-    (routes, state) are the Starlette app's."""
-
-    def __init__(self, app: Any, state: AgentState) -> None:
-        self.app, self.state = app, state
-        self._batch: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
-        self._busy = 0  # tries in a row that found the index's write lock taken
-        self._checked: set[str] = set()  # runtime_envs (as JSON) that passed env_args
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.app, name)
-
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.state.config.token and not scope["path"].startswith(PUBLIC):
-            auth = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            refused = self.state.refusal(auth.decode("latin-1"))
-            if refused is not None:
-                await _send_json(send, refused.http_status,
-                                 json.dumps(protocol.error_body(refused)).encode())
-                return
-        if HIT_PATH and scope["method"] == "POST" and scope["path"] == "/api/envs":
-            await self._create(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    async def _create(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
-        try:
-            body = await read_body(receive, _length_header(scope),
-                                   self.state.config.limits.json_bytes)
-            args = self._env_args(body, (scope.get("client") or ("",))[0])
-        except RtenvError as exc:
-            await _send_json(send, exc.http_status, json.dumps(protocol.error_body(exc)).encode())
-            return
-        handle = await self._hit(args)
-        if handle is None:
-            scope.setdefault("state", {})[_ENV_ARGS] = args
-            await self.app(scope, receive, send)
-            return
-        await _send_json(send, 200, json.dumps(handle.to_dict()).encode())
-
-    def _env_args(self, body: bytes, client: str) -> dict[str, Any]:
-        """env_args of a create's body. A runtime_env that passed them before (schema, nesting,
-        local paths) is not walked again: hits ask for the same few environments over and over.
-        With --allow-file-root the local-path check reads the disk, so it is never skipped."""
-        known, data = None, None
-        try:
-            data = json.loads(body)
-            runtime_env = data.get("runtime_env") if type(data) is dict else None
-            if type(runtime_env) is dict:
-                known = json.dumps(runtime_env, sort_keys=True)
-        except (ValueError, TypeError, RecursionError) as exc:  # the full check says what is wrong
-            _log.debug("hit path: runtime_env not remembered (%r); the full check runs", exc)
-        if (known is not None and known in self._checked and type(data) is dict
-                and protocol.check_but(data, "EnvRequest", "runtime_env")):
-            return protocol.env_request(data, trusted_pid=is_loopback(client))
-        args = env_args(protocol.parse_json(body, "EnvRequest"), client, self.state.config)
-        if known is not None and len(known) <= MEMO_MAX_JSON and not self.state.config.file_roots:
-            if len(self._checked) >= 4096:  # noqa: PLR2004 - a bound, not a tuning knob
-                self._checked.clear()
-            self._checked.add(known)
-        return args
-
-    async def _hit(self, args: dict[str, Any]) -> Any:
-        # group commit: the hits read in one turn of the event loop share one transaction
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        self._batch.append((args, done))
-        if len(self._batch) == 1:
-            loop.call_soon(self._commit_batch)
-        return await done
-
-    def _commit_batch(self) -> None:
-        from rtenv_cli.core.store.index import WriterBusy
-
-        batch, self._batch = self._batch, []
-        requests = [args for args, _done in batch]
-        try:
-            results = self.state.envs.try_hits(requests, wait=False)
-        except WriterBusy:  # another process's (or thread's) commit: wait for it off the loop
-            loop = asyncio.get_running_loop()
-            self._busy += 1
-            if self._busy <= BUSY_RETRIES:
-                # a commit takes a fraction of a millisecond: try again in one, with the hits
-                # that arrive meanwhile (a thread would wait for the GIL behind this loop)
-                self._batch = batch
-                loop.call_later(0.001, self._commit_batch)
-                return
-            self._busy = 0  # a long holder (a WAL truncation, a gc): wait in a thread
-            try:
-                waited = loop.run_in_executor(
-                    None, functools.partial(self.state.envs.try_hits, requests))
-            except RuntimeError as exc:  # the executor is shut down (the agent is stopping)
-                _log.debug("hit path: batch to the slow path, no executor: %s", exc)
-                _settle(batch, [None] * len(batch))  # the slow path answers each request
-                return
-            waited.add_done_callback(lambda fut: _answer(batch, fut))
-            return
-        except Exception as exc:  # e.g. SQLite busy: the slow path answers each request properly
-            _log.debug("hit path: batch to the slow path: %r", exc)
-            results = [None] * len(batch)
-        self._busy = 0
-        _settle(batch, results)
-
-
-def _answer(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
-            fut: asyncio.Future[list[Any]]) -> None:
-    failed = fut.cancelled() or fut.exception() is not None
-    _settle(batch, [None] * len(batch) if failed else fut.result())
-
-
-def _settle(batch: list[tuple[dict[str, Any], asyncio.Future[Any]]], results: list[Any]) -> None:
-    for (_args, done), result in zip(batch, results, strict=True):
-        if not done.done():
-            done.set_result(result)
+    app.state.store = state.store
+    return app

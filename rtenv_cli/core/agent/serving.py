@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtenv_cli.core.agent.server import AgentConfig, check_bind, create_app
+from rtenv_cli.core.agent.hits import create_app
+from rtenv_cli.core.agent.server import AgentConfig, check_bind
 from rtenv_cli.core.errors import UsageError
 from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport.agent_protocol import TOKEN_ENV

@@ -47,7 +47,8 @@ def run_probes(address: str, job_runtime_env: Mapping[str, object] | None,
                              hint="check the cluster has the requested resources free") from None
     for line in proc.stdout.splitlines():
         if line.startswith("RTENV-PROBE "):
-            return json.loads(line[len("RTENV-PROBE "):])
+            results: list[dict[str, object]] = json.loads(line[len("RTENV-PROBE "):])
+            return results
     from rtenv_cli.core.transport.ray_driver import missing_ray_error, ray_is_missing
 
     if ray_is_missing(proc.stderr + proc.stdout):

@@ -247,7 +247,8 @@ def _bounded_loader(text: str) -> yaml.SafeLoader:
     """Ray's `SafeLoader`, counting what its aliases expand to while it composes."""
     import yaml
 
-    class BoundedLoader(yaml.SafeLoader):
+    # PyYAML ships no type stubs and none are installed (ignore_missing_imports): SafeLoader is Any
+    class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
         expanded = 0
         sizes: dict[int, int]
 

@@ -39,9 +39,12 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import PackagingError
+
+if TYPE_CHECKING:
+    from zipfile import ZipFile
 
 MAX_TOTAL_BYTES = 4 * 2**30
 MAX_RATIO = 200  # deflate tops out near 1000:1 only for pathological input
@@ -294,7 +297,7 @@ def _read_link(zf: Any, m: Member, label: str) -> str:
 class zip_member:  # lower case: used like open()
     """`zf.open(member)`, with zipfile's errors (bad method, encryption) made ArchiveError."""
 
-    def __init__(self, zf: Any, m: Member, label: str) -> None:
+    def __init__(self, zf: ZipFile, m: Member, label: str) -> None:
         self.zf, self.m, self.label = zf, m, label
 
     def __enter__(self) -> IO[bytes]:
@@ -354,7 +357,8 @@ class _Capped(io.RawIOBase):
     """A decompressed tar stream that refuses to go past `cap` bytes (seeking forward in a
     compressed stream inflates everything skipped, so that is bounded too)."""
 
-    def __init__(self, raw: Any, cap: int, label: str, *, owns: bool = True) -> None:
+    def __init__(self, raw: IO[bytes] | io.BufferedIOBase, cap: int, label: str, *,
+                 owns: bool = True) -> None:
         super().__init__()
         self.raw, self.cap, self.label, self.pos, self.owns = raw, cap, label, 0, owns
 

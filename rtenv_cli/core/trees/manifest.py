@@ -104,7 +104,7 @@ class Manifest:
 def decode(raw: bytes) -> dict[str, Any]:
     """A manifest value as stored (full or delta): check its shape, not its chain."""
     try:
-        doc = json.loads(zlib.decompress(raw))
+        doc: dict[str, Any] = json.loads(zlib.decompress(raw))
         if doc.get("v") != VERSION or not isinstance(doc.get("files"), list):
             raise ValueError("not a version-1 manifest")
     except (ValueError, zlib.error) as exc:

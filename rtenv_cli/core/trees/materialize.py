@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from rtenv_cli.core.errors import AgentError
 from rtenv_cli.core.transport.ray_kv import RayKV
@@ -95,7 +96,7 @@ class NodeTrees:
 
     # -- manifests ----------------------------------------------------------------------------
     def manifest(self, ident: str, kv: RayKV) -> Manifest:
-        chain: list[tuple[str, dict]] = []
+        chain: list[tuple[str, dict[str, Any]]] = []
         cur: str | None = ident
         base: Manifest | None = None
         while cur is not None:
