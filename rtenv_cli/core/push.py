@@ -125,8 +125,7 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
     for plan in package_runtime_env(data, base_dir):
         _set(data, plan.json_path, PLACEHOLDER_URI)
     report = validate_runtime_env(data, base_dir=base_dir, source=label,
-                                  options=ValidateOptions(api="ray-init", env=dict(env),
-                                                          compare_apis=False))
+                                  options=ValidateOptions.before_submit("ray-init", env))
     placeholder = PLACEHOLDER_URI.removeprefix("gcs://").removesuffix(".zip")
 
     def ours(d: Any) -> bool:  # findings about packaging, which push reports itself
