@@ -75,7 +75,7 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     data: Any, ray: RaySemantics, *, prefix: tuple[Any, ...] = (),
     cache: FileCache | None = None,
 ) -> PipelineResult:
-    api, env = ray.api, ray.env
+    api = ray.api
     result = PipelineResult()
     if not data:  # `runtime_env or {}`: empty file, comments only, false, [], 0, ""
         data = {}
@@ -88,7 +88,7 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     import copy
 
     rt = copy.deepcopy(data)
-    packager = Packager(ray.base_dir, api, env, prefix, result, cache=cache)
+    packager = Packager(ray, prefix, result, cache=cache)
     ok = True
     if api == "job-submit":
         ok = packager.working_dir(rt) and packager.py_modules(rt)

@@ -1,4 +1,5 @@
-"""The runtime_env field table of Ray 2.60.0 (data, not code: one place to update per release)."""
+"""What rtenv knows of Ray 2.60.0's runtime_env, as data: the field lists derived from the field
+table (spec/fields.py), the sub-keys, URI schemes and limits (one place to update per release)."""
 
 from __future__ import annotations
 

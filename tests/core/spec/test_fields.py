@@ -50,9 +50,8 @@ def test_every_plugin_ray_ships_is_a_field_of_the_table() -> None:
 
 
 def test_validated_fields_are_rays_parsers_in_rays_order() -> None:
-    from ray._private.runtime_env.validation import OPTION_TO_VALIDATION_FN
-
     import ray.runtime_env.runtime_env  # noqa: F401 - it adds `config` to the parsers
+    from ray._private.runtime_env.validation import OPTION_TO_VALIDATION_FN
 
     assert fields.names(where="validated") == tuple(OPTION_TO_VALIDATION_FN)
 
@@ -85,9 +84,9 @@ def test_conflicts_are_rays() -> None:
 
 
 def test_model_lists_are_the_tables() -> None:
-    assert model.KNOWN_FIELDS == {f.name for f in FIELDS}
-    assert model.VALIDATED_ORDER == tuple(f.name for f in FIELDS if f.validated)
-    assert model.ONLY_WITH == {f.name: f.only_with for f in FIELDS if f.only_with}
+    assert {f.name for f in FIELDS} == model.KNOWN_FIELDS
+    assert tuple(f.name for f in FIELDS if f.validated) == model.VALIDATED_ORDER
+    assert {f.name: f.only_with for f in FIELDS if f.only_with} == model.ONLY_WITH
     assert set(model.SUGGESTABLE_KEYS) == {f.name for f in FIELDS if f.suggest} | \
         set(model.RENAMED) | {model.RTENV_FIELD}
 
@@ -102,8 +101,8 @@ def test_lint_lists_are_the_tables() -> None:
         for slot in f.slots:
             path = [f.name, *(3 if s == "#" else "K" if s == "*" else s for s in slot)]
             assert context.expects_string(path), path
-    assert keys._COERCED == tuple(f.name for f in FIELDS if f.coercions)
-    assert field_rules._NODE_STR == tuple(f.name for f in FIELDS if f.node_str)
+    assert tuple(f.name for f in FIELDS if f.coercions) == keys._COERCED
+    assert tuple(f.name for f in FIELDS if f.node_str) == field_rules._NODE_STR
     docs = {r.code: r for r in rules_docs._TABLE}
     assert ", ".join(model.VALIDATED_ORDER) in docs["RTE006"].what
     assert "pip, uv and conda are mutually exclusive" in docs["RTE005"].what
@@ -174,8 +173,10 @@ def test_validate_push_and_the_agent_accept_and_carry_a_new_pass_through_field(
 
         report = validate_runtime_env(runtime_env, base_dir=tmp_path,
                                       options=ValidateOptions(api=api))  # type: ignore[arg-type]
-        assert report.valid and _unknown(report) == [], report.diagnostics
-        assert report.normalized is not None and report.normalized[new_field] == "value"
+        assert report.valid, report.diagnostics
+        assert _unknown(report) == []
+        assert report.normalized is not None
+        assert report.normalized[new_field] == "value"
 
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "main.py").write_text("M = 1\n")
