@@ -196,3 +196,19 @@ def test_without_its_row_the_field_is_an_unknown_one(tmp_path: Path) -> None:
 
     report = validate_runtime_env({"my_new_field": "value"}, base_dir=tmp_path)
     assert _unknown(report) == ["RTE101"]
+
+
+def test_conflicts_are_typed_errors_and_validate_reports_them_as_rte005(tmp_path: Path) -> None:
+    """RTE005 comes from the error's `check`, not from the wording of Ray's message."""
+    from rtenv_cli.core.lint.engine import validate_runtime_env
+    from rtenv_cli.core.spec.construct import RaySemantics, construct
+
+    for runtime_env in ({"pip": ["six"], "conda": "env"}, {"image_uri": "x", "pip": ["six"]},
+                        {"container": {"image": "x"}, "working_dir": "s3://b/x.zip"}):
+        built = construct(runtime_env, RaySemantics(tmp_path), allow_local_paths=True)
+        assert [e.check for e in built.errors] == ["conflict"], runtime_env
+        codes = [d.code for d in validate_runtime_env(runtime_env, base_dir=tmp_path).diagnostics
+                 if d.ray_error]
+        assert codes == ["RTE005"], runtime_env
+    built = construct({"env_vars": {"A": 1}}, RaySemantics(tmp_path))
+    assert [e.check for e in built.errors] == ["field"]
