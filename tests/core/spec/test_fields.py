@@ -117,6 +117,8 @@ def test_agent_run_and_plugin_lists_are_the_tables() -> None:
     assert set(envs.UNSUPPORTED) - refused == {"mpi", "nsight", "rocprof_sys"}
     assert refused <= set(envs.UNSUPPORTED)
     assert all(f.run == f.agent for f in FIELDS)  # run builds in the agent's store
+    # push packages working_dir and py_modules, and applies excludes to them
+    assert {f.name for f in FIELDS if f.push == "use"} == {"working_dir", "py_modules", "excludes"}
     assert set(schema.CONFLICTS) == {f.name for f in FIELDS if f.plugin != "ok"}
     assert set(schema.LIMITS_CONFLICTS) == {f.name for f in FIELDS if f.plugin == "container"}
     assert {"pip", "uv"} <= set(schema.CONFLICTS)  # `rtenv` with pip/uv: which interpreter?
