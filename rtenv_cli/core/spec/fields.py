@@ -2,9 +2,9 @@
 
 Every other list of fields (the known keys, the string slots RTE104 and the coercion hints look
 at, the fields the agent refuses, those the `rtenv` plugin field conflicts with, the notes
-`explain` gives, the docs of `rtenv rules`) is derived here. A field Ray passes through unchecked
-is one row: `tests/core/spec/test_fields.py` checks every derived list against this table, and
-the table against Ray's own `RuntimeEnv.known_fields`.
+`explain` gives, the docs of `rtenv rules` and docs/fields.md) is derived here. A field Ray
+passes through unchecked is one row: `tests/core/spec/test_fields.py` checks every derived list
+against this table, and the table against Ray's own `RuntimeEnv.known_fields`.
 
 Plain tuples and a frozen dataclass: `rtenv validate` imports this on every run.
 """
@@ -33,7 +33,7 @@ Slot = tuple[str, ...]
 class Field:
     name: str
     types: str
-    summary: str  # the docs line (`rtenv rules`, RTE101's list)
+    summary: str  # the docs line (docs/fields.md)
     validated: bool = False  # RuntimeEnv(...) runs a parser on it (OPTION_TO_VALIDATION_FN)
     slots: tuple[Slot, ...] = ()  # where Ray wants strings inside it
     only_with: frozenset[str] | None = None  # when set, Ray refuses any field but these
