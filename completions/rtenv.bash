@@ -9,7 +9,7 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
         " rules --format"|" rules -f") return 0 ;;
         " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
         " run --runtime-env"|" run -r"|" run --base-dir"|" run --address"|" run --token"|" run --gpus"|" run --num-cpus"|" run --memory") return 0 ;;
-        " push --to"|" push --address"|" push --token"|" push --stage-to"|" push --output"|" push -o"|" push --base-dir"|" push --on-change"|" push --quiet-ms"|" push --max-wait-ms"|" push --format"|" push -f") return 0 ;;
+        " push --to"|" push --address"|" push --token"|" push --stage-to"|" push --output"|" push -o"|" push --base-dir"|" push --via"|" push --on-change"|" push --quiet-ms"|" push --max-wait-ms"|" push --format"|" push -f") return 0 ;;
         " ls-files --kind"|" ls-files --exclude"|" ls-files -e"|" ls-files --format"|" ls-files -f") return 0 ;;
         " check-ignore --root"|" check-ignore --kind"|" check-ignore --exclude"|" check-ignore -e"|" check-ignore --format"|" check-ignore -f") return 0 ;;
         " explain --kind"|" explain --num-cpus"|" explain --gpus"|" explain --num-gpus"|" explain --resource"|" explain --gpu-vendor"|" explain --accelerator-type"|" explain --job-runtime-env"|" explain --app"|" explain --node-env"|" explain --node-env-file"|" explain --compare"|" explain --address"|" explain --format"|" explain -f") return 0 ;;
@@ -88,6 +88,7 @@ _rtenv() {
         " push --stage-to") COMPREPLY=(); return ;;
         " push --output"|" push -o") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " push --base-dir") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        " push --via") COMPREPLY=(); return ;;
         " push --on-change") COMPREPLY=(); return ;;
         " push --quiet-ms") COMPREPLY=(); return ;;
         " push --max-wait-ms") COMPREPLY=(); return ;;
@@ -145,7 +146,7 @@ _rtenv() {
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
             " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
             " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --help -h' -- "$cur")) ;;
-            " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
+            " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --via --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
             " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
             " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
             " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;

@@ -163,12 +163,13 @@ _rtenv_push() {
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--rtenv-envs[Move `pip\:`/`uv\:` into `rtenv\:` so the nodes build it with rtenv'\''s Ray plugin (`rtenv ray-env`); conda and the like are refused.]' \
+        '--via[auto\: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address) loads rtenv'\''s plugin, else Ray'\''s gcs\:// zips, saying why; tree or zip\: that path only.]:value: ' \
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \
         '--on-change[With --watch\: run CMD after each push.]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
-        '--quiet-ms[With --watch\: quiet period before a push (events are coalesced).]:value: ' \
+        '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \
@@ -187,7 +188,7 @@ _rtenv_run() {
         '--address[URL of this node'\''s rtenv agent. Default\: the embedded store (no server).]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--gpus[GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).]:value: ' \
-        '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).]:value: ' \
+        '--num-cpus[CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it), at least 0.1.]:value: ' \
         '--memory[Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command is killed above it). A bare number is bytes; below 1 MiB it is refused.]:value: ' \
         '--verbose[Say more.]' \
         '-v[Say more.]' \

@@ -100,7 +100,7 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
          dry_run: bool = False, base_dir: str | os.PathLike[str] | None = None,
          outputs: Sequence[str | os.PathLike[str]] = (), progress: Progress | None = None,
          env: Mapping[str, str] | None = None, sizes: bool | None = None,
-         rtenv_envs: bool = False) -> PushResult:
+         rtenv_envs: bool = False, via: str = "auto") -> PushResult:
     """Package a runtime_env's local working_dir/py_modules exactly like Ray and upload what
     the target lacks, as `rtenv push` does.
 
@@ -112,7 +112,9 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     (a Ray GCS `host:6379`, a dashboard URL, `auto`, an rtenv agent), else RAY_ADDRESS, else the
     embedded local store; TOKEN overrides the target's own token variable. STAGE_TO takes what
     is over the target's upload limit. OUTPUTS are files the caller writes (never packaged).
-    RTENV_ENVS moves `pip`/`uv` into the `rtenv` field (built by rtenv's Ray plugin).
+    RTENV_ENVS moves `pip`/`uv` into the `rtenv` field (built by rtenv's Ray plugin). VIA: `auto`
+    publishes content-addressed trees (the `rtenv` field) to a Ray GCS whose every node loads
+    rtenv's plugin, else Ray's zips; `tree` insists on trees, `zip` on zips.
     The result's `runtime_env` has the URIs in place of local paths; each `PackageOutcome` says
     its URI, file count, bytes and whether it was `uploaded`.
     """
@@ -126,9 +128,9 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
                        dry_run=dry_run, stage_to=stage, env=env, progress=progress,
                        base_dir=Path(base_dir) if base_dir is not None else None,
                        outputs=tuple(Path(o) for o in outputs), sizes=sizes,
-                       rtenv_envs=rtenv_envs)
-    if any(p.uploaded for p in result.packages):  # a zip was built: the build cache grew
-        from rtenv_cli.core.run import enforce_embedded_budget
+                       rtenv_envs=rtenv_envs, trees=via)
+    if any(p.uploaded and p.tree is None for p in result.packages):  # a zip was built: the
+        from rtenv_cli.core.run import enforce_embedded_budget  # build cache grew
 
         enforce_embedded_budget()
     return result

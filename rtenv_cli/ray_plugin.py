@@ -2,7 +2,7 @@
 
 Load it on every node before `ray start` (`rtenv ray-env` prints these)::
 
-    export RAY_RUNTIME_ENV_PLUGINS='[{"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 10}]'
+    export RAY_RUNTIME_ENV_PLUGINS='[{"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 9}]'
     export RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB=0
 
 then ask for `runtime_env={"rtenv": {"pip": ["six==1.16.0"]}}` (the `rtenv` field's schema is in
@@ -41,9 +41,16 @@ def _make_class() -> type:
     from ray._private.runtime_env.plugin import RuntimeEnvPlugin
 
     from rtenv_cli.core.errors import RtenvError
-    from rtenv_cli.core.rayplugin.engine import Engine, SetupError
+    from rtenv_cli.core.rayplugin.engine import (
+        URI_SCHEME,
+        Engine,
+        SetupError,
+        apply_trees,
+        drop_guard,
+    )
     from rtenv_cli.core.rayplugin.limits import Guard, command_prefix, describe
     from rtenv_cli.core.rayplugin.schema import parse
+    from rtenv_cli.core.trees.manifest import SCHEME
 
     class RtenvPlugin(RuntimeEnvPlugin):
         """Builds the `rtenv` field's venv with uv on the node's rtenv store."""
@@ -52,8 +59,13 @@ def _make_class() -> type:
         priority = PRIORITY
 
         def __init__(self) -> None:
+            import threading
+
             self._engine = Engine()
             self._limits = Guard()
+            # the node's `n:` key in the cluster's KV, so a push sees this node loads rtenv
+            threading.Thread(target=self._engine.announce, daemon=True,
+                             name="rtenv-announce").start()
 
         @staticmethod
         def validate(runtime_env_dict: dict[str, Any]) -> None:
@@ -71,14 +83,18 @@ def _make_class() -> type:
 
         def modify_context(self, uris: list[str], runtime_env: Any, context: Any,
                            logger: logging.Logger) -> None:
+            drop_guard(runtime_env)
             try:
                 spec = self._engine.spec(runtime_env)
                 if spec.limits:
                     self._limits.check(spec.limits)
             except RtenvError as exc:
                 raise SetupError.of(exc) from None
+            if spec.trees:  # as Ray's working_dir and py_modules plugins apply theirs
+                apply_trees(context, spec, self._engine)
             if spec.kind is not None:
-                uris = uris or self._engine.uris(runtime_env)
+                uris = [u for u in uris or self._engine.uris(runtime_env)
+                        if u.startswith(URI_SCHEME)]
                 if not uris:
                     raise SetupError(f"rtenv: runtime_env['{FIELD}'] changed during its setup")
                 venv = self._engine.venv(uris[0])
@@ -93,6 +109,8 @@ def _make_class() -> type:
 
         def delete_uri(self, uri: str, logger: logging.Logger) -> float:
             self._limits.sweep()
+            if uri.startswith(SCHEME):
+                return self._engine.release_tree(uri, logger)
             return self._engine.release(uri, logger)
 
     RtenvPlugin.__module__ = __name__

@@ -105,6 +105,7 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
                 "keep_storage": keep, "kinds": list(kinds)}
     if where.is_ray:
         where.close()
+        _gc_trees(out, where, dry_run=dry_run, purge=purge)
         _clean_ray(out, address=where.value, dry_run=dry_run, yes=yes,
                    older=None if purge else older, rtenv_gc=rtenv_gc)
         return
@@ -123,6 +124,30 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
     result = backend.gc(dry_run=False, older_than_s=older, keep_storage=keep, kinds=kinds,
                         purge=purge)
     out.result(result, render_gc)
+
+
+def _gc_trees(out: Output, where: object, *, dry_run: bool, purge: bool) -> None:
+    """The cluster's KV: trees (rtenv push's tree path) that no live worker holds and no push
+    of the grace period (10 min; none with purge) names. Needs the GCS address."""
+    from rtenv_cli.core.transport.resolve import AddressKind
+
+    if getattr(where, "kind", None) is not AddressKind.GCS:
+        out.message("note: trees in the cluster's KV are collected through the GCS address "
+                    "(--address <head>:6379)")
+        return
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.gc import GRACE_S, collect
+    from rtenv_cli.render.units import human_bytes
+
+    kv = RayKV.connect(where.value)  # type: ignore[attr-defined]
+    try:
+        done = collect(kv, grace_s=0 if purge else GRACE_S, dry_run=dry_run)
+    finally:
+        kv.close()
+    verb = "would remove" if dry_run else "removed"
+    out.message(f"trees: {verb} {len(done.manifests_removed)} manifests and "
+                f"{len(done.packs_removed)} packs ({human_bytes(done.bytes_removed)}); kept "
+                f"{done.manifests_kept} manifests ({len(done.held)} held by live workers)")
 
 
 def _clean_ray(out: Output, *, address: str, dry_run: bool, yes: bool,

@@ -10,7 +10,7 @@ import typer
 from typer import Context
 from typer.core import TyperGroup
 
-from rtenv_cli.core.errors import ExitCode, RtenvError
+from rtenv_cli.core.errors import ExitCode, RtenvError, from_os_error
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -154,9 +154,13 @@ class RtenvGroup(TyperGroup):
             sys.stderr.write("\ninterrupted\n")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except OSError as exc:
-            if not stdout_failed(exc):
+            if stdout_failed(exc):
+                raise typer.Exit(int(ExitCode.FAILURE)) from None
+            mapped = from_os_error(exc)  # the one table of what an OS error tells the user
+            if mapped is None:
                 raise _internal(exc) from None
-            raise typer.Exit(int(ExitCode.FAILURE)) from None
+            _report(mapped, ctx.meta.get(_LEAF))
+            raise typer.Exit(int(mapped.exit_code)) from None
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:

@@ -41,6 +41,10 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     rtenv_envs: Annotated[bool, typer.Option(
         "--rtenv-envs", help="Move `pip:`/`uv:` into `rtenv:` so the nodes build it with "
         "rtenv's Ray plugin (`rtenv ray-env`); conda and the like are refused.")] = False,
+    via: Annotated[str, typer.Option(
+        "--via", metavar="auto|tree|zip", help="auto: content-addressed trees (a save sends "
+        "the changed files) where every node of the Ray cluster (GCS address) loads rtenv's "
+        "plugin, else Ray's gcs:// zips, saying why; tree or zip: that path only.")] = "auto",
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching and re-push on "
                                         "every change until Ctrl-C.")] = False,
     once: Annotated[bool, typer.Option("--once", help="With the watch engine: push once and "
@@ -50,8 +54,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     polling: Annotated[bool, typer.Option("--poll", envvar="RTENV_WATCH_POLLING",
                                           help="With --watch: poll instead of inotify.")] = False,
     # -- watch debounce (WATCH feature) --
-    quiet_ms: Annotated[int, typer.Option("--quiet-ms", help="With --watch: quiet period before "
-                                          "a push (events are coalesced).")] = 200,
+    quiet_ms: Annotated[int, typer.Option("--quiet-ms", help="With --watch: quiet period for "
+                                          "writes still open and bursts (a closed save is "
+                                          "pushed at once).")] = 200,
     max_wait_ms: Annotated[int, typer.Option("--max-wait-ms", help="With --watch: push at the "
                                              "latest this long after the first event.")] = 2000,
     # -- end watch debounce --
@@ -87,6 +92,10 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
 
         $ rtenv push --watch runtime_env.yaml --address http://127.0.0.1:8265
     """
+    if via not in ("auto", "tree", "zip"):
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError(f"--via {via!r}: use auto, tree or zip")
     if base_dir is not None and not base_dir.is_dir():
         from rtenv_cli.core.errors import UsageError
 
@@ -124,7 +133,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     result = api.push(path, to=to, address=address, token=token, stage_to=stage_to,
                       dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
                       base_dir=base_dir, outputs=(output,) if output is not None else (),
-                      rtenv_envs=rtenv_envs)
+                      rtenv_envs=rtenv_envs, via=via)
     text = result.document if result.document is not None else dump_runtime_env(
         result.runtime_env, output)
     if output is not None and not dry_run:

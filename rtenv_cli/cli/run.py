@@ -34,8 +34,8 @@ def run(
     gpus: Annotated[str | None, typer.Option(
         "--gpus", help="GPU ids of the allocation, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).")] = None,
     num_cpus: Annotated[float | None, typer.Option(
-        "--num-cpus", help="CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it).",
-        min=0.01)] = None,
+        "--num-cpus", help="CPU limit (cgroup cpu quota; also OMP_NUM_THREADS as Ray sets it), "
+        "at least 0.1.")] = None,
     memory: Annotated[str | None, typer.Option(
         "--memory", help="Memory limit with a unit, e.g. 512M, 2G or 1GiB (cgroup; the command "
         "is killed above it). A bare number is bytes; below 1 MiB it is refused.")] = None,
@@ -59,12 +59,16 @@ def run(
     """
     from rtenv_cli.core.errors import UsageError
     from rtenv_cli.core.run import RunRequest, run_command
+    from rtenv_cli.core.spec.limits import CPUS_FLOOR_HINT, MIN_CPUS
     from rtenv_cli.core.units import parse_memory
 
     out = Output("text")
     if num_cpus is not None and not math.isfinite(num_cpus):
         raise UsageError(f"--num-cpus {num_cpus} is not a number of CPUs",
                          hint="give a finite amount, e.g. --num-cpus 2 or --num-cpus 0.5")
+    if num_cpus is not None and not num_cpus >= MIN_CPUS:  # the one floor (spec/limits.py)
+        raise UsageError(f"--num-cpus {num_cpus:g} is under rtenv's floor of {MIN_CPUS} CPU "
+                         "for a CPU limit", hint=CPUS_FLOOR_HINT)
     if address and not address.startswith(("http://", "https://")):
         # the one resolver: `local`, an agent's host:port; a file:// or Ray address is refused
         from rtenv_cli.core.transport.resolve import AddressKind, resolve_address

@@ -62,6 +62,10 @@ def _toml_load(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}", path=str(path),
                           hint="fix the TOML syntax, or set RTENV_CONFIG to another file") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib raises this one as it is
+        raise ConfigError(f"{path}: byte {exc.start} is not UTF-8 ({exc.reason})",
+                          path=str(path), hint="save the file as UTF-8, or set RTENV_CONFIG to "
+                          "another file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}", path=str(path)) from None
 

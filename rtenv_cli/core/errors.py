@@ -8,6 +8,7 @@ A class not in the table takes the row of its nearest ancestor that is.
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -125,6 +126,11 @@ class DiskFullError(OperationError):
     """The store's filesystem is out of space or quota."""
 
 
+class FileSystemError(OperationError):
+    """The file system refused a path: permission denied, read-only, a file where a directory
+    must be, a name over the system's limit. The message names the path."""
+
+
 class CacheError(OperationError):
     pass
 
@@ -160,6 +166,7 @@ TABLE: dict[type[RtenvError], Category] = {
     BuildError: Category("build-failed", _FAIL, 422),
     UnsupportedError: Category("unsupported", _FAIL, 501),
     DiskFullError: Category("disk-full", _FAIL, 507),
+    FileSystemError: Category("filesystem", _FAIL, 500),
     CacheError: Category("cache", _FAIL, 500),
     CacheBusyError: Category("cache-busy", _FAIL, 409),
 }
@@ -181,13 +188,40 @@ def class_for_code(code: object, default: type[RtenvError]) -> type[RtenvError]:
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# what each refusal of a path means, and the next step (the path is named in the message)
+_PATH_ERRORS = {
+    errno.ENOTDIR: ("a component of the path is a file, not a directory",
+                    "check the path: a directory was expected (RTENV_HOME, --root, the file's "
+                    "own name)"),
+    errno.EACCES: ("permission denied",
+                   "check the permissions of the path and its parents, or use another path"),
+    errno.EPERM: ("operation not permitted",
+                  "check the owner and permissions of the path, or use another path"),
+    errno.EROFS: ("read-only file system",
+                  "use a writable location (RTENV_HOME, --root), or remount it read-write"),
+    errno.ENAMETOOLONG: ("file name too long",
+                         "shorten it: a name is at most 255 bytes, a path 4096"),
+}
+_SHOWN_PATH = 200  # characters of a path quoted in a message
+
+
+def _shown(path: object) -> str:
+    text = os.fsdecode(path) if isinstance(path, str | bytes) else str(path)
+    return text if len(text) <= _SHOWN_PATH else text[:_SHOWN_PATH] + "..."
 
 
 def from_os_error(exc: OSError, what: str = "") -> RtenvError | None:
-    """The user-facing error an OSError stands for, when it has one (a full disk); None for an
-    OSError that is a bug or an environment problem to report as such."""
+    """The user-facing error an OSError stands for, when it has one: a full disk, or a path
+    the file system refuses (ENOTDIR, EACCES, EPERM, EROFS, ENAMETOOLONG: the path and what to
+    do are named); None for an OSError that is a bug or an environment problem to report as
+    such. The CLI's root group and the agent both map OS errors here."""
     if exc.errno in _DISK_FULL:
         where = f" ({exc.filename})" if exc.filename else ""
         return DiskFullError(f"{what or 'writing'}: no space left on the device{where}",
                              hint="free some space (rtenv cache gc), or set --max-size")
+    meaning = _PATH_ERRORS.get(exc.errno) if exc.errno is not None else None
+    if meaning is not None and exc.filename is not None:
+        path = _shown(exc.filename)
+        prefix = f"{what}: " if what else ""
+        return FileSystemError(f"{prefix}{path}: {meaning[0]}", hint=meaning[1], path=path)
     return None

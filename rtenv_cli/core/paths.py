@@ -72,45 +72,54 @@ def private_dir(path: Path, what: str) -> Path:
 
     Root is held to the same rule: a directory of another user is refused whatever its mode.
     Checked once per process for a directory that stays the same (device, inode, owner, mode).
+
+    Returns the directory's real path (links resolved), which is what was checked: a caller
+    keeps using that, never the name it was given, since a link on the way (another user's, in
+    /tmp) could later point somewhere else while a long-lived process (the agent, the plugin)
+    still uses the name.
     """
     if not hasattr(os, "geteuid"):  # no POSIX owners (Windows): nothing to compare
         return path
     try:
         _make_private(path)
-        st = os.stat(path)
-        key = (str(path), st.st_dev, st.st_ino, st.st_uid, st.st_mode)
+        real = Path(os.path.realpath(path))
+        st = os.lstat(real)  # a link swapped in since realpath is no directory: refused
+        key = (str(real), st.st_dev, st.st_ino, st.st_uid, st.st_mode)
         if key not in _TRUSTED:
-            _check(path, what, st)
+            _check(real, what, st, named=path)
             _TRUSTED.add(key)
     except OSError as exc:
         raise UsageError(f"cannot use {what} {path}: {exc.strerror or exc}", path=str(path),
                          hint=f"choose a directory this user can create and write (set "
                          f"{HOME_ENV}, or --root for `rtenv agent`)") from None
-    return path
+    return real
 
 
-def _check(path: Path, what: str, st: os.stat_result) -> None:
-    """private_dir's rule for the directory `path` (`st`) and its ancestors."""
+def _check(real: Path, what: str, st: os.stat_result, *, named: Path) -> None:
+    """private_dir's rule for the directory `real` (`st`, no link in its path) and its
+    ancestors; errors name it as the user did (`named`), and where a link led."""
     me = os.geteuid()
+    linked = real != Path(os.path.abspath(named))
+    shown = f"{named} (a link to {real})" if linked else str(named)
     elsewhere = f"choose another directory (set {HOME_ENV}, or --root for `rtenv agent`)"
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{what} {path} is not a directory", path=str(path),
+        raise UsageError(f"{what} {shown} is not a directory", path=str(named),
                          hint=f"remove it, or {elsewhere}")
     if st.st_uid != me or _writable_by_others(st):
         raise UsageError(
-            f"{what} {path} is not this user's alone: owned by {owner_name(st.st_uid)}, mode "
+            f"{what} {shown} is not this user's alone: owned by {owner_name(st.st_uid)}, mode "
             f"{stat.S_IMODE(st.st_mode):04o}; another user could change what rtenv runs",
-            path=str(path),
-            hint=f"`chown {user_name(me)} {path} && chmod 700 {path}` if it is yours, or "
+            path=str(named),
+            hint=f"`chown {user_name(me)} {real} && chmod 700 {real}` if it is yours, or "
             f"{elsewhere}")
-    for parent in Path(os.path.realpath(path)).parents:
+    for parent in real.parents:
         pst = os.stat(parent)
         if pst.st_uid not in (me, 0) or (_writable_by_others(pst)
                                          and not pst.st_mode & stat.S_ISVTX):
             raise UsageError(
-                f"{what} {path} is in {parent}, which another user can change: owned by "
+                f"{what} {shown} is in {parent}, which another user can change: owned by "
                 f"{owner_name(pst.st_uid)}, mode {stat.S_IMODE(pst.st_mode):04o} (it could "
-                "replace the directory)", path=str(path),
+                "replace the directory)", path=str(named),
                 hint=f"{elsewhere}, under one that only this user and root can write, e.g. "
                 "under $HOME")
 

@@ -46,11 +46,19 @@ class PackageOutcome:
     size_tree: tuple[tuple[str, int, int], ...] = ()
     ignored_py_dirs: tuple[tuple[str, str], ...] = ()  # (dir, rule)
     warnings: tuple[str, ...] = ()
+    tree: dict[str, Any] | None = None  # the tree path's PublishResult (trees/publish.py)
+
+    @property
+    def bytes_sent(self) -> int:
+        if self.tree is not None:
+            return int(self.tree["bytes_sent"])
+        return (self.zip_bytes or 0) if self.uploaded else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "source": self.source, "uri": self.uri,
                 "ray_uri": self.ray_uri, "file_count": self.file_count,
                 "total_bytes": self.total_bytes, "zip_bytes": self.zip_bytes,
+                "bytes_sent": self.bytes_sent, "tree": self.tree,
                 "uploaded": self.uploaded, "target": self.target, "staged": self.staged,
                 "size_tree": [{"path": p, "bytes": b, "files": f} for p, b, f in self.size_tree],
                 "ignored_py_dirs": [{"path": p, "rule": r} for p, r in self.ignored_py_dirs],
@@ -66,16 +74,17 @@ class PushResult:
     pin_seconds: int | None = None
     notes: tuple[str, ...] = field(default=())
     document: str | None = None  # a Serve config or KubeRay manifest written back (push_carrier)
+    path: str = "zip"  # "tree": content-addressed files through rtenv's plugin; "zip": Ray's
 
     @property
     def bytes_uploaded(self) -> int:
-        return sum(p.zip_bytes or 0 for p in self.packages if p.uploaded)
+        return sum(p.bytes_sent for p in self.packages)
 
     def to_dict(self) -> dict[str, Any]:
         return {"packages": [p.to_dict() for p in self.packages], "runtime_env": self.runtime_env,
                 "target": self.target, "dry_run": self.dry_run, "pin_seconds": self.pin_seconds,
-                "bytes_uploaded": self.bytes_uploaded, "notes": list(self.notes),
-                "document": self.document}
+                "bytes_uploaded": self.bytes_uploaded, "path": self.path,
+                "notes": list(self.notes), "document": self.document}
 
 
 def load_input(path: Path | str | None, cwd: Path | None = None,
@@ -254,7 +263,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
              env: Mapping[str, str], progress: Progress | None,
              digests: Any = None) -> tuple[str, int | None, bool, bool, str]:
     """(published uri, zip bytes, uploaded, staged, target label)."""
-    from rtenv_cli.core.packaging.build import build_scan
+    from rtenv_cli.core.packaging.build import build_scan, fits_stored
     from rtenv_cli.core.packaging.sizes import offenders
     from rtenv_cli.core.paths import rtenv_home
 
@@ -265,9 +274,11 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
             target.upload(uri, plan.source, on_progress=adv)
         return target.published_uri(uri), plan.source.stat().st_size, True, False, target.label
     dest = rtenv_home() / "build"
+    # stored as Ray stores it, unless it would not fit: deflate is what makes it fit
+    compress = fits_stored(scan, target.layout, target.max_upload_bytes) is False
     with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
         built = build_scan(scan, dest_dir=dest, layout=target.layout, on_progress=adv,
-                           digests=digests)
+                           digests=digests, compress=compress)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
@@ -280,7 +291,7 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
                 if stage.layout != built.layout:
                     built.path.unlink(missing_ok=True)
                     built = build_scan(scan, dest_dir=dest, layout=stage.layout,
-                                       digests=digests)
+                                       digests=digests, compress=True)
                 with _progress(progress, f"staging {plan.field}", built.zip_bytes) as adv:
                     stage.upload(uri, built.path, on_progress=adv, **_hashed(stage, built))
                 return _staged_uri(stage, uri), built.zip_bytes, True, True, stage.label
@@ -314,12 +325,14 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
          stage_to: Target | None = None, env: Mapping[str, str] | None = None,
          progress: Progress | None = None, cwd: Path | None = None,
          base_dir: Path | None = None, outputs: Sequence[Path] = (),
-         sizes: bool | None = None, rtenv_envs: bool = False) -> PushResult:
+         sizes: bool | None = None, rtenv_envs: bool = False, trees: str = "auto"
+         ) -> PushResult:
     """Validate, package and publish; see the module docstring. `base_dir`: what relative
     paths resolve against (default: `cwd`, the current directory); `outputs`: files this push
     writes, never packaged (see package_runtime_env); `sizes`: fill each package's size tree
     (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
-    the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py)."""
+    the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py); `trees`: see
+    `publish`."""
     from rtenv_cli.core.rayplugin.convert import inline_files
 
     env = dict(os.environ if env is None else env)
@@ -337,27 +350,30 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
               "directory" for p, name in inlined]
     result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to, env=env,
                      progress=progress, outputs=outputs,
-                     sizes=dry_run if sizes is None else sizes)
+                     sizes=dry_run if sizes is None else sizes, trees=trees)
     return replace(result, notes=(*notes, *result.notes))
 
 
 def publish(data: Mapping[str, Any], base_dir: Path, *, target: Target | None,
             dry_run: bool = False, stage_to: Target | None = None,
             env: Mapping[str, str] | None = None, progress: Progress | None = None,
-            outputs: Sequence[Path] = (), sizes: bool = False) -> PushResult:
-    """Package and publish the local sources of an already validated runtime_env `data`."""
+            outputs: Sequence[Path] = (), sizes: bool = False, trees: str = "auto"
+            ) -> PushResult:
+    """Package and publish the local sources of an already validated runtime_env `data`.
+    `trees`: auto (the tree path where every node of a Ray cluster loads rtenv's plugin), tree
+    (that or an error), zip (Ray's gcs:// zips)."""
     from rtenv_cli.core.packaging.walk import memoized_scans
 
     with memoized_scans():
         return _publish_all(data, base_dir, target=target, dry_run=dry_run, stage_to=stage_to,
                             env=dict(os.environ if env is None else env), progress=progress,
-                            outputs=outputs, sizes=sizes)
+                            outputs=outputs, sizes=sizes, trees=trees)
 
 
 def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | None,
                  dry_run: bool, stage_to: Target | None, env: dict[str, str],
-                 progress: Progress | None, outputs: Sequence[Path], sizes: bool
-                 ) -> PushResult:
+                 progress: Progress | None, outputs: Sequence[Path], sizes: bool,
+                 trees: str = "auto") -> PushResult:
     notes = []
     plans = package_runtime_env(data, base_dir, outputs)
     for plan in plans:
@@ -368,7 +384,27 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
     out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []
+    kv, why, guarded = (None, None, False) if dry_run or target is None or not plans else \
+        _tree_path(target, trees)
+    if why:
+        notes.append(why)
+    moved: dict[str, Any] = {}
     for plan, scan, uri, digests in scanned:
+        if kv is not None and scan is not None:
+            from rtenv_cli.core.trees.publish import publish_scan
+
+            with _progress(progress, f"publishing {plan.field}", scan.total_bytes) as adv:
+                sent = publish_scan(kv, scan, digests, plan.kind, on_progress=adv)
+            if plan.kind == "working_dir":
+                moved["working_dir"] = sent.uri
+            else:
+                moved.setdefault("py_modules", []).append(sent.uri)
+            _set(out, plan.json_path, None)  # dropped below
+            outcomes.append(PackageOutcome(plan.field, str(plan.source), sent.uri, uri,
+                                           sent.file_count, sent.total_bytes, None,
+                                           sent.bytes_sent > 0, kv.target.label,
+                                           tree=sent.to_dict()))
+            continue
         from rtenv_cli.core.packaging.sizes import size_tree
 
         tree = tuple(size_tree(scan)) if scan is not None and sizes else ()
@@ -395,9 +431,65 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
                                        warns))
     if plans:
         out.pop("excludes", None)  # applied here; Ray ignores it for URIs
-    pins = target is not None and target.pins and not dry_run and plans
+    if moved:
+        _move_to_rtenv(out, moved, guarded)
+    pins = target is not None and target.pins and not dry_run and plans and not moved
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
-                      dry_run, PIN_SECONDS if pins else None, tuple(notes))
+                      dry_run, PIN_SECONDS if pins else None, tuple(notes),
+                      path="tree" if moved else "zip")
+
+
+def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
+    """(the cluster's KV when this push takes the tree path, else None; the one line saying
+    why not, when the user may have expected it; whether every node's plugin removes the
+    guard). `mode`: auto | tree | zip."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    if mode == "zip":
+        return None, None, False
+    if not isinstance(target, RayGcsTarget):
+        if mode == "tree" or isinstance(target, RayDashboardTarget):
+            why = (f"zip path: {target.label} is not a Ray GCS address; the tree path "
+                   "(content-addressed files through rtenv's plugin) needs --address "
+                   "<head>:6379")
+            if mode == "tree":
+                raise ConfigError(why.removeprefix("zip path: "),
+                                  hint="pass the head's GCS address, or --path auto")
+            return None, why, False
+        return None, None, False
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.cluster import readiness
+
+    kv = RayKV(target)
+    ready = readiness(kv)
+    if ready.ok:
+        return kv, None, ready.guarded
+    if mode == "tree":
+        raise ConfigError(f"--path tree: {ready.why_not()}",
+                          hint="load the plugin on every node, or push with --path auto")
+    return None, f"zip path: {ready.why_not()}", False
+
+
+def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
+    """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules; with
+    `guarded`, beside the guard that fails a node without rtenv's plugin (schema.GUARD_FIELD)."""
+    from rtenv_cli.core.rayplugin.schema import FIELD, GUARD_FIELD, GUARD_MESSAGE
+
+    field_ = dict(out.get(FIELD) or {})
+    if "working_dir" in moved:
+        out.pop("working_dir", None)
+        field_["working_dir"] = moved["working_dir"]
+    if "py_modules" in moved:
+        rest = [m for m in out.get("py_modules") or [] if m is not None]
+        if rest:
+            out["py_modules"] = rest
+        else:
+            out.pop("py_modules", None)
+        field_["py_modules"] = [*field_.get("py_modules", []), *moved["py_modules"]]
+    out[FIELD] = field_
+    if guarded and not out.get(GUARD_FIELD):
+        out[GUARD_FIELD] = GUARD_MESSAGE
 
 
 def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -> str:

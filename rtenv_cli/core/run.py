@@ -76,13 +76,9 @@ def publish_local(runtime_env: dict[str, Any], base_dir: Path, target: Any) -> d
     out = dict(runtime_env)
     for field_name in ("pip", "uv"):
         if isinstance(out.get(field_name), str):  # a requirements file: read it here, not remotely
-            req_file = base_dir / out[field_name]
-            try:
-                lines = req_file.read_text().splitlines()
-            except OSError as exc:
-                raise ConfigError(f"{field_name}: cannot read {req_file}: {exc.strerror}",
-                                  hint="relative paths resolve against the current directory "
-                                  "(--base-dir)") from exc
+            from rtenv_cli.core.spec.normalize import requirement_lines
+
+            lines = requirement_lines(base_dir / out[field_name], (field_name,))
             out[field_name] = [ln.strip() for ln in lines
                                if ln.strip() and not ln.strip().startswith("#")]
     return publish(out, base_dir, target=target).runtime_env

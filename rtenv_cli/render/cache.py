@@ -65,14 +65,10 @@ def render_listing(out: Output, listing: Any) -> None:
 
 
 def until(ts: float | None, now: float | None = None) -> str:
-    """How long until `ts`: `9m`, `2h`."""
+    """How long until `ts`: `9m`, `2h` (units.human_duration, rounded down)."""
     if not ts:
         return "-"
-    delta = max(0.0, ts - (now or time.time()))
-    for limit, unit, div in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
-        if delta < limit:
-            return f"{int(delta // div)}{unit}"
-    return f"{int(delta // 86400)}d"
+    return human_duration(max(0.0, ts - (now or time.time())), exact=False)
 
 
 def _refs(entry: dict[str, Any]) -> str:

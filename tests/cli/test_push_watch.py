@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +136,45 @@ def test_output_over_the_watched_file_is_a_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "is the runtime_env being watched" in result.stderr
     assert spec.read_text() == f"working_dir: {tmp_path / 'src'}\n"
+
+
+def test_watch_publishes_a_closed_save_without_waiting_for_the_quiet_period(
+        tmp_path: Path) -> None:
+    """A save the kernel reports complete (close after write, rename into place) is pushed at
+    once: with a 60 s quiet period, both saves below are pushed long before it could end."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("v1\n")
+    env = dict(os.environ, RTENV_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtenv_cli", "push", "--watch", str(src), "--format", "json",
+         "--quiet-ms", "60000", "--max-wait-ms", "120000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True, preexec_fn=default_signals)  # noqa: PLW1509 - only signal() calls
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
+    reader.start()  # a blocking readline would hide how long a push took: wait on a queue
+
+    def event() -> dict[str, object]:
+        return dict(json.loads(lines.get(timeout=30)))  # well inside the 60 s quiet period
+
+    try:
+        first = event()
+        (src / "main.py").write_text("v2\n")
+        second = event()
+        assert (second["trigger"], second["modified"]) == ("change", 1)
+        (src / "new.py~").write_text("v3\n")  # an editor's temp file, renamed into place
+        os.replace(src / "new.py~", src / "new.py")
+        third = event()
+        assert (third["added"], third["modified"]) == (1, 0)
+        assert len({first["uri"], second["uri"], third["uri"]}) == 3
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def test_watch_polling_variable_has_one_reader() -> None:

@@ -4,6 +4,7 @@ message and exit 0/1/2, never an internal error or a traceback (red-team items 5
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import CliResult, run_cli
+from rtenv_cli.core.errors import FileSystemError, from_os_error
+from tests.support.cli import CliResult, run_cli, run_process
 
 LAUGHS = "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
@@ -118,6 +120,47 @@ def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path, command: s
     result = run_limited([command, str(fifo)], timeout=60)
     assert_clean(result, (1, 2))
     assert "FIFO" in result.stdout + result.stderr
+
+
+# -- issue 22, M5: requirements files are read as runtime_env files are -------------------------
+def _hostile_file(tmp_path: Path, kind: str) -> str:
+    if kind == "device":
+        return "/dev/zero"
+    path = tmp_path / f"{kind}.txt"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a blocking read would wait forever
+    else:
+        with path.open("wb") as fh:  # sparse: 20 GiB to read, no disk used
+            fh.truncate(20 << 30)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "sparse"])
+def test_validate_reads_a_requirements_file_bounded(tmp_path: Path, kind: str) -> None:
+    """`pip: /dev/zero` reached MemoryError after 3 GB (red team 2, M3)."""
+    target = _hostile_file(tmp_path, kind)
+    env = tmp_path / "runtime_env.yaml"
+    env.write_text(f"pip: {target}\nuv: {target}\n")
+    result = run_limited(["validate", str(env)], timeout=60)
+    assert_clean(result, (1,))
+    assert f"{target} is not a valid file" in result.stdout or \
+        f"requirements file {target}: the file is 20480.0 MiB, over rtenv's 10 MiB" \
+        in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "sparse"])
+def test_run_reads_a_referenced_requirements_file_bounded(tmp_path: Path, kind: str) -> None:
+    """`-r FILE` in a pip list is read for the venv's key: bounded as well."""
+    target = _hostile_file(tmp_path, kind)
+    env = tmp_path / "runtime_env.yaml"
+    env.write_text(f"pip: ['-r {target}']\n")
+    result = run_limited(["run", "-r", str(env), "--", sys.executable, "-c", "pass"],
+                         timeout=60)
+    assert_clean(result, (2,))
+    what = {"device": "a character device, not a regular file",
+            "fifo": "a FIFO (named pipe), not a regular file",
+            "sparse": "the file is 20480.0 MiB, over rtenv's 10 MiB limit"}[kind]
+    assert f"error: requirements file {target}: {what}" in result.stderr
 
 
 # -- red-team 19: closed standard streams, an unwritable stdout ---------------------------------
@@ -330,3 +373,66 @@ def test_explain_amounts_beyond_any_node_are_usage_errors(args: list[str]) -> No
     result = run_cli(["explain", *args, "--no-gpu-map"])
     assert_clean(result, (2,))
     assert "4096" in result.stderr
+
+
+# -- issue 22, M8: paths the file system refuses, a config file that is not UTF-8 ---------------
+def test_a_requirement_name_over_the_name_limit(tmp_path: Path) -> None:
+    """`pip: xxx...` (300 characters, read as a file's path) was `internal error: OSError`."""
+    env = tmp_path / "runtime_env.yaml"
+    env.write_text(f"pip: {'x' * 300}\n")
+    result = run_cli(["validate", str(env), "--format", "json"])
+    assert_clean(result, (1,))
+    [diag] = result.json["files"][0]["diagnostics"]
+    assert "File name too long" in diag["message"]
+    assert "x" * 300 in diag["message"]
+    ran = run_cli(["run", "-r", str(env), "--", sys.executable, "-c", "pass"])
+    assert_clean(ran, (2,))
+    assert "File name too long" in ran.stderr
+
+
+def test_a_config_file_that_is_not_utf8(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(b'[validate]\nformat = "\xff\xfe"\n')
+    result = run_process(["validate", "--help"], env={"RTENV_CONFIG": str(config)})
+    assert_clean(result, (2,))
+    assert f"error: {config}: byte 21 is not UTF-8" in result.stderr
+    assert "hint: save the file as UTF-8" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["cache", "ls"], ["run", "-r", "env.yaml", "--", "true"]])
+def test_rtenv_home_that_is_a_file(tmp_path: Path, command: list[str]) -> None:
+    home = tmp_path / "home"
+    home.write_text("")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "env.yaml").write_text(f"working_dir: {tmp_path / 'proj'}\n")
+    command = [str(tmp_path / a) if a == "env.yaml" else a for a in command]
+    result = run_process(command, env={"RTENV_HOME": str(home)})
+    assert_clean(result, (1, 2))  # the home's own check (2), or the OS's ENOTDIR mapped (1)
+    assert result.stderr.startswith("error: ")
+    assert "not a directory" in result.stderr
+    assert "\nhint: " in result.stderr
+    assert "bug" not in result.stderr
+
+
+def test_rtenv_home_with_a_name_over_the_limit(tmp_path: Path) -> None:
+    home = tmp_path / ("h" * 300)
+    result = run_process(["cache", "ls"], env={"RTENV_HOME": str(home)})
+    assert_clean(result, (1, 2))  # the home's own check (2), or the OS's error mapped (1)
+    assert result.stderr.startswith("error: ")
+    assert "name too long" in result.stderr.lower()
+    assert "\nhint: " in result.stderr
+
+
+@pytest.mark.parametrize(("code", "meaning"), [
+    (errno.ENOTDIR, "a component of the path is a file, not a directory"),
+    (errno.EACCES, "permission denied"), (errno.EPERM, "operation not permitted"),
+    (errno.EROFS, "read-only file system"), (errno.ENAMETOOLONG, "file name too long")])
+def test_the_os_errors_a_user_can_fix_name_the_path(code: int, meaning: str) -> None:
+    """EACCES and EROFS cannot be made here as root without a mount: the one table is checked
+    for them, the CLI above for the rest."""
+    mapped = from_os_error(OSError(code, os.strerror(code), "/some/where"))
+    assert isinstance(mapped, FileSystemError)
+    assert mapped.message == f"/some/where: {meaning}"
+    assert mapped.hint
+    assert mapped.exit_code == 1
+    assert from_os_error(OSError(code, os.strerror(code))) is None  # no path: nothing to name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,10 @@ import pytest
 import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
 from rtenv_cli.core.agent.localpaths import refuse_local_paths
-from rtenv_cli.core.errors import ForbiddenError
+from rtenv_cli.core.errors import ForbiddenError, PackagingError
+from rtenv_cli.core.store.beneath import open_beneath
+from rtenv_cli.core.store.envs import Environments
+from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport.agent_http import AgentClient
 from rtenv_cli.core.transport.agent_token import read_token, token_for, token_path, user_token
 from tests.support.agent import agent_process
@@ -187,3 +191,87 @@ def test_a_file_requirement_under_an_allowed_root(tmp_path: Path) -> None:
     refuse_local_paths({"pip": [wheel]}, (tmp_path,))
     with pytest.raises(ForbiddenError):
         refuse_local_paths({"pip": [wheel]}, (tmp_path / "other",))
+
+
+# -- --allow-file-root: opened once, beneath the root (issue 22, M3) ------------------------------
+@pytest.mark.parametrize("kernel", [True, False], ids=["openat2", "by-hand"])
+def test_a_file_is_opened_beneath_its_root_or_not_at_all(tmp_path: Path, kernel: bool) -> None:
+    root = tmp_path / "shared"
+    (root / "sub").mkdir(parents=True)
+    _zip(root / "sub" / "pkg.zip")
+    outside = _zip(tmp_path / "outside.zip")
+    (root / "out.zip").symlink_to(outside)
+    (root / "abs.zip").symlink_to(root / "sub" / "pkg.zip")  # absolute: leaves, by its name
+    (root / "dirlink").symlink_to(tmp_path)
+    os.mkfifo(root / "fifo.zip")
+    with open_beneath(root, "sub/pkg.zip", what="w", kernel=kernel) as fh:
+        assert fh.read(4) == b"PK\x03\x04"
+    for rel in ("out.zip", "abs.zip", "dirlink/outside.zip", "sub/../../outside.zip",
+                "/etc/passwd", "."):
+        with pytest.raises(ForbiddenError):
+            open_beneath(root, rel, what=rel, kernel=kernel).close()
+    for rel in ("fifo.zip", "sub", "missing.zip"):  # a FIFO does not block the open
+        with pytest.raises(PackagingError):
+            open_beneath(root, rel, what=rel, kernel=kernel).close()
+
+
+def test_environments_open_file_uris_beneath_their_roots(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    _zip(shared / "pkg.zip")
+    (shared / "link.zip").symlink_to(_zip(tmp_path / "outside.zip"))
+    envs = Environments(Store(tmp_path / "s"), file_roots=(shared,))
+    handle = envs.get_or_create({"working_dir": f"file://{shared}/pkg.zip"}, holder="h")
+    assert (Path(str(handle.working_dir)) / "main.py").exists()
+    for uri in (f"file://{shared}/link.zip", f"file://{tmp_path}/outside.zip",
+                f"file://{shared}/../outside.zip"):
+        with pytest.raises(ForbiddenError):  # whatever the check before it said
+            envs.get_or_create({"working_dir": uri}, holder="h")
+    with pytest.raises(ForbiddenError):
+        Environments(Store(tmp_path / "s2"), file_roots=()).get_or_create(
+            {"working_dir": f"file://{shared}/pkg.zip"}, holder="h")
+
+
+def test_a_link_flipped_during_requests_never_unpacks_outside_the_root(tmp_path: Path) -> None:
+    """Red team 2, M1: each request names a new link, which a thread keeps swapping (symlink
+    and rename) between an archive in the root and one outside it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with zipfile.ZipFile(shared / "ok.zip", "w") as zf:
+        zf.writestr("top/main.py", "inside\n")
+    with zipfile.ZipFile(tmp_path / "outside.zip", "w") as zf:
+        zf.writestr("top/main.py", "OUTSIDE\n")
+    tries, current, done = 300, [0], threading.Event()
+
+    def flip() -> None:
+        targets = ("ok.zip", str(tmp_path / "outside.zip"))
+        n = 0
+        while not done.is_set():
+            tmp = shared / f".flip{n % 2}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(targets[n % 2])
+            tmp.rename(shared / f"flip{current[0]}.zip")
+            n += 1
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    statuses: dict[int, int] = {}
+    with agent_process(tmp_path / "s", "--allow-file-root", str(shared)) as agent:
+        flipper.start()
+        try:
+            with requests.Session() as http:
+                for n in range(tries):
+                    current[0] = n
+                    resp = http.post(f"{agent.url}/api/envs", timeout=60, json={
+                        "runtime_env": {"working_dir": f"file://{shared}/flip{n}.zip"},
+                        "holder": "x"})
+                    statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
+                    assert resp.status_code in (200, 403, 422), resp.text
+                    if resp.status_code == 200:
+                        text = (Path(resp.json()["working_dir"]) / "main.py").read_text()
+                        assert text == "inside\n", f"try {n} unpacked outside the root"
+        finally:
+            done.set()
+            flipper.join(timeout=10)
+    # the test saw both sides of the flip (else it proved nothing)
+    assert statuses.get(200, 0) > 0, statuses
+    assert statuses.get(403, 0) > 0, statuses

@@ -15,6 +15,8 @@ everywhere.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
 import shutil
 import signal
@@ -33,6 +35,7 @@ from rtenv_cli.core.store.layout import SUBDIRS
 from rtenv_cli.core.store.store import Store
 from rtenv_cli.core.transport.agent_http import AgentClient
 from rtenv_cli.core.transport.agent_token import user_token
+from rtenv_cli.core.transport.resolve import AddressKind, resolve_address
 from tests.support.agent import agent_process
 from tests.support.cli import run_process
 from tests.support.ports import free_port
@@ -89,7 +92,7 @@ class Squatter:
         return any("\nauthorization:" in b.lower() for b in self.requests())
 
 
-def _serve_as(user: User, ready: int, reports: int) -> None:
+def _serve_as(user: User, ready: int, reports: int, body: bytes) -> None:
     """In the forked child: become `user`, then listen and record (only modules already loaded:
     the new uid may not read this interpreter's files)."""
     os.setgroups([])
@@ -115,11 +118,14 @@ def _serve_as(user: User, ready: int, reports: int) -> None:
             os.write(reports, head.split(b"\r\n\r\n")[0] + b"\0")
             with contextlib.suppress(OSError):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(body), body))
 
 
 @pytest.fixture
-def squatter(other_user: User) -> Iterator[Squatter]:
+def squatter(other_user: User, request: pytest.FixtureRequest) -> Iterator[Squatter]:
+    """Answers `{}`, or the body an indirect parameter gives."""
+    body = getattr(request, "param", b"{}")
     ready_r, ready_w = os.pipe()
     reports_r, reports_w = os.pipe()
     pid = os.fork()
@@ -127,7 +133,7 @@ def squatter(other_user: User) -> Iterator[Squatter]:
         try:
             os.close(ready_r)
             os.close(reports_r)
-            _serve_as(other_user, ready_w, reports_w)
+            _serve_as(other_user, ready_w, reports_w, body)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -212,6 +218,78 @@ def test_where_owners_cannot_be_read_the_token_file_is_withheld(
         assert AgentClient(agent.url, agent.token).info()["agent"] == "rtenv"
 
 
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY", "all_proxy"])
+def test_no_proxy_stands_between_a_client_and_a_loopback_agent(
+        squatter: Squatter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        variable: str) -> None:
+    """A proxy from the environment (a shared one, here another user's) never carries a request
+    to a loopback address: it could not reach this machine's loopback anyway, and it would read
+    the token that the owner check of the agent's port let through."""
+    with agent_process(tmp_path / "s", user_token=True) as agent:
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{squatter.port}")
+        assert AgentClient(agent.url).info()["agent"] == "rtenv"
+        assert resolve_address(agent.url).kind is AddressKind.AGENT  # the probe too
+    assert squatter.requests() == []
+
+
+@pytest.mark.parametrize("squatter", [b'{"authentication_mode": "token"}'], indirect=True)
+def test_the_ray_token_file_is_not_sent_to_another_users_listener(
+        squatter: Squatter, other_user: User, tmp_path: Path) -> None:
+    """Ray's token read from a file (RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is held to the
+    rule of rtenv's own: to a loopback port, only while this user listens there. Another user
+    on the dashboard's or the GCS's port while this user's Ray is down gets nothing."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget, load_token
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    token_file = tmp_path / "auth_token"
+    token_file.write_text("the-ray-clusters-token\n")
+    env = {"RAY_AUTH_TOKEN_PATH": str(token_file)}
+    for build in (
+            lambda: RayDashboardTarget(f"http://127.0.0.1:{squatter.port}", env=env)
+            .exists("gcs://_ray_pkg_0123456789abcdef.zip"),
+            lambda: RayGcsTarget(f"127.0.0.1:{squatter.port}", env=env)):
+        with pytest.raises(TransportError) as err:
+            build()
+        assert f"port {squatter.port}" in err.value.message
+        assert f"{other_user.name} (uid {other_user.uid})" in err.value.message
+        assert str(token_file) in err.value.message
+        assert "RAY_AUTH_TOKEN" in (err.value.hint or "")
+    assert not squatter.sent_authorization()
+    # given in the environment, it goes where it is told, as --token does for an agent
+    assert load_token({**env, "RAY_AUTH_TOKEN": "given"}, to=f"127.0.0.1:{squatter.port}") \
+        == "given"
+    # this user's own listener (or none) gets the file's token
+    assert load_token(env, to=f"127.0.0.1:{free_port()}") == "the-ray-clusters-token"
+
+
+def test_address_auto_follows_only_this_users_record(other_user: User, tmp_path: Path) -> None:
+    """Ray makes its temp dir (/tmp/ray) writable by everyone, so another user can write the
+    record `ray start` leaves there (ray_current_cluster) and point `--address auto` at a
+    listener of theirs, to be sent the Ray token file's token and the user's code. A record
+    this user (or root) did not write is refused, naming its writer."""
+    from rtenv_cli.core.transport.resolve import auto_address
+
+    shared = tmp_path / "ray"
+    shared.mkdir()
+    shared.chmod(0o777)  # as Ray leaves it
+    record = shared / "ray_current_cluster"
+    env = {"RAY_TMPDIR": str(tmp_path)}
+    record.write_text("192.0.2.1:7777")
+    assert auto_address(env) == "192.0.2.1:7777"  # this user's own `ray start`
+    record.unlink()
+    record.write_text("192.0.2.99:7777")
+    os.chown(record, other_user.uid, other_user.gid)
+    with pytest.raises(UsageError) as err:
+        auto_address(env)
+    assert str(record) in err.value.message
+    assert f"{other_user.name} (uid {other_user.uid})" in err.value.message
+    assert "--address" in (err.value.hint or "")
+    os.chown(record, os.geteuid(), os.getegid())
+    record.chmod(0o666)  # this user's, but anyone may rewrite it
+    with pytest.raises(UsageError, match="mode 0666"):
+        auto_address(env)
+
+
 # -- H2: a home or store is this user's alone -------------------------------------------------
 def _foreign_dir(path: Path, user: User, mode: int) -> Path:
     path.mkdir()
@@ -272,6 +350,56 @@ def test_a_home_in_another_users_directory_is_refused(other_user: User, tmp_path
     monkeypatch.setenv("RTENV_HOME", str(parent / "mine"))
     with pytest.raises(UsageError, match=f"is in {parent}, which another user can change"):
         rtenv_home()
+
+
+def _link_as(user: User, link: Path, target: Path) -> None:
+    """`link` -> `target`, made (or swapped in, atomically) as `user` would: a link of theirs."""
+    tmp = link.with_name(link.name + ".new")
+    os.symlink(target, tmp)
+    os.lchown(tmp, user.uid, user.gid)
+    os.replace(tmp, link)
+
+
+def test_a_store_named_through_another_users_link_stays_where_it_was_checked(
+        other_user: User, tmp_path: Path) -> None:
+    """`--root /tmp/rtenv-agent` where another user made that name a link to a directory of
+    this user's (the default home, say): checked where it points, the store keeps using that
+    directory. Were it reached through the link, the other user could point the link at a
+    store of theirs while the agent runs, and the agent would hand out their files to run."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: the link's owner may replace it
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    theirs = _foreign_dir(tmp_path / "theirs", other_user, 0o777)
+    link = sticky / "rtenv-agent"
+    _link_as(other_user, link, mine)
+    store = Store(link)
+    try:
+        _link_as(other_user, link, theirs)
+        blob = b"written after the link moved"
+        store.put_blob(hashlib.sha256(blob).hexdigest(), io.BytesIO(blob))
+        assert os.path.realpath(store.entry_dir("working_dir:k")).startswith(str(mine) + "/")
+    finally:
+        store.close()
+    assert list(theirs.iterdir()) == []
+    assert any(blob == p.read_bytes() for p in (mine / "blobs").rglob("*") if p.is_file())
+
+
+def test_a_home_named_through_a_link_is_used_where_it_was_checked(
+        other_user: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = sticky / "rtenv-home"
+    _link_as(other_user, link, mine)
+    monkeypatch.setenv("RTENV_HOME", str(link))
+    assert rtenv_home() == mine
+    _link_as(other_user, link, _foreign_dir(tmp_path / "theirs", other_user, 0o777))
+    with pytest.raises(UsageError, match="owned by " + other_user.name):
+        rtenv_home()  # the next look follows the link again, and refuses where it now points
 
 
 # -- one user: modes --------------------------------------------------------------------------

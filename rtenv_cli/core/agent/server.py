@@ -416,7 +416,8 @@ def create_app(config: AgentConfig, store: Store | None = None) -> AgentApp:
 
     store = store or Store(config.root)
     store.index.checkpoint_in_background()
-    state = AgentState(config, store, Environments(store, fetch=http.fetch_archive),
+    state = AgentState(config, store, Environments(store, fetch=http.fetch_archive,
+                                                   file_roots=config.file_roots),
                        cache_gc.Budget(max_bytes=config.max_bytes, max_age_s=config.max_age_s))
     app = Starlette(routes=routes(), exception_handlers={
         RtenvError: _on_rtenv_error, OSError: _on_os_error, Exception: _on_unexpected})

@@ -114,7 +114,10 @@ def _check_ray(where: Address, env: Mapping[str, str],
                scan: Callable[[str], Any] | None) -> list[Check]:
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
-    token = load_token(env)
+    try:
+        token = load_token(env, to=where.value)
+    except RtenvError as exc:  # another user holds the port: the file's token stays home
+        return [fail("auth", exc.message, exc.hint)]
     found = "a token was found" if token else "no token was found"
     checks: list[Check] = []
     if where.kind is AddressKind.GCS:

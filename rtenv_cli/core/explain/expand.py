@@ -11,12 +11,13 @@ protobuf map, so the keys arrive in sorted order (measured: `{Z1: z, A1: ${Z1}/a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 # posixpath.expandvars' own pattern (ASCII \w); re-implemented so the base env is a parameter
 # instead of os.environ.
 _VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+_BARE_VAR = re.compile(r"\$(\w+)", re.ASCII)
 _LEFTOVER = re.compile(r"\$\{[A-Z0-9_]+\}")
 
 
@@ -39,33 +40,39 @@ class ExpansionStep:
                 "notes": list(self.notes)}
 
 
+def var_refs(value: str) -> Iterator[re.Match[str]]:
+    """The matches of expandvars' pattern in `value`, in order, in linear time. Past the last
+    `}` a `${` cannot close, so there only `$NAME` is looked for: the pattern itself would
+    scan to the end from every `${` (quadratic on a long `${${${...`)."""
+    cut = value.rfind("}") + 1
+    yield from _VAR.finditer(value, 0, cut)
+    yield from _BARE_VAR.finditer(value, cut)
+
+
 def _expandvars(value: str, env: Mapping[str, str], notes: list[str]) -> str:
     if "$" not in value:
         return value
-    i = 0
-    while True:
-        m = _VAR.search(value, i)
-        if not m:
-            break
+    # expandvars searches again from the end of each reference (a replacement is not
+    # rescanned): one pass over the matches, joining the pieces once (not a copy per match)
+    pieces: list[str] = []
+    done = 0
+    for m in var_refs(value):
         start, end = m.span(0)
         token = m.group(1)
         name = token[1:-1] if token.startswith("{") and token.endswith("}") else token
         if name in env:
             replacement = env[name]
             notes.append(f"{m.group(0)} -> {replacement!r}")
-            tail = value[end:]
-            value = value[:start] + replacement
-            i = len(value)
-            value += tail
+            pieces += (value[done:start], replacement)
+            done = end
+        elif not token.startswith("{"):
+            notes.append(f"{m.group(0)} is unset: kept literally (only ${{NAME}} is blanked)")
+        elif not _LEFTOVER.fullmatch(m.group(0)):
+            notes.append(f"{m.group(0)} is unset and not [A-Z0-9_]+: kept literally")
         else:
-            if not token.startswith("{"):
-                notes.append(f"{m.group(0)} is unset: kept literally (only ${{NAME}} is blanked)")
-            elif not _LEFTOVER.fullmatch(m.group(0)):
-                notes.append(f"{m.group(0)} is unset and not [A-Z0-9_]+: kept literally")
-            else:
-                notes.append(f"{m.group(0)} is unset: replaced by ''")
-            i = end
-    return value
+            notes.append(f"{m.group(0)} is unset: replaced by ''")
+    pieces.append(value[done:])
+    return "".join(pieces)
 
 
 def explain_expansion(env_vars: Mapping[str, str], base_env: Mapping[str, str]

@@ -10,7 +10,9 @@ E = Severity.ERROR
 DOCS: tuple[Rule, ...] = (
     Rule("RTE190", "rtenv-field-schema", E, "an `rtenv` field its plugin refuses",
          "Checks the `rtenv` field with the plugin's own schema: a mapping with at most one of "
-         "`pip` and `uv`, `limits` beside it or alone, no unknown key (with a did-you-mean).",
+         "`pip` and `uv`, `limits` and the trees `rtenv push` writes (`working_dir`, "
+         "`py_modules`: rtenv-tree:// URIs) beside it or alone, no unknown key (with a "
+         "did-you-mean).",
          "Ray keeps the field without checking it; the plugin refuses it on each node, after "
          "the job is submitted, as a RuntimeEnvSetupError.",
          "rtenv:\n  pipp: [six]\n", "rtenv:\n  pip: [six]\n"),

@@ -19,13 +19,16 @@ env_vars on the worker, and a job's entrypoint runs in a shell that expands them
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-_FORMS = (
-    ("GitHub Actions", r"\$\{\{.*?\}\}"),
-    ("Jinja", r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}"),
-    ("OmegaConf", r"\$\{\s*(?:[a-z][\w.]*:(?![-=+?])|\.+\w|[A-Za-z_]\w*(?:\.\w+)+\s*\})"),
-)
+# delimited forms: (opener, closer) pairs, found as `opener.*?closer` would be (see _delimited)
+_DELIMITED = {
+    "GitHub Actions": (("${{", "}}"),),
+    "Jinja": (("{{", "}}"), ("{%", "%}"), ("{#", "#}")),
+}
+_OMEGACONF = r"\$\{\s*(?:[a-z][\w.]*:(?![-=+?])|\.+\w|[A-Za-z_]\w*(?:\.\w+)+\s*\})"
+_NEST_MAX = 1024  # characters past a placeholder searched for the brace that closes it
 _HINTS = {
     "GitHub Actions": "validate the file the workflow writes, after it substituted the "
                       "`${{ }}` expressions (or validate it in a step after that one)",
@@ -66,24 +69,53 @@ def find_placeholder(text: str | None) -> Placeholder | None:
         if "{" not in line or line.lstrip().startswith("#"):
             continue
         taken: list[tuple[int, int]] = []
-        for engine, pattern in _FORMS:
-            for match in re.finditer(pattern, line):
-                if any(a <= match.start() < b for a, b in taken):
+        for engine, spans in _spans(line):
+            for start, end in spans:
+                if any(a <= start < b for a, b in taken):
                     continue  # `${{ x }}` is one GitHub expression, not also a Jinja one
-                whole = _closed(line, match.start(), match.end())
-                taken.append((match.start(), match.start() + len(whole)))
+                whole = _closed(line, start, end)
+                taken.append((start, start + len(whole)))
                 count += 1
-                if first is None or (number, match.start() + 1) < (first.line, first.column):
-                    first = Placeholder(engine, whole, number, match.start() + 1, 0)
+                if first is None or (number, start + 1) < (first.line, first.column):
+                    first = Placeholder(engine, whole, number, start + 1, 0)
     if first is None:
         return None
     return Placeholder(first.engine, first.text, first.line, first.column, count)
 
 
+def _spans(line: str) -> Iterator[tuple[str, Iterator[tuple[int, int]]]]:
+    for engine, pairs in _DELIMITED.items():
+        yield engine, _delimited(line, pairs)
+    yield "OmegaConf", (m.span() for m in re.finditer(_OMEGACONF, line))
+
+
+def _delimited(line: str, pairs: tuple[tuple[str, str], ...]) -> Iterator[tuple[int, int]]:
+    """The spans `re.finditer("open1.*?close1|open2.*?close2...", line)` gives (no two openers
+    start alike), in linear time: that regex scans to the end of the line from every opener
+    that is never closed (a long `{{{{...` took seconds). Here the next closer is looked up
+    once and reused until the search passes it."""
+    openers = {opener: closer for opener, closer in pairs}
+    found = re.compile("|".join(re.escape(o) for o in openers))
+    after: dict[str, int] = {}  # closer -> its first position at or after the last lookup
+    pos = 0
+    while (match := found.search(line, pos)) is not None:
+        start, body = match.start(), match.end()
+        closer = openers[match.group(0)]
+        at = after.get(closer)
+        if at is None or 0 <= at < body:  # -1: none after the last lookup, so none after this
+            after[closer] = at = line.find(closer, body)
+        if at < 0:
+            pos = start + 1  # unclosed here, and so is every later opener of this pair
+            continue
+        yield start, at + len(closer)
+        pos = at + len(closer)
+
+
 def _closed(line: str, start: int, end: int) -> str:
-    """The placeholder from `start` to its closing brace (an interpolation may nest one)."""
+    """The placeholder from `start` to its closing brace (an interpolation may nest one),
+    looked for up to _NEST_MAX characters past `end` (so many placeholders stay linear)."""
     depth = 0
-    for i in range(start, len(line)):
+    for i in range(start, min(len(line), end + _NEST_MAX)):
         if line[i] == "{":
             depth += 1
         elif line[i] == "}":

@@ -2,9 +2,17 @@
 
 Entry set equal to Ray's `create_package`: files and directories with no children on disk,
 names relative to the root (working_dir) or under the module's basename (py_modules directory),
-Unix modes in `external_attr`. Ray stores entries uncompressed; the node reads any zip method,
-so we deflate (level 1) what compresses and store what does not (random/packed data), which
-keeps more under the 100 MiB upload limit for little CPU. Each file is read once: Ray's digest,
+Unix modes in `external_attr`. Ray stores entries uncompressed (`ZipFile` with its default
+ZIP_STORED, ray/_private/runtime_env/packaging.py); the node reads any zip method, and the URI
+hashes the files, not the zip, so the method is ours to choose per member:
+- by default every member is stored, as Ray stores it: level-1 deflate costs several times the
+  CPU of the hashing and the copy together, more than it saves on a fast link (cold.json:
+  "ablation: push with deflate, 1k files/200 MB text" and its siblings);
+- `compress=True` deflates (level 1) what shrinks (the first block of a file is compressed as a
+  probe) and stores what does not (random or already-compressed data): push and watch ask for
+  it when the stored package would not fit the target's upload limit (`fits_stored`: Ray's
+  100 MiB through the dashboard, 512 MiB to the GCS), where it turns a refusal into a push.
+Each file is read once: Ray's digest,
 sha256, crc32 and deflate come from the same bytes, in worker processes (batches of small files)
 or threads. A worker writes its batch's members (local header and data, as zipfile would) into
 a batch file, and the main thread copies each batch into the zip in order with one
@@ -65,6 +73,9 @@ else:  # zlib.compress takes wbits only from Python 3.11: the same stream, made 
         comp = zlib.compressobj(1, zlib.DEFLATED, -15)
         return comp.compress(data) + comp.flush()
 _MIN_DEFLATE = 512  # tiny files: deflate (headers dominate anyway; text compresses)
+# With compress=True, a file is deflated only when its first block shrinks below this fraction
+# (else it is stored, as random or already-compressed data is)
+DEFLATE_RATIO = 0.9
 _RETRIES = 3
 
 
@@ -79,6 +90,7 @@ class BuiltPackage:
     sha256: Mapping[str, str] = field(default_factory=dict)  # relpath -> content sha256
     layout: str = "ray"
     reused: int = 0  # members copied raw from the previous build of this source
+    compressed: bool = False  # built with compress=True (what shrinks is deflated)
 
     @property
     def hashed_dirs(self) -> tuple[str, ...]:
@@ -110,7 +122,7 @@ def _compressible(path: str, size: int) -> bool:
         return True
     with open(path, "rb") as fh:
         sample = fh.read(_SAMPLE)
-    return len(zlib.compress(sample, 1)) < 0.9 * len(sample)
+    return len(zlib.compress(sample, 1)) < DEFLATE_RATIO * len(sample)
 
 
 def hashed_not_zipped(entries: Iterable[Entry]) -> tuple[str, ...]:
@@ -165,7 +177,7 @@ class _Prepared(NamedTuple):
     sha256: str
 
 
-def _prepare(e: Entry) -> _Prepared:
+def _prepare(e: Entry, compress: bool) -> _Prepared:
     """A small file read once, in a worker (see `_pool`): Ray's digest, sha256, crc32 and the
     payload; the writer only copies finished payloads into the zip."""
     import hashlib
@@ -184,7 +196,8 @@ def _prepare(e: Entry) -> _Prepared:
     sha256 = hashlib.sha256(data).hexdigest()
     crc = zlib.crc32(data)
     # a file no bigger than the sample is its own probe: compress it once and compare
-    if len(data) <= _SAMPLE or len(_raw_deflate(data[:_SAMPLE])) < 0.9 * _SAMPLE:
+    if compress and (len(data) <= _SAMPLE
+                     or len(_raw_deflate(data[:_SAMPLE])) < DEFLATE_RATIO * _SAMPLE):
         comp = _raw_deflate(data)
         if len(comp) < len(data):
             return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, sha1.digest(), sha256)
@@ -204,13 +217,13 @@ def _info(e: Entry, scan: PackageScan, prefix: str,
     return info
 
 
-def _stream(zf: Any, info: Any, e: Entry) -> tuple[bool, bytes, str]:
+def _stream(zf: Any, info: Any, e: Entry, compress: bool) -> tuple[bool, bytes, str]:
     """A large file, streamed in chunks and hashed on the way; (changed meanwhile, Ray digest,
     sha256)."""
     import hashlib
     import zipfile
 
-    deflate = _compressible(e.fspath, e.size)
+    deflate = compress and _compressible(e.fspath, e.size)
     info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
     ZipAppender.set_level(info, 1)
     sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
@@ -248,7 +261,7 @@ class ZipPass:
 _Batch = tuple[str, int, list[tuple[Any, int, bool, bytes, str]]]  # see _prepare_batch
 
 
-def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str) -> _Batch:
+def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str, compress: bool) -> _Batch:
     """Prepare a batch of small files (in a worker) and write their members, local header and
     data as zipfile would, one after the other into the file `scratch`: the writer then moves
     the batch into the zip with one `copy_file_range` instead of receiving every payload
@@ -259,7 +272,7 @@ def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str) -> _Batch:
     at = 0
     with open(scratch, "wb", buffering=1 << 20) as fh:
         for e, info in items:
-            done = _prepare(e)
+            done = _prepare(e, compress)
             info.compress_type = done.method
             info.file_size = e.size
             info.compress_size = len(done.payload)
@@ -335,10 +348,10 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
                times: Mapping[str, DateTime] | None = None, *,
-               processes: bool = True) -> ZipPass:
+               processes: bool = True, compress: bool = False) -> ZipPass:
     """Write the zip of `entries` (default: every entry of the scan that goes in the zip),
     hashing every file it reads on the same read. Small files are prepared (read, hashed,
-    deflated) in worker batches; the writer appends them in order.
+    deflated with `compress`) in worker batches; the writer appends them in order.
     """
     import zipfile
 
@@ -349,7 +362,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
                 zipfile.ZipFile(fh, "w", allowZip64=True) as zf, _pool(small, processes) as pool:
-            writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress)
+            writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress, compress)
             for e, info in plan:
                 writer.add(e, info)
             writer.finish()
@@ -366,9 +379,10 @@ class _MemberWriter:
     files in flight are bounded by _WINDOW."""
 
     def __init__(self, zf: Any, pool: Any, scratch_prefix: str,
-                 on_progress: Callable[[int], None] | None) -> None:
+                 on_progress: Callable[[int], None] | None, compress: bool) -> None:
         from collections import deque
 
+        self.compress = compress
         self.zf, self.pool, self.on_progress = zf, pool, on_progress
         self.scratch_prefix = scratch_prefix
         self.result = ZipPass()
@@ -406,7 +420,8 @@ class _MemberWriter:
         if self.batch:
             self.scratches.append(f"{self.scratch_prefix}{len(self.scratches)}")
             self.pending.append((self.batch, self.pool.submit(_prepare_batch, self.batch,
-                                                              self.scratches[-1])))
+                                                              self.scratches[-1],
+                                                              self.compress)))
             self.batch, self.batch_bytes = [], 0
 
     def _drain(self, limit: int) -> None:
@@ -419,7 +434,7 @@ class _MemberWriter:
                 if e.is_dir:
                     self.zf.writestr(info, b"")
                     continue
-                self._record(e, *_stream(self.zf, info, e))
+                self._record(e, *_stream(self.zf, info, e, self.compress))
             else:
                 self.in_flight -= sum(e.size for e, _i in items)
                 self._write_batch(items, fut.result())
@@ -449,8 +464,8 @@ class _MemberWriter:
 def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - internal
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
              times: Mapping[str, DateTime] | None = None,
-             key: Callable[[Entry], Hashable] | None = None, processes: bool = True
-             ) -> ZipPass:
+             key: Callable[[Entry], Hashable] | None = None, processes: bool = True,
+             compress: bool = False) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     `key` (default: their stat) changed are read and compressed, into a zip of their own;
     `zipreuse.splice` then assembles both in member order.
@@ -474,7 +489,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
     result, spliced = zipreuse.splice_changed(
         out, previous.index, parts,
         lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
-                                processes=processes))
+                                processes=processes, compress=compress))
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
@@ -488,7 +503,7 @@ def write_package_zip(scan: PackageScan, out: Path, *,
                       times: Mapping[str, DateTime] | None = None,
                       previous: PreviousZip | None = None,
                       key: Callable[[Entry], Hashable] | None = None,
-                      processes: bool = True,
+                      processes: bool = True, compress: bool = False,
                       on_progress: Callable[[int], None] | None = None) -> ZipPass:
     """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
 
@@ -501,26 +516,56 @@ def write_package_zip(scan: PackageScan, out: Path, *,
     digest and the sha256 of every file read; `stats` each file member's `key`.
     `processes=False`: worker threads only, never forked processes (a server's threads may
     hold locks a forked child would wait on forever); the bytes are the same.
+    `compress`: deflate what shrinks (module doc); else every member is stored. `previous`
+    must have been written with the same choice (its members are copied as they are).
     """
     prefix = "pkg" if layout == "remote" else ""
     if previous is not None:
         with contextlib.suppress(zipreuse.Unspliceable):
-            return _rebuild(scan, out, prefix, on_progress, previous, times, key, processes)
-    result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes)
+            return _rebuild(scan, out, prefix, on_progress, previous, times, key, processes,
+                            compress)
+    result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes,
+                        compress=compress)
     result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
                     for e in scan.entries if e.in_zip and not e.is_dir}
     return result
 
 
-def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,
-              on_progress: Callable[[int], None] | None, slot: str | None) -> ZipPass:
+_LOCAL_HEADER, _CENTRAL_HEADER, _END = 30, 46, 22  # fixed parts of a zip's records
+_ZIP64_EXTRA = 28  # the most a member's zip64 fields add, local and central together
+
+
+def stored_size(scan: PackageScan, layout: Literal["ray", "remote"] = "ray") -> int:
+    """The bytes of `scan`'s zip with every member stored, from its entries alone (an upper
+    bound: zip64 fields counted for every member that may need them)."""
+    prefix = "pkg" if layout == "remote" else ""
+    total = _END + 2 * _ZIP64_EXTRA
+    for e in _in_zip(scan.entries):
+        name = len(arcname(e, scan, prefix).encode())
+        total += _LOCAL_HEADER + _CENTRAL_HEADER + 2 * name + (0 if e.is_dir else e.size)
+        if e.size > _FORCE_ZIP64:
+            total += _ZIP64_EXTRA
+    return total
+
+
+def fits_stored(scan: PackageScan, layout: Literal["ray", "remote"],
+                limit: int | None) -> bool | None:
+    """Whether `scan` stored fits a target's upload `limit` (None: the target has none). Push
+    and watch deflate only a package that would not (see the module doc): both decide from the
+    entries, so both write the same bytes."""
+    return None if limit is None else stored_size(scan, layout) <= limit
+
+
+def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
+              on_progress: Callable[[int], None] | None, slot: str | None,
+              compress: bool) -> ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
     splices, else from scratch. Nothing is left behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
         return write_package_zip(scan, tmp, layout="remote" if prefix else "ray",
-                                 previous=previous, on_progress=on_progress)
+                                 previous=previous, on_progress=on_progress, compress=compress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -548,16 +593,17 @@ def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes
 
 def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "remote"] = "ray",
                use_cache: bool = True, on_progress: Callable[[int], None] | None = None,
-               digests: Mapping[str, tuple[bytes, str | None]] | None = None) -> BuiltPackage:
+               digests: Mapping[str, tuple[bytes, str | None]] | None = None,
+               compress: bool = False) -> BuiltPackage:
     """Zip one scanned package, hashing each file on the same read (see the module doc);
     digests the cache or the caller (`digests`, from `digest_entries` of the same scan) already
-    know are taken as they are."""
+    know are taken as they are. `compress`: deflate what shrinks (else all stored, as Ray)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    slot = f"{scan.kind}:{layout}"
+    slot = f"{scan.kind}:{layout}" + (":deflate" if compress else "")
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None)
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, compress)
     spliced = zip_pass.spliced
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)
@@ -592,7 +638,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     sha = {rel: s for rel, (_d, s) in digests.items() if s is not None}
     size = spliced.size if spliced is not None else final.stat().st_size
     return BuiltPackage(uri, final, scan.file_count, scan.total_bytes, size, scan, sha, layout,
-                        zip_pass.reused)
+                        zip_pass.reused, compress)
 
 
 class _Changed(Exception):
@@ -602,7 +648,8 @@ class _Changed(Exception):
 def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
                   env: Mapping[str, str] | None = None, dest_dir: Path | None = None,
                   layout: Literal["ray", "remote"] = "ray", use_cache: bool = True,
-                  on_progress: Callable[[int], None] | None = None) -> BuiltPackage:
+                  on_progress: Callable[[int], None] | None = None,
+                  compress: bool = False) -> BuiltPackage:
     """Ray's URI and a zip with Ray's entries for a local working_dir / py_modules source."""
     from rtenv_cli.core.paths import rtenv_home
 
@@ -626,12 +673,12 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
                 "negations, or narrower patterns; see `rtenv check-ignore -v .`")
         try:
             return build_scan(scan, dest_dir=dest_dir, layout=layout, use_cache=use_cache,
-                              on_progress=on_progress)
+                              on_progress=on_progress, compress=compress)
         except _Changed as exc:
             last = str(exc)
     raise PackagingError(f"files kept changing while {source} was packaged: {last}",
                          hint="stop the process writing them, or exclude them", path=str(source))
 
 
-__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "hashed_not_zipped",
-           "write_package_zip", "zip_time"]
+__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "fits_stored",
+           "hashed_not_zipped", "stored_size", "write_package_zip", "zip_time"]

@@ -98,6 +98,8 @@ def inline_files(runtime_env: Mapping[str, Any], base_dir: Path
             value = holder.get(kind)
             name = value if isinstance(value, str) else (
                 value.get("packages") if isinstance(value, Mapping) else None)
+            if isinstance(name, str) and at and name.startswith(schema.WORKING_DIR_VAR):
+                continue  # rtenv's plugin reads it on the node, in the job's working_dir
             if isinstance(name, str):
                 holder[kind] = inline_requirements(value, base_dir, kind)
                 done.append(((*at, kind), name))

@@ -15,6 +15,13 @@ References: rtenv holds one reference per URI while Ray's URI cache holds it, na
 agent's pid (so it ends with the agent, and with the Ray session). `release` drops it; whether
 the bytes go is the store's budget's call (`RTENV_MAX_SIZE`, `RTENV_MAX_AGE`, `rtenv cache gc`),
 so a later job or a new Ray session on the same store is a cache hit.
+
+Trees (`rtenv.working_dir`, `rtenv.py_modules`: rtenv-tree:// URIs that `rtenv push` published
+to the cluster's KV) are materialized by core/trees/materialize.py under `<store>/trees`, one
+URI each, off the event loop; the node's reference to a manifest is a key in the KV
+(`r:<manifest>:<node>`) while Ray holds the URI, so the cluster's gc keeps what a live worker
+uses. The plugin announces its node (`n:<node>`) when Ray constructs it, so a push can tell
+whether every node loads it.
 """
 
 from __future__ import annotations
@@ -37,11 +44,14 @@ from rtenv_cli.core.rayplugin import schema
 
 if TYPE_CHECKING:
     from rtenv_cli.core.store.envs import Environments
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.materialize import NodeTrees
 
 log = logging.getLogger("rtenv.rayplugin")
 URI_SCHEME = "rtenv://"
 WORKING_DIR_ENV = "RAY_RUNTIME_ENV_CREATE_WORKING_DIR"
 CANCEL_WAIT_S = 30.0
+GC_EVERY_S = 600.0  # the plugin's own collection of the cluster's trees (trees/gc.py)
 
 
 class SetupError(RuntimeError):
@@ -69,12 +79,165 @@ def store_root() -> Path:
     return default_root()
 
 
+def agent_arg(name: str, argv: list[str] | None = None) -> str | None:
+    """`--name VALUE` (or `--name=VALUE`) of the runtime-env agent's command line: Ray gives a
+    plugin no GCS client, only its process's arguments (`--gcs-address`, `--node-id`)."""
+    import sys
+
+    args = sys.argv if argv is None else argv
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def configured_priority(environ: Mapping[str, str] | None = None) -> int:
+    """The priority this node's RAY_RUNTIME_ENV_PLUGINS gives rtenv's plugin (the agent
+    inherits the raylet's environment): below Ray's built-ins' 10, it removes push's guard."""
+    env = os.environ if environ is None else environ
+    try:
+        for entry in json.loads(env.get(schema.PLUGINS_ENV) or "[]"):
+            if entry.get("class") == schema.PLUGIN_CLASS:
+                return int(entry.get("priority", schema.PRIORITY))
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return schema.PRIORITY
+
+
 class Engine:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._envs: Environments | None = None
         self._held: dict[str, Held] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._trees: NodeTrees | None = None
+        self._tree_paths: dict[str, tuple[Path, int]] = {}
+        self.node_id = agent_arg("--node-id") or f"pid-{os.getpid()}"
+        self._last_gc = time.monotonic()  # the first collection a period after the start
+        self.gcs_address = agent_arg("--gcs-address")
+
+    # -- the cluster's KV and the node's trees ----------------------------------------------------
+    def kv(self) -> RayKV:
+        from rtenv_cli.core.transport.ray_kv import RayKV
+
+        if not self.gcs_address:
+            raise AgentError("the runtime-env agent has no --gcs-address argument",
+                             hint="rtenv trees need Ray's runtime-env agent (ray start)")
+        return RayKV.connect(self.gcs_address)
+
+    def trees(self) -> NodeTrees:
+        with self._guard:
+            if self._trees is None:
+                from rtenv_cli.core.trees.materialize import NodeTrees
+
+                self._trees = NodeTrees(store_root() / "trees", self.node_id, self.kv)
+            return self._trees
+
+    def announce(self, logger: logging.Logger | None = None) -> None:
+        """Write `n:<node>` to the cluster's KV (retried while the GCS starts); never raises."""
+        from rtenv_cli import __version__
+
+        value = json.dumps({"pid": os.getpid(), "version": __version__, "t": time.time(),
+                            "priority": configured_priority()})
+        for attempt in range(30):
+            try:
+                kv = self.kv()
+                try:
+                    kv.put(f"n:{self.node_id}", value.encode())
+                finally:
+                    kv.close()
+                return
+            except Exception as exc:  # the agent must never die of this
+                if attempt == 29:  # noqa: PLR2004 - the last try
+                    (logger or log).warning("rtenv: could not announce node %s: %s",
+                                            self.node_id, exc)
+                time.sleep(min(2.0, 0.1 * 2 ** attempt))
+
+    async def create_tree(self, uri: str, logger: logging.Logger) -> int:
+        from rtenv_cli.core.trees.manifest import manifest_id
+
+        lock = self._locks.setdefault(uri, asyncio.Lock())
+        async with lock:
+            held = self._tree_paths.get(uri)
+            if held is not None and held[0].is_dir():
+                return held[1]
+            loop = asyncio.get_running_loop()
+            start = time.perf_counter()
+            try:
+                ident = manifest_id(uri)
+                path, size, how = await loop.run_in_executor(None, self._ensure_tree, ident)
+            except RtenvError as exc:
+                logger.error("rtenv: %s", exc.message)
+                raise SetupError.of(exc) from None
+            except Exception as exc:  # a setup error, never the agent's death
+                logger.exception("rtenv: materializing %s failed", uri)
+                raise SetupError(f"rtenv: materializing {uri} on node {self.node_id} failed: "
+                                 f"{exc}\nhint: see the node's runtime_env_setup-*.log") from None
+            self._tree_paths[uri] = (path, size)
+            logger.info("rtenv: tree %s %s in %.3fs at %s", uri, {
+                "built": "materialized from the node's objects",
+                "patched": "materialized by patching a spare tree"}.get(how, "found"),
+                        time.perf_counter() - start, path)
+            return size
+
+    def _ensure_tree(self, ident: str) -> tuple[Path, int, str]:
+        out = self.trees().ensure(ident)
+        kv = self.kv()
+        try:
+            kv.put(f"r:{ident}:{self.node_id}", str(time.time()).encode())
+        finally:
+            kv.close()
+        return out
+
+    def tree_path(self, uri: str) -> Path:
+        held = self._tree_paths.get(uri)
+        if held is None or not held[0].is_dir():
+            raise SetupError(f"rtenv: the tree of {uri} is not on node {self.node_id}"
+                             "\nhint: it was removed while in use (rtenv cache purge?); retry")
+        return held[0]
+
+    def release_tree(self, uri: str, logger: logging.Logger | None = None) -> int:
+        """No worker of this node holds `uri` any more: remove its tree and the node's
+        reference; returns the bytes freed."""
+        held = self._tree_paths.pop(uri, None)
+        if held is None:
+            return 0
+        try:
+            from rtenv_cli.core.trees.manifest import manifest_id
+
+            ident = manifest_id(uri)
+            self.trees().remove(ident)
+            threading.Thread(target=self._drop_ref, args=(ident,), daemon=True).start()
+        except Exception as exc:  # never let a release take the agent down
+            (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
+            return 0
+        (logger or log).info("rtenv: released tree %s", uri)
+        return held[1]
+
+    def _drop_ref(self, ident: str) -> None:
+        """Delete the node's reference; then, at most every GC_EVERY_S per node, collect the
+        cluster's trees nothing needs (the plugin's own schedule: trees/gc.py)."""
+        try:
+            kv = self.kv()
+            try:
+                kv.delete(f"r:{ident}:{self.node_id}")
+                with self._guard:
+                    due = time.monotonic() - self._last_gc >= GC_EVERY_S
+                    if due:
+                        self._last_gc = time.monotonic()
+                if due:
+                    from rtenv_cli.core.trees.gc import collect
+
+                    done = collect(kv)
+                    log.info("rtenv: trees gc removed %d manifests and %d packs (%d bytes)",
+                             len(done.manifests_removed), len(done.packs_removed),
+                             done.bytes_removed)
+            finally:
+                kv.close()
+        except Exception as exc:  # the gc ignores references of dead nodes anyway
+            log.warning("rtenv: dropping the reference to %s failed: %s", ident, exc)
 
     # -- the store, opened on first use -----------------------------------------------------------
     def environments(self) -> Environments:
@@ -111,9 +274,10 @@ class Engine:
             if not runtime_env.get(schema.FIELD):
                 return []
             spec = self.spec(runtime_env)
-            if spec.kind is None:  # `limits` alone: nothing to build, nothing to count
-                return []
-            return [URI_SCHEME + _digest(spec, runtime_env)]
+            out = list(spec.trees)  # first: `pip`/`uv` may name files of the working_dir
+            if spec.kind is not None:  # `limits` alone: nothing to build, nothing to count
+                out.append(URI_SCHEME + _digest(spec, runtime_env))
+            return out
         except Exception as exc:  # Ray calls this outside any error handling
             log.debug("rtenv: no URI for an invalid field (the setup reports it): %r", exc)
             return []
@@ -121,11 +285,17 @@ class Engine:
     # -- create -----------------------------------------------------------------------------------
     async def create(self, uri: str | None, runtime_env: Mapping[str, Any],
                      logger: logging.Logger) -> int:
+        from rtenv_cli.core.trees.manifest import SCHEME
+
+        if uri is not None and uri.startswith(SCHEME):
+            return await self.create_tree(uri, logger)
         try:
             spec = self.spec(runtime_env)
             if spec.kind is None:
                 return 0
-            kind, value, base = _resolve(spec, os.environ.get(WORKING_DIR_ENV))
+            working_dir = (str(self.tree_path(spec.working_dir)) if spec.working_dir
+                           else os.environ.get(WORKING_DIR_ENV))
+            kind, value, base = _resolve(spec, working_dir)
         except RtenvError as exc:
             raise SetupError.of(exc) from None
         uri = uri or URI_SCHEME + _digest(spec, runtime_env)
@@ -212,6 +382,31 @@ class Engine:
         return 0
 
 
+def drop_guard(runtime_env: Any) -> None:
+    """Remove push's guard (schema.GUARD_FIELD) from the runtime_env Ray is setting up: it is
+    for nodes without this plugin, and Ray's nsight plugin runs after this one."""
+    guard = runtime_env.get(schema.GUARD_FIELD)
+    if isinstance(guard, str) and guard.startswith(schema.GUARD_PREFIX):
+        del runtime_env[schema.GUARD_FIELD]
+
+
+def apply_trees(context: Any, spec: schema.RtenvSpec, engine: Engine) -> None:
+    """As Ray's working_dir and py_modules plugins do (`modify_context`): the worker starts in
+    the working_dir (`cd` in the command prefix), and PYTHONPATH starts with the py_modules'
+    trees, then the working_dir, then what it was (`set_pythonpath_in_context`)."""
+    import shlex
+
+    paths = [str(engine.tree_path(u)) for u in spec.trees]
+    if spec.working_dir:
+        context.command_prefix += ["cd", shlex.quote(paths[0]), "&&"]
+        paths = [*paths[1:], paths[0]]
+    python_path = os.pathsep.join(paths)
+    for pp in (context.env_vars.get("PYTHONPATH"), os.environ.get("PYTHONPATH")):
+        if pp:
+            python_path += os.pathsep + pp
+    context.env_vars["PYTHONPATH"] = python_path
+
+
 def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any, Path | None]:
     """(kind, value, base dir) for `Environments`: `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}`
     expanded, and a requirements list that installs `ray` refused."""
@@ -225,12 +420,15 @@ def _resolve(spec: schema.RtenvSpec, working_dir: str | None) -> tuple[str, Any,
     normal = fn(value, base or Path("/"), (schema.FIELD, kind))
     packages = [str(p) for p in (normal or {}).get("packages", [])]
     lines = list(packages)
+    from rtenv_cli.core.spec.loader import read_file
+
     for name in builders.files_digest(packages):
-        try:
-            lines += Path(name).read_text(errors="replace").splitlines()
-        except OSError as exc:  # the build reads it again and reports it
-            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name, exc)
+        raw, error = read_file(name)  # bounded, as every requirements file (files_digest's)
+        if raw is None:  # the build reads it again and reports it
+            log.debug("rtenv: cannot read %s to look for a ray pin: %s", name,
+                      error.message if error else "")
             continue
+        lines += raw.decode(errors="replace").splitlines()
     ray = schema.ray_requirement(lines)
     if ray is not None:
         raise ValidationError(f"runtime_env['{schema.FIELD}']['{spec.kind}'] installs `{ray}`: "
@@ -262,7 +460,7 @@ def _digest(spec: schema.RtenvSpec, runtime_env: Mapping[str, Any]) -> str:
     doc = {"spec": spec.to_dict(), **builders.python_identity(),
            "files": builders.files_digest(lines)}
     if schema.WORKING_DIR_VAR in text:  # its files: covered by the working_dir's content hash
-        doc["working_dir"] = str(runtime_env.get("working_dir"))
+        doc["working_dir"] = str(spec.working_dir or runtime_env.get("working_dir"))
     blob = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode(), usedforsecurity=False).hexdigest()
 

@@ -11,6 +11,12 @@ file is read on the node: its path is absolute there, or starts with
 `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}` (the job's working_dir on the node). `ray` itself may not
 be listed: the node's Ray is the one a worker must import.
 
+`working_dir: "rtenv-tree://<id>"` and `py_modules: ["rtenv-tree://<id>", ...]` are trees
+`rtenv push` published to the cluster's KV (core/trees/): the plugin materializes each on the
+node and applies it as Ray's own working_dir / py_modules (the worker starts in the working_dir;
+both are importable; `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}` in `pip`/`uv` names the tree).
+They may come alone, and exclude Ray's own `working_dir` / `py_modules` in the same runtime_env.
+
 `limits: {"memory": "4GB", "cpus": 2}` (core/spec/limits.py) runs each worker of the environment in
 its own cgroup (rayplugin/cgexec.py); it may come alone (a plain worker in a cgroup).
 """
@@ -30,9 +36,25 @@ from rtenv_cli.core.spec.model import RTENV_FIELD
 
 FIELD = RTENV_FIELD
 PLUGIN_CLASS = "rtenv_cli.ray_plugin.RtenvPlugin"
-PRIORITY = 10  # Ray's default; working_dir is always set up before every plugin
+# Before Ray's built-in plugins (10; working_dir is always first): the plugin removes push's
+# guard (GUARD_FIELD) before Ray's nsight plugin, which fails a node without rtenv's plugin
+PRIORITY = 9
+# `rtenv push` adds {"_nsight": GUARD_PREFIX + ...} beside an `rtenv` field of trees. Ray's own
+# nsight plugin (priority 10) refuses any string but "default" with a RuntimeEnvSetupError that
+# quotes it and names the node: so a node whose agent lacks rtenv's plugin fails the task, the
+# actor and a `ray job submit` entrypoint loudly instead of running them in its base
+# environment (Ray only logs a warning for a field no plugin takes). rtenv's plugin (priority
+# 9, before nsight) removes the guard from the runtime_env it is given.
+GUARD_FIELD = "_nsight"
+GUARD_PREFIX = "rtenv: "
+GUARD_MESSAGE = (GUARD_PREFIX + "this runtime_env needs rtenv's Ray plugin, and a node whose "
+                 "runtime-env agent does not load it cannot apply its `rtenv` field (working_dir/"
+                 "py_modules trees, pip/uv). hint: start the node with `rtenv ray-env` exported "
+                 "before `ray start` (check: rtenv ray-env --check --address ...), or push with "
+                 "--via zip")
 KINDS = ("pip", "uv")
-KEYS = (*KINDS, "limits")
+TREES = ("working_dir", "py_modules")  # rtenv-tree:// URIs, written by `rtenv push`
+KEYS = (*KINDS, *TREES, "limits")
 # fields that also choose the worker's interpreter: one of them with `rtenv` is ambiguous
 CONFLICTS = tuple(f.name for f in FIELDS if f.plugin != "ok")  # from the field table
 # a worker in a container is started by the container's runtime, not by our prefix
@@ -57,6 +79,13 @@ class RtenvSpec:
     kind: str | None  # pip | uv | None
     value: Any  # as Ray's `pip`/`uv` field takes it
     limits: LimitsField | None = None
+    working_dir: str | None = None  # rtenv-tree://<manifest id>
+    py_modules: tuple[str, ...] = ()
+
+    @property
+    def trees(self) -> tuple[str, ...]:
+        """Every tree URI, the working_dir's first."""
+        return ((self.working_dir,) if self.working_dir else ()) + self.py_modules
 
     def to_dict(self) -> dict[str, Any]:
         """What the environment's build depends on (the limits do not)."""
@@ -71,8 +100,8 @@ def _fail(message: str, path: str, hint: str) -> ValidationError:
 def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvSpec:
     """Check an `rtenv` field (and that `runtime_env` sets no field it conflicts with)."""
     if not isinstance(value, Mapping) or not value:
-        raise _fail("must be a mapping with `pip`, `uv` or `limits`", "",
-                    'write e.g. {"rtenv": {"pip": ["six==1.16.0"]}}')
+        raise _fail("must be a mapping with `pip`, `uv`, `working_dir`, `py_modules` or "
+                    "`limits`", "", 'write e.g. {"rtenv": {"pip": ["six==1.16.0"]}}')
     for key in value:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
@@ -80,10 +109,11 @@ def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvS
                         f"did you mean {close[0]!r}?" if close else
                         f"the keys are {', '.join(KEYS)}")
     limits = parse_limits(value["limits"]) if value.get("limits") is not None else None
+    working_dir, py_modules = _trees(value, runtime_env)
     kinds = [k for k in KINDS if value.get(k) is not None]
-    if len(kinds) > 1 or (not kinds and limits is None):
-        raise _fail("needs exactly one of `pip` and `uv` (or `limits` alone)", "",
-                    "keep one of them")
+    if len(kinds) > 1 or (not kinds and limits is None and not working_dir and not py_modules):
+        raise _fail("needs exactly one of `pip` and `uv` (or `limits`, `working_dir`, "
+                    "`py_modules` alone)", "", "keep one of them")
     both = [f for f in (CONFLICTS if kinds else LIMITS_CONFLICTS)
             if runtime_env and runtime_env.get(f)]
     if both:
@@ -93,11 +123,39 @@ def parse(value: object, runtime_env: Mapping[str, Any] | None = None) -> RtenvS
                               f"container: drop one of them",
                               path=both[0])
     if not kinds:
-        return RtenvSpec(None, None, limits)
+        return RtenvSpec(None, None, limits, working_dir, py_modules)
     kind = kinds[0]
     inner = value[kind]
     _check_paths(inner, kind)
-    return RtenvSpec(kind, inner, limits)
+    return RtenvSpec(kind, inner, limits, working_dir, py_modules)
+
+
+def _trees(value: Mapping[str, Any], runtime_env: Mapping[str, Any] | None
+           ) -> tuple[str | None, tuple[str, ...]]:
+    """The field's tree URIs, checked (and that Ray's own field of the same name is unset)."""
+    from rtenv_cli.core.trees.manifest import TreeFormatError, manifest_id
+
+    wd, mods = value.get("working_dir"), value.get("py_modules")
+    if mods is not None and (not isinstance(mods, list) or
+                             not all(isinstance(m, str) for m in mods)):
+        raise _fail("must be a list of rtenv-tree:// URIs", "['py_modules']",
+                    "`rtenv push` writes this field; push again")
+    if wd is not None and not isinstance(wd, str):
+        raise _fail("must be an rtenv-tree:// URI", "['working_dir']",
+                    "`rtenv push` writes this field; push again")
+    for path, uri in [("['working_dir']", wd)] * bool(wd) + [
+            (f"['py_modules'][{i}]", m) for i, m in enumerate(mods or [])]:
+        try:
+            manifest_id(uri)
+        except TreeFormatError as exc:
+            raise _fail(exc.message, path, exc.hint or "") from None
+    for key, given in (("working_dir", wd), ("py_modules", mods)):
+        if given and runtime_env and runtime_env.get(key):
+            raise ValidationError(f"runtime_env sets both `{key}` and `{FIELD}.{key}`",
+                                  hint=f"keep one: `rtenv push` moves `{key}` into "
+                                  f"`{FIELD}.{key}` when every node runs rtenv's plugin",
+                                  path=key)
+    return wd or None, tuple(mods or ())
 
 
 def _check_paths(inner: object, kind: str) -> None:

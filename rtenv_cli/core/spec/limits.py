@@ -1,9 +1,18 @@
 """`rtenv.limits` in a runtime_env: per-worker resource limits, `{"memory": "4GB", "cpus": 2}`.
 
 `memory` is read as `rtenv run --memory` reads it (core/units.parse_memory: `4GB`, `512Mi`, a
-number of bytes of at least 1 MiB); `cpus` is a positive number of CPUs (a CFS quota, `2` is two
-CPUs' worth of time per period). The rayplugin applies them with a cgroup per worker; `rtenv
-explain` shows them. Both read the field through `parse_limits`.
+number of bytes of at least 1 MiB); `cpus` is a number of CPUs of at least MIN_CPUS (a CFS quota,
+`2` is two CPUs' worth of time per period). The rayplugin applies them with a cgroup per worker;
+`rtenv explain` shows them. Both read the field through `parse_limits`; `rtenv run --num-cpus`
+keeps to the same floor.
+
+The floor, 0.1 CPU: the kernel takes a quota down to 1 ms per 100 ms period (0.01 CPU), but a Ray
+worker spends a second or two of CPU importing Ray before it runs anything: at 0.01 CPU that is
+minutes, and the task looks hung (red team 2: `cpus: 1e-9` never started in 120 s). At 0.1 it
+starts in well under a minute.
+
+Limits contain mistakes, not attackers: the worker runs as the raylet's user and can move itself
+out of its cgroup (see SECURITY.md).
 """
 
 from __future__ import annotations
@@ -17,6 +26,9 @@ from rtenv_cli.core.units import parse_memory
 
 KEYS = ("memory", "cpus")
 CPU_PERIOD_US = 100_000
+MIN_CPUS = 0.1  # see the module doc
+CPUS_FLOOR_HINT = (f"give at least {MIN_CPUS} CPU: a worker needs a second or two of CPU to "
+                   "start, which a smaller quota stretches into minutes")
 WHERE = "runtime_env['rtenv']['limits']"
 
 
@@ -66,6 +78,9 @@ def parse_limits(value: object) -> LimitsField:
         if number is None or not number > 0 or number == float("inf"):
             raise _fail(f"{cpus!r} is not a positive number of CPUs", "cpus",
                         "write e.g. 2 or 0.5")
+        if number < MIN_CPUS:
+            raise _fail(f"{cpus!r} CPUs is under rtenv's floor of {MIN_CPUS} CPU", "cpus",
+                        CPUS_FLOOR_HINT)
     if memory_bytes is None and number is None:
         raise _fail("sets neither `memory` nor `cpus`", None, "set one of them, or drop `limits`")
     return LimitsField(memory_bytes=memory_bytes, cpus=number)

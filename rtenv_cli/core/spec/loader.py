@@ -352,7 +352,8 @@ def decode(raw: bytes, name: str) -> tuple[str | None, ParseError | None]:
 
 def _too_large(size: int, limit: int) -> ParseError:
     return _limit_error(f"the file is {size / 1024 / 1024:.1f} MiB, over rtenv's "
-                        f"{limit // 1024 // 1024} MiB limit for a runtime_env file")
+                        f"{limit // 1024 // 1024} MiB limit for a file it reads (a runtime_env "
+                        "or a requirements file)")
 
 
 def load_bytes(raw: bytes, name: str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:
@@ -390,7 +391,7 @@ def read_file(path: Path | str, *, limit: int = MAX_FILE_BYTES
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None, ParseError("OSError", f"{_file_type(info.st_mode)}, not a regular "
-                                    "file: rtenv reads runtime_env files only", None)
+                                    "file: rtenv reads regular files only", None)
         if info.st_size > limit:
             return None, _too_large(info.st_size, limit)
         os.set_blocking(fd, True)
@@ -417,23 +418,37 @@ def read_stream(stream: IO[bytes] | None, *, limit: int = MAX_FILE_BYTES) -> byt
         return None
 
 
-def read_text(path: Path | str, what: str, *, limit: int = MAX_FILE_BYTES) -> str:
-    """An option file (`--node-env-file`, explain's runtime_env) as text, or a ConfigError
-    naming the option, the file and what is wrong (with the byte offset of a bad byte)."""
-    from rtenv_cli.core.errors import ConfigError
-
+def read_bytes(path: Path | str, what: str, *, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A file rtenv reads for a command (an option file, a requirements file) as `read_file`
+    reads it (a regular file, at most `limit` bytes), or a ConfigError naming `what` and the
+    path, and what is wrong."""
     raw, error = read_file(path, limit=limit)
     if raw is not None:
-        text, error = decode(raw, str(path))
-        if text is not None:
-            return text
-    assert error is not None  # noqa: S101 - read_file/decode return one of the two
+        return raw
+    assert error is not None  # noqa: S101 - read_file returns one of the two
+    raise _read_error(path, what, error)
+
+
+def read_text(path: Path | str, what: str, *, limit: int = MAX_FILE_BYTES) -> str:
+    """An option file (`--node-env-file`, explain's runtime_env) or a requirements file as
+    text, decoded as Ray decodes it, or a ConfigError naming the option, the file and what is
+    wrong (with the byte offset of a bad byte)."""
+    text, error = decode(read_bytes(path, what, limit=limit), str(path))
+    if text is not None:
+        return text
+    assert error is not None  # noqa: S101 - decode returns one of the two
+    raise _read_error(path, what, error)
+
+
+def _read_error(path: Path | str, what: str, error: ParseError) -> Exception:
+    from rtenv_cli.core.errors import ConfigError
+
     where = f":{error.span.line}:{error.span.column}" if error.span else ""
     hints = {"UnicodeDecodeError": "save the file as UTF-8",
              LIMIT_KIND: "pass the file itself, not a larger one holding it"}
     prefix = f"{what} " if what else ""
-    raise ConfigError(f"{prefix}{path}{where}: {error.message}", path=str(path),
-                      hint=hints.get(error.kind, "pass an existing, readable regular file"))
+    return ConfigError(f"{prefix}{path}{where}: {error.message}", path=str(path),
+                       hint=hints.get(error.kind, "pass an existing, readable regular file"))
 
 
 def load_path(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> LoadedDoc:

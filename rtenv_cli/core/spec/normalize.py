@@ -193,12 +193,32 @@ def normalize_excludes(value: object, path: JsonPath = ("excludes",)) -> list[st
 def read_requirements(p: str, base_dir: Path, path: JsonPath) -> list[str]:
     """Ray reads a requirements file as `read_text().strip().split("\\n")` (comments included)."""
     file = _resolve(p, base_dir)
-    if not file.is_file():
+    if not _is_file(file, path):
         raise _err(f"{Path(p)} is not a valid file", path)
+    return requirement_lines(file, path)
+
+
+def requirement_lines(file: Path, path: JsonPath = ()) -> list[str]:
+    """A requirements file's lines, as Ray splits them, read as a runtime_env file is: a
+    regular file of at most MAX_FILE_BYTES (Ray would read `/dev/zero` until memory runs out,
+    or wait on a FIFO), decoded as Ray decodes it. Every reader of requirements files (run,
+    lint, the store's venv keys) reads them here."""
+    from rtenv_cli.core.errors import ConfigError
+    from rtenv_cli.core.spec.loader import read_text
+
     try:
-        return file.read_text().strip().split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _err(str(exc), path, type(exc).__name__) from None
+        return read_text(file, "requirements file").strip().split("\n")
+    except ConfigError as exc:
+        raise _err(exc.message, path, "OSError") from None
+
+
+def _is_file(file: Path, path: JsonPath) -> bool:
+    """Ray's `is_file()`; a name the system cannot look up (over NAME_MAX, a component that
+    is a file) is an error naming it, as Ray's raises one."""
+    try:
+        return file.is_file()
+    except OSError as exc:
+        raise _err(f"{file}: {exc.strerror}", path, "OSError") from None
 
 
 def _first_unknown(value: dict[Any, Any], known: tuple[str, ...]) -> Any:
@@ -310,12 +330,14 @@ def conda_once(value: object, base_dir: Path, path: JsonPath) -> object:
         file = Path(value)
         if file.suffix in (".yaml", ".yml"):  # case-sensitive, like Ray
             resolved = _resolve(value, base_dir)
-            if not resolved.is_file():
+            if not _is_file(resolved, path):
                 raise _err(f"Can't find conda YAML file {file}.", path)
             import yaml
 
-            try:
-                return yaml.safe_load(resolved.read_text())
+            from rtenv_cli.core.spec.loader import read_text
+
+            try:  # bounded, as every file rtenv reads
+                return yaml.safe_load(read_text(resolved, "conda file"))
             except Exception as exc:  # Ray wraps every failure of the conda file the same way
                 raise _err(f"Failed to read conda file {file}: {exc}.", path) from None
         if file.is_absolute():

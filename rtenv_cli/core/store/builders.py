@@ -97,11 +97,13 @@ def files_digest(lines: Sequence[str], _seen: frozenset[str] = frozenset()) -> d
         path = os.path.abspath(os.path.expanduser(name))
         if path in _seen or path in out:
             continue
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
+        if not os.path.exists(path):
             out[path] = "missing"
             continue
+        from rtenv_cli.core.spec.loader import read_bytes
+
+        # read as every requirements file is: a regular file, bounded (`-r /dev/zero`)
+        data = read_bytes(path, "requirements file")
         out[path] = hashlib.sha256(data).hexdigest()
         nested = data.decode("utf-8", "replace").splitlines()
         base = os.path.dirname(path)  # uv resolves a nested -r against its file's directory

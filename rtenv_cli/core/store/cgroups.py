@@ -105,6 +105,22 @@ def _own_paths(proc_cgroup: str) -> tuple[str | None, dict[str, str]]:
     return v2, v1
 
 
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (another user's process counts as running; a zombie does not:
+    an orphaned watcher waits for a PID 1 that may never reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
 class Cgroups:
     """Creates child cgroups under `root` (default /sys/fs/cgroup)."""
 
@@ -154,8 +170,9 @@ class Cgroups:
     @staticmethod
     def sweep(parent: Path, report: Callable[[Path], None] | None = None) -> int:
         """Remove child cgroups left by rtenv processes that died without cleaning up (SIGKILL):
-        `rtenv-<pid>-*` whose pid is gone and which hold no process. `report(dir)` is called
-        before each removal (e.g. to read its OOM counter)."""
+        `rtenv-<pid>-<random>[-w<watcher pid>]` whose pids are gone and which hold no process
+        (a watcher reads the OOM count once its worker exits: rayplugin/cgexec.py).
+        `report(dir)` is called before each removal (e.g. to read its OOM counter)."""
         removed = 0
         if not parent.is_dir():
             return 0
@@ -163,12 +180,8 @@ class Cgroups:
             parts = child.name.split("-")
             if len(parts) < 3 or parts[0] != "rtenv" or not parts[1].isdigit():  # noqa: PLR2004 - rtenv-pid-rand
                 continue
-            try:
-                os.kill(int(parts[1]), 0)
-                continue  # its owner still runs
-            except ProcessLookupError:
-                pass
-            except PermissionError:
+            owners = [parts[1]] + [p[1:] for p in parts[3:4] if p[:1] == "w" and p[1:].isdigit()]
+            if any(_alive(int(pid)) for pid in owners):
                 continue
             with contextlib.suppress(OSError):
                 if (child / "cgroup.procs").read_text().split():

@@ -14,12 +14,13 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import IO, TYPE_CHECKING, Any, TypeGuard
 
 from rtenv_cli.core.errors import (
     AgentError,
@@ -32,6 +33,7 @@ from rtenv_cli.core.errors import (
 )
 from rtenv_cli.core.spec.fields import agent_refused
 from rtenv_cli.core.store import builders
+from rtenv_cli.core.store.beneath import open_regular, open_under_roots
 from rtenv_cli.core.store.handle import EnvHandle
 from rtenv_cli.core.store.index import pid_start_time, valid_pid
 from rtenv_cli.core.store.store import Store, safe_key
@@ -121,12 +123,16 @@ class _Plan:
 
 class Environments:
     def __init__(self, store: Store, *,
-                 fetch: Callable[[str, Path], None] | None = None) -> None:
+                 fetch: Callable[[str, Path], None] | None = None,
+                 file_roots: tuple[Path, ...] | None = None) -> None:
         """`fetch(url, dest)` downloads an http(s) archive: what serves requests passes
         transport.http.fetch_archive (a deadline and a size cap; the store sits below the
-        transports); builders.fetch_url by default."""
+        transports); builders.fetch_url by default. `file_roots`: the directories a `file://`
+        archive must be opened beneath (the agent's `--allow-file-root`; empty: none may be);
+        None: any path (this user's own `rtenv run`)."""
         self.store = store
         self._fetch_url = fetch or builders.fetch_url
+        self.file_roots = file_roots
         # normalised requirements and venv key per literal pip/uv value (the cache-hit path)
         self._venv_memo: dict[str, tuple[list[str], list[str], str]] = {}
         self._touched: dict[str, float] = {}  # key -> when this process last wrote its last use
@@ -156,6 +162,11 @@ class Environments:
 
         def build(tree: Path) -> None:
             built.append(key)
+            if scheme == "file" and not wheel:  # unpacked from its one open (no path reopened)
+                with self._open_file_uri(uri) as opened:
+                    extract(opened, tree / "d", strip_top_level=True,
+                            label=uri.rsplit("/", 1)[-1])
+                return
             archive = self._fetch(uri, scheme, tree.parent)
             if wheel:  # installed like Ray's py_modules plugin: `pip install --target`
                 from rtenv_cli.core.store.wheels import install_wheel
@@ -164,8 +175,8 @@ class Environments:
             else:  # Ray strips a single top-level directory of remote (file://, http(s)://)
                 # zips, never of gcs:// packages (packaging.download_and_unpack_package)
                 extract(archive, tree / "d", strip_top_level=scheme != "gcs")
-            if scheme == "https":
-                archive.unlink()  # a download into the build dir, not part of the entry
+            if scheme != "gcs":
+                archive.unlink()  # a download or copy into the build dir, not the entry
 
         label = f"unpacked {uri.rsplit('/', 1)[-1]}" if scheme != "https" else uri
         self.store.get_or_build(key, kind=kind, uri=uri, label=label, build=build, hold=hold)
@@ -173,7 +184,7 @@ class Environments:
 
     def _fetch(self, uri: str, scheme: str, work: Path) -> Path:
         """A local file holding the archive at `uri`, named as the URI names it (an https one
-        is downloaded into `work`)."""
+        is downloaded into `work`, a file:// one copied there)."""
         if scheme == "gcs":
             name = uri.removeprefix("gcs://")
             # pinned with the check, under its lock: a gc cannot take it from under the build
@@ -181,18 +192,24 @@ class Environments:
                 raise PackagingError(f"package {uri} is not in the store",
                                      hint="rtenv push it first (rtenv run does this)")
             return self.store.package_file(name)
-        if scheme == "file":
-            path = Path(uri.removeprefix("file://"))
-            if not path.is_file():
-                raise PackagingError(f"{uri} is not an archive file",
-                                     hint="point file:// at a .zip (or a .whl in py_modules)")
-            return path
         dest = work / uri.rsplit("/", 1)[-1]
+        if scheme == "file":  # a wheel: uv installs from a path, a copy of the one open
+            with self._open_file_uri(uri) as opened, dest.open("xb") as copy:
+                shutil.copyfileobj(opened, copy)
+            return dest
         try:
             self._fetch_url(uri, dest)
         except TransportError as exc:  # the request's archive, not the agent, failed: a 4xx
             raise PackagingError(f"cannot fetch {uri}: {exc.message}", hint=exc.hint) from None
         return dest
+
+    def _open_file_uri(self, uri: str) -> IO[bytes]:
+        """The archive a `file://` URI names, open: beneath one of `file_roots` (never by a
+        link out of it, see store.beneath), or anywhere when there are none to keep to."""
+        path = Path(uri.removeprefix("file://"))
+        if self.file_roots is not None:
+            return open_under_roots(path, self.file_roots, what=uri)
+        return open_regular(path, what=uri)
 
     def _venv_entry(self, kind: str, value: Any, base_dir: Path | None,
                     env_vars: Mapping[str, str], *, ensure: bool = True,

@@ -75,9 +75,10 @@ class Store:
         from rtenv_cli.core.paths import private_dir, store_root
 
         private = root is None  # the per-user default under RTENV_HOME: nobody else's business
-        self.root = (Path(root) if root is not None else store_root()).absolute()
-        # what the store holds runs as this user: it must be this user's alone (made 0700)
-        private_dir(self.root, "the store")
+        # what the store holds runs as this user: it must be this user's alone (made 0700), and
+        # it is used where it was checked (its real path), not through a link that could move
+        self.root = private_dir((Path(root) if root is not None else store_root()).absolute(),
+                                "the store")
         if private and self.root.stat().st_mode & 0o077:
             with contextlib.suppress(OSError):  # readable by others (an older rtenv's 0755)
                 self.root.chmod(0o700)

@@ -146,44 +146,70 @@ def _zip_name(info: Any, archive: str) -> tuple[str, int]:
                            hint="rebuild the archive with UTF-8 file names") from None
 
 
-def _declared_count(path: Path) -> int:
+Source = Path | IO[bytes]  # an archive by path, or one already open (read from its start)
+
+
+@contextmanager
+def _reading(source: Source) -> Iterator[IO[bytes]]:
+    """`source` open for reading at its start: a path is opened (and closed after); an open
+    file is rewound and stays open (the agent's file:// archive, opened once beneath its
+    root: it is never reopened by name)."""
+    if isinstance(source, Path):
+        with source.open("rb") as fh:
+            yield fh
+    else:
+        source.seek(0)
+        yield source
+
+
+def _declared_count(fh: IO[bytes]) -> int:
     """The member count a zip's end records declare (zip64 included), 0 if none is found."""
     import struct
 
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        fh.seek(max(0, size - (1 << 16) - 22))
-        tail = fh.read()
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) < at + 22:
-            return 0
-        count: int = struct.unpack_from("<H", tail, at + 10)[0]
-        loc = at - 20
-        if loc >= 0 and tail[loc:loc + 4] == b"PK\x06\x07":
-            (rec,) = struct.unpack_from("<Q", tail, loc + 8)
-            fh.seek(rec)
-            head = fh.read(40)
-            if len(head) == 40 and head[:4] == b"PK\x06\x06":  # noqa: PLR2004 - record size
-                count = max(count, struct.unpack_from("<Q", head, 32)[0])
-        return count
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(0, size - (1 << 16) - 22))
+    tail = fh.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return 0
+    count: int = struct.unpack_from("<H", tail, at + 10)[0]
+    loc = at - 20
+    if loc >= 0 and tail[loc:loc + 4] == b"PK\x06\x07":
+        (rec,) = struct.unpack_from("<Q", tail, loc + 8)
+        fh.seek(rec)
+        head = fh.read(40)
+        if len(head) == 40 and head[:4] == b"PK\x06\x06":  # noqa: PLR2004 - record size
+            count = max(count, struct.unpack_from("<Q", head, 32)[0])
+    return count
 
 
-def open_zip(path: Path, limits: Limits) -> Any:
+def _label(source: Source, label: str | None) -> str:
+    return label or (source.name if isinstance(source, Path) else str(source.name))
+
+
+def open_zip(source: Source, limits: Limits, label: str | None = None) -> Any:
     """An open ZipFile, or ArchiveError; its declared member count is checked first."""
     import zipfile
 
-    label = path.name
+    label = _label(source, label)
     try:
-        if (count := _declared_count(path)) > limits.max_members:
+        with _reading(source) as fh:
+            count = _declared_count(fh)
+        if count > limits.max_members:
             raise ArchiveError(f"{label}: {count} members, over the limit of "
                                f"{limits.max_members}")
-        return zipfile.ZipFile(path)
+        return zipfile.ZipFile(source if isinstance(source, Path) else _rewound(source))
     except UnicodeDecodeError as exc:
         raise ArchiveError(f"{label}: member name {exc.object!r} is flagged UTF-8 but is not",
                            hint="rebuild the archive with UTF-8 file names") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError,
             NotImplementedError) as exc:
         raise ArchiveError(f"{label}: not a readable zip archive ({exc})") from exc
+
+
+def _rewound(fh: IO[bytes]) -> IO[bytes]:
+    fh.seek(0)
+    return fh
 
 
 def plan_zip(zf: Any, label: str, limits: Limits) -> list[Member]:
@@ -328,9 +354,9 @@ class _Capped(io.RawIOBase):
     """A decompressed tar stream that refuses to go past `cap` bytes (seeking forward in a
     compressed stream inflates everything skipped, so that is bounded too)."""
 
-    def __init__(self, raw: Any, cap: int, label: str) -> None:
+    def __init__(self, raw: Any, cap: int, label: str, *, owns: bool = True) -> None:
         super().__init__()
-        self.raw, self.cap, self.label, self.pos = raw, cap, label, 0
+        self.raw, self.cap, self.label, self.pos, self.owns = raw, cap, label, 0, owns
 
     def readable(self) -> bool:
         return True
@@ -367,30 +393,33 @@ class _Capped(io.RawIOBase):
         return self.pos
 
     def close(self) -> None:
-        self.raw.close()
+        if self.owns:  # a decompressor of ours; never the caller's open archive
+            self.raw.close()
         super().close()
 
 
 @contextmanager
-def _open_tar(path: Path, limits: Limits) -> Iterator[Any]:
+def _open_tar(source: Source, limits: Limits, label: str) -> Iterator[Any]:
     import bz2
     import gzip
     import lzma
     import tarfile
 
-    with path.open("rb") as fh:
+    with _reading(source) as fh:
         magic = fh.read(6)
-    opener = (gzip.open if magic.startswith(b"\x1f\x8b") else
-              lzma.open if magic.startswith(b"\xfd7zXZ\x00") else
-              bz2.open if magic.startswith(b"BZh") else open)
-    cap = limits.max_total_bytes + (limits.max_members + 2) * _TAR_HEADER_SLACK
-    with _Capped(opener(path, "rb"), cap, path.name) as stream:
-        try:  # the TarFile is closed by the `with tf` below
-            tf = tarfile.open(fileobj=stream, mode="r:")  # noqa: SIM115
-        except read_errors() as exc:
-            raise ArchiveError(f"{path.name}: not a readable tar archive ({exc})") from exc
-        with tf:
-            yield tf
+        fh.seek(0)
+        opener: Any = (gzip.open if magic.startswith(b"\x1f\x8b") else
+                       lzma.open if magic.startswith(b"\xfd7zXZ\x00") else
+                       bz2.open if magic.startswith(b"BZh") else None)
+        stream = opener(fh, "rb") if opener is not None else fh  # neither closes `fh`
+        cap = limits.max_total_bytes + (limits.max_members + 2) * _TAR_HEADER_SLACK
+        with _Capped(stream, cap, label, owns=stream is not fh) as capped:
+            try:  # the TarFile is closed by the `with tf` below
+                tf = tarfile.open(fileobj=capped, mode="r:")  # noqa: SIM115
+            except read_errors() as exc:
+                raise ArchiveError(f"{label}: not a readable tar archive ({exc})") from exc
+            with tf:
+                yield tf
 
 
 def _tar_members(tf: Any, label: str) -> Iterator[tuple[int, Any]]:
@@ -408,11 +437,13 @@ def _tar_members(tf: Any, label: str) -> Iterator[tuple[int, Any]]:
         ordinal += 1
 
 
-def plan_tar(path: Path, limits: Limits) -> list[Member]:
-    label, archive_size = path.name, path.stat().st_size
+def plan_tar(source: Source, limits: Limits, label: str | None = None) -> list[Member]:
+    label = _label(source, label)
+    with _reading(source) as fh:
+        archive_size = fh.seek(0, os.SEEK_END)
     members: list[Member] = []
     total = 0
-    with _open_tar(path, limits) as tf:
+    with _open_tar(source, limits, label) as tf:
         for ordinal, info in _tar_members(tf, label):
             if ordinal >= limits.max_members:
                 raise ArchiveError(f"{label}: more than {limits.max_members} members, over the "
@@ -625,13 +656,13 @@ def _zip_files(zf: Any, members: list[Member], label: str
             yield m, src
 
 
-def _tar_files(path: Path, members: list[Member], limits: Limits
+def _tar_files(source: Source, members: list[Member], limits: Limits, label: str
                ) -> Generator[tuple[Member, IO[bytes] | None], None, None]:
     wanted = {m.ref: m for m in members if m.kind == "file"}
     if not wanted:
         return
-    with _open_tar(path, limits) as tf:
-        for ordinal, info in _tar_members(tf, path.name):
+    with _open_tar(source, limits, label) as tf:
+        for ordinal, info in _tar_members(tf, label):
             m = wanted.get(ordinal)
             if m is not None:
                 src = tf.extractfile(info)
@@ -639,26 +670,33 @@ def _tar_files(path: Path, members: list[Member], limits: Limits
                 src.close()
 
 
-def extract(archive: Path, dest: Path, *, strip_top_level: bool = False,
-            limits: Limits | None = None) -> int:
-    """Extract `archive` into the new directory `dest`; return the bytes written.
+def extract(archive: Source, dest: Path, *, strip_top_level: bool = False,
+            limits: Limits | None = None, label: str | None = None) -> int:
+    """Extract `archive` (a path, or a file already open: read from it, never reopened) into
+    the new directory `dest`; return the bytes written. `label` names it in errors (default:
+    its file name).
 
     `strip_top_level` mirrors Ray's handling of remote (file://, http(s)://) zips: a single
     top-level directory is removed. Raises ArchiveError (UnsafeArchiveError for attacks) and
     leaves nothing behind.
     """
     limits = limits or Limits()
-    label = archive.name
-    is_zip = archive.suffix == ".zip" or _looks_zip(archive)
-    zf = open_zip(archive, limits) if is_zip else None
+    label = _label(archive, label)
+    if isinstance(archive, Path):  # opened once, here, for every read below
+        with _reading(archive) as fh:
+            return extract(fh, dest, strip_top_level=strip_top_level, limits=limits,
+                           label=label)
+    is_zip = label.endswith(".zip") or _looks_zip(archive, label)
+    zf = open_zip(archive, limits, label) if is_zip else None
     try:
-        members = plan_zip(zf, label, limits) if zf is not None else plan_tar(archive, limits)
+        members = (plan_zip(zf, label, limits) if zf is not None
+                   else plan_tar(archive, limits, label))
         top = top_level_dir(members) if strip_top_level else None
         if top is not None:
             members = _strip(members, top)
         check_tree(members, label)
         files = (_zip_files(zf, members, label) if zf is not None
-                 else _tar_files(archive, members, limits))
+                 else _tar_files(archive, members, limits, label))
         dest.mkdir(parents=True, exist_ok=False)
         try:
             root_fd = os.open(dest, _DIR_FLAGS & ~os.O_NOFOLLOW)
@@ -675,13 +713,12 @@ def extract(archive: Path, dest: Path, *, strip_top_level: bool = False,
             zf.close()
 
 
-def _looks_zip(path: Path) -> bool:
+def _looks_zip(fh: IO[bytes], label: str) -> bool:
     try:
-        with path.open("rb") as fh:
-            return fh.read(4) == b"PK\x03\x04"
+        with _reading(fh) as start:
+            return start.read(4) == b"PK\x03\x04"
     except OSError as exc:
-        raise ArchiveError(f"cannot read the archive {path}: {exc.strerror}",
-                           path=str(path)) from exc
+        raise ArchiveError(f"cannot read the archive {label}: {exc.strerror}") from exc
 
 
 def rmtree(path: Path) -> None:

@@ -126,18 +126,40 @@ class FileBearer:
             self.withheld = ("nothing listened on the port when it was checked" if uids is not None
                              else "this system does not show who owns a listening port")
             return {}
-        if others := sorted(uids - {os.geteuid()}):
-            from rtenv_cli.core.paths import owner_name
-
-            raise TransportError(
-                f"port {self.port} on {self.host} is held by another user, "
-                f"{owner_name(others[0])}, not by this user's rtenv agent: this user's agent "
-                "token was not sent to it",
-                hint="start your agent on a port of its own (`rtenv agent --port N`) and give "
-                "that URL; for an agent you were given a token for, pass it with --token or "
-                "RTENV_AGENT_TOKEN")
+        _refuse_others(uids, self.host, self.port, "this user's rtenv agent",
+                       "this user's agent token",
+                       hint="start your agent on a port of its own (`rtenv agent --port N`) and "
+                       "give that URL; for an agent you were given a token for, pass it with "
+                       "--token or RTENV_AGENT_TOKEN")
         self.withheld = None
         return self._header
+
+
+def _refuse_others(uids: set[int], host: str, port: int, expected: str, token: str, *,
+                   hint: str) -> None:
+    """The TransportError for a token that was about to go to another user's listener."""
+    if others := sorted(uids - {os.geteuid()}):
+        from rtenv_cli.core.paths import owner_name
+
+        raise TransportError(f"port {port} on {host} is held by another user, "
+                             f"{owner_name(others[0])}, not by {expected}: {token} was not "
+                             "sent to it", hint=hint)
+
+
+def check_file_token_target(target: str, token: str, *, expected: str, hint: str) -> None:
+    """For a token read from a file (not given): a TransportError when `target` (a URL or
+    host:port) is a loopback address where another user listens (the port's owner, read once:
+    see FileBearer for the per-request check an agent's client makes)."""
+    url = target if "://" in target else f"tcp://{target}"
+    if not is_loopback_url(url):
+        return
+    from rtenv_cli.core.transport.listeners import listener_uids
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "localhost", parts.port
+    if port is not None:
+        _refuse_others(listener_uids(host, port) or set(), host, port, expected, token,
+                       hint=hint)
 
 
 def file_bearer(url: str) -> FileBearer | None:

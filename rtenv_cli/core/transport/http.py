@@ -11,6 +11,7 @@ idempotent calls, only on refused/reset connections and 502/503/504. Every failu
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,25 @@ def _until(chunks: Iterable[bytes], end: float) -> Iterator[bytes]:
         yield chunk
 
 
+def session_for(url: str) -> Any:
+    """A requests Session for `url`. A loopback URL never goes through a proxy from the
+    environment (http_proxy, ALL_PROXY...: requests bypasses none for loopback unless NO_PROXY
+    says so): the proxy could not reach this machine's loopback, and it would read each request,
+    a token the agent's owner check let through included. Only the CA bundle variables are kept
+    from what `trust_env` reads."""
+    import requests
+
+    from rtenv_cli.core.transport.agent_token import is_loopback_url
+
+    session = requests.Session()
+    if is_loopback_url(url):
+        session.trust_env = False
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle:
+            session.verify = bundle
+    return session
+
+
 class HttpClient:
     """One target's base URL, session and limits; `who` names it in errors ("rtenv agent")."""
 
@@ -123,9 +143,7 @@ class HttpClient:
 
     def session(self) -> Any:
         if self._session is None:
-            import requests
-
-            self._session = requests.Session()
+            self._session = session_for(self.url)
             self._session.max_redirects = MAX_REDIRECTS
         return self._session
 

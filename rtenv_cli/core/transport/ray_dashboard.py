@@ -20,8 +20,13 @@ from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT, ZipLayout
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
 
 
-def load_token(env: Mapping[str, str] | None = None) -> str | None:
-    """RAY_AUTH_TOKEN, then the first line of RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token."""
+def load_token(env: Mapping[str, str] | None = None, *, to: str | None = None) -> str | None:
+    """RAY_AUTH_TOKEN, then the first line of RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token.
+
+    `to`: where the token is about to go (a URL or host:port). A token read from a file is held
+    to the rule of rtenv's own token file: to a loopback port only while no other user listens
+    there (another user on 8265 or 6379 while this user's Ray is down gets a TransportError's
+    refusal, not the cluster's token). RAY_AUTH_TOKEN is given: it goes where it is told."""
     env = os.environ if env is None else env
     if env.get("RAY_AUTH_TOKEN", "").strip():
         return env["RAY_AUTH_TOKEN"].strip()
@@ -33,6 +38,13 @@ def load_token(env: Mapping[str, str] | None = None) -> str | None:
         except OSError:
             continue
         if lines and lines[0].strip():
+            if to is not None:
+                from rtenv_cli.core.transport.agent_token import check_file_token_target
+
+                check_file_token_target(
+                    to, f"the Ray token in {c}", expected="this user's Ray",
+                    hint="start Ray on ports of its own; if that user's cluster is the one "
+                    "you mean, give its token with RAY_AUTH_TOKEN")
             return lines[0].strip()
     return None
 
@@ -85,7 +97,7 @@ class RayDashboardTarget:
             return
         token = self._token
         if token is None and self._auth_mode() == "token":
-            token = load_token(self._env)
+            token = load_token(self._env, to=self.url)
             if token is None:
                 raise TransportError(f"{self.label} requires a token (RAY_AUTH_MODE=token)",
                                      hint="set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to "

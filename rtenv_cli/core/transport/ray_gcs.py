@@ -68,7 +68,7 @@ class RayGcsTarget:
         self.label = f"Ray cluster {address} (GCS)"
         limit = self._env.get("RAY_max_grpc_message_size", "")
         self.max_upload_bytes: int | None = (int(limit) if limit.isdigit() else GRPC_MAX) - 4096
-        self._token = token if token is not None else load_token(self._env)
+        self._token = token if token is not None else load_token(self._env, to=address)
         self._channel = channel
         self.offenders: dict[str, list[tuple[str, int]]] = {}
 
@@ -112,6 +112,13 @@ class RayGcsTarget:
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
+
+    def call(self, method: str, message: bytes) -> bytes:
+        """One unary call of `method` (`/ray.rpc.Service/Method`) with retries (see `_call`);
+        the reply's GcsStatus (field 1) checked."""
+        reply = self._call(method, message)
+        _check_status(reply, 1, self.label)
+        return reply
 
     def _error(self, method: str, exc: GrpcError, *, connected: bool) -> TransportError:
         if not connected:

@@ -105,13 +105,43 @@ def ray_temp_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "ray"
 
 
+def _check_record(path: Path, st: os.stat_result) -> None:
+    """auto_address's rule for the record `ray start` wrote (`st`)."""
+    import stat
+
+    if not hasattr(os, "geteuid"):  # no POSIX owners (Windows)
+        return
+    if st.st_uid in (os.geteuid(), 0) and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o002:
+        return
+    from rtenv_cli.core.paths import owner_name
+
+    raise UsageError(f"address auto: {path}, the record of the last `ray start` on this "
+                     f"machine, was not written by this user: owned by {owner_name(st.st_uid)}, "
+                     f"mode {stat.S_IMODE(st.st_mode):04o} (Ray's temp dir is shared by all "
+                     "users, and another user's record may name a listener of theirs)",
+                     hint="give the cluster's address: --address <head>:6379 (the GCS) or "
+                     "http://<head>:8265 (the dashboard); or set RAY_TMPDIR to this user's own "
+                     "Ray temp dir")
+
+
 def auto_address(env: Mapping[str, str]) -> str:
-    """The GCS address `ray.init(address="auto")` connects to: the one `ray start` wrote."""
+    """The GCS address `ray.init(address="auto")` connects to: the one `ray start` wrote.
+
+    Ray leaves its temp dir writable by everyone (try_make_directory_shared), so the record is
+    believed only when this user or root wrote it and no one else may rewrite it: another
+    user's record could point `auto` at a listener of theirs, which would be sent the token
+    from Ray's token file and the user's packages."""
     path = ray_temp_dir(env) / "ray_current_cluster"
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        # no link followed, no FIFO waited on (the mode is checked on the open file)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         text = ""
+    else:
+        with os.fdopen(fd, "rb") as fh:
+            _check_record(path, os.fstat(fh.fileno()))
+            text = fh.read(4096).decode("utf-8", "replace").strip()
     if not text:
         raise UsageError(f"address auto: no Ray cluster was started on this machine ({path} "
                          "does not exist)",
@@ -181,7 +211,7 @@ def _host_port(text: str, given: str, env: Mapping[str, str], *, auto: bool,
     from rtenv_cli.core.transport.ray_gcs import split_host_port
 
     host, port = split_host_port(text)
-    token = token if token is not None else load_token(env)
+    token = token if token is not None else load_token(env, to=text)
     meta = [("authorization", f"Bearer {token}")] if token else []
     try:
         channel = Channel(host, port, metadata=meta)
@@ -241,7 +271,7 @@ def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
 
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
-    token = load_token(os.environ if env is None else env)
+    token = load_token(os.environ if env is None else env, to=url)
     client = http.HttpClient(url, "Ray dashboard", timeouts=probe_timeouts())
     if token:
         client.headers["Authorization"] = f"Bearer {token}"

@@ -1,6 +1,7 @@
-"""The timing of a watch: file events (from watchdog's threads) into a Debouncer, each batch
-to the session when its quiet period ends (and the paths so far while it gathers), a reconcile
-scan every `reconcile_s` to catch missed events, and a re-pin every `pin_s`."""
+"""The timing of a watch: file events (from the watcher's threads) into a Debouncer, each batch
+to the session when it is ready (and the paths so far while it gathers), a reconcile scan every
+`reconcile_s` to catch missed events (at once after an inotify queue overflow or a storm), and a
+re-pin every `pin_s`. The clock is injected (`clock`), as the debouncer's."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from rtenv_cli.core.watch.events import Watcher, WatchNotice
 # while it came, and the events lost then include the last edits. watchdog drops them without
 # telling its handlers, so a storm's batch is followed by a reconcile scan (a stat walk that
 # rehashes only what changed) STORM_RECONCILE_S after it is pushed, not at the next `reconcile_s`.
+# rtenv's own inotify watcher (Linux) hears of an overflow (IN_Q_OVERFLOW): the scan then follows
+# the batch at once, and the watches are looked for again (directories created meanwhile).
 STORM_EVENTS = 1000
 STORM_RECONCILE_S = 1.0
 
@@ -33,14 +36,15 @@ RETRY_MAX_S = 5.0
 class _Retry:
     """When to try a failed push again (never, until one fails)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.at = float("inf")
         self.backoff = RETRY_FIRST_S
 
     def failed(self) -> bool:
         """Schedule the next try; True for the first failure since the last success."""
         first = self.at == float("inf")
-        self.at = time.monotonic() + self.backoff
+        self.at = self.clock() + self.backoff
         self.backoff = min(self.backoff * 2, RETRY_MAX_S)
         return first
 
@@ -59,6 +63,10 @@ class BatchHandler(Protocol):
         """Whether a change of `path` is a trigger."""
         ...
 
+    def wants_dir(self, path: str) -> bool:
+        """Whether the directory `path` is packaged (watched)."""
+        ...
+
     def prepare(self, paths: set[str]) -> None:
         """Work ahead on the paths of a batch still gathering."""
         ...
@@ -68,16 +76,21 @@ class BatchHandler(Protocol):
         unpublished); None when nothing was pushed."""
         ...
 
-    def repin(self) -> None: ...
+    def repin(self) -> bool:
+        """Re-pin what a job may still need; True when a current version is gone (re-push)."""
+        ...
 
 
 class WatchLoop:
     def __init__(self, handler: BatchHandler, *, quiet_s: float, max_wait_s: float,
                  reconcile_s: float, pin_s: float, polling: bool | None,
                  poll_interval_s: float, observer_factory: Callable[[], Any] | None,
-                 on_notice: Callable[[str, str, str | None], None]) -> None:
+                 on_notice: Callable[[str, str, str | None], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.handler = handler
-        self.debouncer = Debouncer(quiet_s, max_wait_s)
+        self.clock = clock
+        self.debouncer = Debouncer(quiet_s, max_wait_s, clock=clock)
+        self.overflowed = threading.Event()  # events were lost: re-check everything
         self.reconcile_s, self.pin_s = reconcile_s, pin_s
         self.polling, self.poll_interval_s = polling, poll_interval_s
         self.observer_factory = observer_factory
@@ -85,14 +98,20 @@ class WatchLoop:
         self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
         self._next_reconcile = self._next_pin = float("inf")  # set by run()
-        self._retry = _Retry()
+        self._retry = _Retry(clock)
 
     def start(self) -> None:
-        self.watcher = Watcher(self.handler.roots(), self._on_path, polling=self.polling,
+        self.watcher = Watcher(self.handler.roots(), self._on_event, polling=self.polling,
                                poll_interval_s=self.poll_interval_s,
                                observer_factory=self.observer_factory,
-                               on_notice=self._notice)
+                               on_notice=self._notice, wants_dir=self.handler.wants_dir,
+                               on_overflow=self._on_overflow)
         self.watcher.start()
+
+    def refresh(self) -> None:
+        """Watch the directories packaged now (an ignore file changed which they are)."""
+        if self.watcher is not None:
+            self.watcher.refresh()
 
     def restart(self) -> None:
         """Watch the handler's roots as they are now (the runtime_env changed them)."""
@@ -101,9 +120,13 @@ class WatchLoop:
         self.watcher.stop()
         self.start()
 
-    def _on_path(self, path: str) -> None:
+    def _on_event(self, path: str, complete: bool) -> None:
         if self.handler.wants(path):
-            self.debouncer.add(path)
+            self.debouncer.add(path, complete=complete)
+
+    def _on_overflow(self) -> None:
+        self.overflowed.set()
+        self.debouncer.add(complete=False)  # wakes the loop: a batch of no path
 
     def _notice(self, notice: WatchNotice) -> None:
         self.on_notice("warning", notice.message, notice.hint)
@@ -112,11 +135,11 @@ class WatchLoop:
         """Block, pushing on changes, until `stop()` (or `max_pushes` pushes)."""
         if self.watcher is None:
             self.start()
-        self._next_reconcile = time.monotonic() + self.reconcile_s
-        self._next_pin = time.monotonic() + self.pin_s
+        self._next_reconcile = self.clock() + self.reconcile_s
+        self._next_pin = self.clock() + self.pin_s
         pushes = 0
         while not self.stop_event.is_set():
-            now = time.monotonic()
+            now = self.clock()
             timeout = max(0.0, min(self._next_reconcile, self._next_pin, self._retry.at) - now)
             batch = self.debouncer.wait_batch(timeout=min(timeout, 1.0),
                                               early=self.handler.prepare)
@@ -141,9 +164,13 @@ class WatchLoop:
         pushes = 0
         if batch and self.handler.handle_batch(batch) is not None:
             pushes += 1
-        now = time.monotonic()
+        now = self.clock()
         if batch and self.debouncer.last_batch_events >= STORM_EVENTS:
             self._next_reconcile = min(self._next_reconcile, now + STORM_RECONCILE_S)
+        if self.overflowed.is_set():
+            self.overflowed.clear()
+            self.refresh()
+            self._next_reconcile = now
         if now >= self._retry.at:
             if self.handler.handle_batch(set(), trigger="retry") is not None:
                 pushes += 1
@@ -154,7 +181,9 @@ class WatchLoop:
                 pushes += 1
         if now >= self._next_pin:
             self._next_pin = now + self.pin_s
-            self.handler.repin()
+            if self.handler.repin() and self.handler.handle_batch(
+                    set(), trigger="reconcile") is not None:
+                pushes += 1  # the target lost the current version: pushed again
         return pushes
 
     def stop(self) -> None:

@@ -33,11 +33,22 @@ class Publisher(Protocol):
     def close(self, sources: list[Source]) -> None: ...
 
 
-def publisher_for(target: Target, work_dir: Path, *, early_upload: bool = True) -> Publisher:
+def publisher_for(target: Target, work_dir: Path, *, early_upload: bool = True,
+                  pin_s: int | None = None) -> Publisher:
+    """`pin_s`: how long a published version is pinned, where the target lets the pusher
+    choose (`chooses_pin`); else the target's own (Ray's dashboard: 10 minutes)."""
     if isinstance(target, DeltaTarget):
         return DeltaPublisher(target)
     early = EarlyUploader(target) if early_upload and isinstance(target, ForkingTarget) else None
-    return ZipPublisher(target, work_dir, early)
+    return ZipPublisher(target, work_dir, early, pin_s if chooses_pin(target) else None)
+
+
+def chooses_pin(target: Target) -> bool:
+    """Whether the pusher chooses how long `exists` pins a package: a Ray GCS takes the
+    length with each PinRuntimeEnvURI; the dashboard's GET pins for its own setting."""
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    return isinstance(target, RayGcsTarget)
 
 
 class DeltaPublisher:
@@ -83,8 +94,16 @@ class DeltaPublisher:
 
 
 class ZipPublisher:
-    def __init__(self, target: Target, work_dir: Path, early: EarlyUploader | None) -> None:
+    def __init__(self, target: Target, work_dir: Path, early: EarlyUploader | None,
+                 pin_s: int | None = None) -> None:
         self.target, self.work_dir, self.early = target, work_dir, early
+        self.pin_s = pin_s
+
+    def _exists(self, uri: str) -> bool:
+        """Whether the target holds `uri`, pinning it (for `pin_s` when chosen)."""
+        if self.pin_s is None:
+            return self.target.exists(uri)
+        return bool(self.target.exists(uri, pin_s=self.pin_s))  # type: ignore[call-arg]
 
     def push(self, src: Source) -> int:
         snap = src.snap
@@ -94,15 +113,17 @@ class ZipPublisher:
             discard(prepared, src.last_zip)
             prepared = None
         sent_early = self.early.finish(src.label, uri) if self.early is not None else 0
-        if self.target.exists(uri):  # pins it for 10 minutes: from here on it is published
+        if self._exists(uri):  # pins it: from here on it is published (session.py, "Pins")
             if prepared is not None:  # the next edit splices from the newest zip
                 discard(src.last_zip, prepared)
                 src.last_zip = prepared
             elif src.last_zip is None:  # the next edit splices from it (else: a whole zip)
-                src.last_zip = build_zip(snap, self.work_dir, layout=self.target.layout)
+                src.last_zip = build_zip(snap, self.work_dir, layout=self.target.layout,
+                                         limit=self.target.max_upload_bytes)
             return sent_early
         built = prepared or build_zip(snap, self.work_dir, src.last_zip,
-                                      layout=self.target.layout)
+                                      layout=self.target.layout,
+                                      limit=self.target.max_upload_bytes)
         try:
             self.target.upload(uri, built.path)
         except BaseException:
@@ -120,7 +141,8 @@ class ZipPublisher:
             return
         discard(src.prepared, src.last_zip)
         src.prepared = None
-        src.prepared = build_zip(src.snap, self.work_dir, src.last_zip, layout=self.target.layout)
+        src.prepared = build_zip(src.snap, self.work_dir, src.last_zip, layout=self.target.layout,
+                                 limit=self.target.max_upload_bytes)
         if self.early is not None:
             self.early.start(src.label, src.prepared)
 

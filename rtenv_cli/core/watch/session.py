@@ -4,16 +4,29 @@ change.
 Flow per batch: watcher events (hints) -> Debouncer (quiet period, capped) -> Snapshot.update
 (stat/digest confirm, URI by XOR) -> push each changed source (delta to an agent or the embedded
 store; whole zips to Ray) -> one PushEvent. A reconcile scan runs every `reconcile_s` to catch
-missed events; Ray URIs pushed in this session are re-pinned (GET) every `pin_s` (< 600 s,
-Ray's temporary-reference lifetime) so they do not expire while watching.
+missed events; the Ray URIs a job may still need are re-pinned every `pin_s` (see "Pins").
 
 The parts: `sources.WatchedEnv` (the runtime_env and its sources, found as push finds them),
 `loop.WatchLoop` (events, debounce, timers), `publish` (a publisher per kind of target, with
 `early` uploads to a Ray GCS). The session decides what a batch means and reports it.
+
+Pins (a Ray target). Ray deletes a package once no job references it and its temporary pins
+(`exists`) have expired, so a watch keeps alive only what a job may still need:
+- the current version of each source and the one before it (KEEP_VERSIONS), re-pinned every
+  `pin_s`: a job submitted from the last push, or from the one before a quick second save;
+- nothing for running or pending jobs: Ray counts their references itself (a job's runtime_env
+  from its registration to its end, a detached actor's, e.g. a `ray job submit` supervisor's,
+  for its life), so a superseded version a job uses stays as long as the job does;
+- a superseded version is no longer re-pinned and goes when its last pin ends. Where the pin's
+  length can be chosen (the GCS address) it is HOLD_S, re-pinned every HOLD_S / 3: a session of
+  many edits holds the versions of the last HOLD_S, not 20 whole zips. Through the dashboard a
+  pin is the dashboard's 10 minutes. When the watch ends, the current versions are pinned for
+  Ray's usual 10 minutes, as a one-shot `rtenv push` leaves them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import ConfigError, RtenvError
-from rtenv_cli.core.transport.base import Target
+from rtenv_cli.core.transport.base import PIN_SECONDS, Target
 from rtenv_cli.core.watch.filters import is_dependency_file, is_ephemeral
 from rtenv_cli.core.watch.loop import WatchLoop
-from rtenv_cli.core.watch.publish import publisher_for
+from rtenv_cli.core.watch.publish import chooses_pin, publisher_for
 from rtenv_cli.core.watch.snapshot import Change
 from rtenv_cli.core.watch.sources import Source, WatchedEnv, runtime_env_diff
 from rtenv_cli.core.watch.zipcache import ContentChanged
@@ -38,7 +51,8 @@ __all__ = ["PushEvent", "Source", "WatchSession", "runtime_env_diff"]
 
 MAX_RETRIES = 5
 PREPARE_MAX_PATHS = 16  # more paths pending (a checkout, a build): wait for the batch instead
-PINNED_MAX = 20  # URIs of this session kept pinned (the newest)
+KEEP_VERSIONS = 2  # per source: the versions re-pinned (the current one and the one before)
+HOLD_S = 30  # a pin's length where the watch chooses it (a Ray GCS): see "Pins"
 
 
 @dataclass(frozen=True)
@@ -67,7 +81,7 @@ class WatchSession:
     push (push -o), never packaged and never a trigger."""
 
     def __init__(self, path: Path | str, target: Target, *, quiet_s: float = 0.2,
-                 max_wait_s: float = 2.0, reconcile_s: float = 60.0, pin_s: float = 300.0,
+                 max_wait_s: float = 2.0, reconcile_s: float = 60.0, pin_s: float | None = None,
                  polling: bool | None = None, poll_interval_s: float = 1.0,
                  on_push: Callable[[PushEvent], None] | None = None,
                  on_notice: Callable[[str, str, str | None], None] | None = None,
@@ -85,14 +99,18 @@ class WatchSession:
         self.on_change_cmd = on_change_cmd
         self._own_work_dir = work_dir is None  # made here: removed by close()
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
-        self.publisher = publisher_for(target, self.work_dir, early_upload=early_upload)
+        self.hold_s = HOLD_S if chooses_pin(target) else None
+        self.publisher = publisher_for(target, self.work_dir, early_upload=early_upload,
+                                       pin_s=self.hold_s)
+        if pin_s is None:
+            pin_s = self.hold_s / 3 if self.hold_s else PIN_SECONDS / 2
         self.loop = WatchLoop(self, quiet_s=quiet_s, max_wait_s=max_wait_s,
                               reconcile_s=reconcile_s, pin_s=pin_s, polling=polling,
                               poll_interval_s=poll_interval_s, observer_factory=observer_factory,
                               on_notice=self.on_notice)
         self.published: dict[str, Any] = {}  # the runtime_env of the last push
         self.last_event: PushEvent | None = None
-        self.pinned: list[str] = []  # this session's URIs the loop re-pins
+        self.pinned: dict[str, list[str]] = {}  # source label -> its URIs re-pinned, newest last
         self._deferred: set[str] = set()  # ephemeral paths, re-checked with the next batch
         self._deferred_lock = threading.Lock()
         self._early = Change()  # what `prepare` applied to the snapshots since the last batch
@@ -140,9 +158,8 @@ class WatchSession:
             raise
         self._unpublished = None
         published = self.env.published_env(self.target.published_uri)
-        for src in self.sources:
-            if src.snap.uri not in self.pinned:
-                self.pinned = [*self.pinned[-(PINNED_MAX - 1):], src.snap.uri]
+        self.pinned = {src.label: _kept(self.pinned.get(src.label, []), src.snap.uri)
+                       for src in self.sources}
         main = self.sources[0].snap.uri if self.sources else ""
         event = PushEvent(main, change.added, change.modified, change.removed, sent,
                           (time.perf_counter() - start) * 1000, trigger,
@@ -167,11 +184,24 @@ class WatchSession:
         if rc:
             self.on_notice("warning", f"--on-change command exited with {rc}", None)
 
-    def repin(self) -> None:
-        """Re-pin this session's URIs (a target whose packages expire unless pinned)."""
-        if self.target.pins:
-            for uri in self.pinned:
-                self.target.exists(uri)
+    def repin(self, seconds: int | None = None) -> bool:
+        """Re-pin the versions a job may still need (see "Pins"); True when the current version
+        of a source is gone from the target (it is pushed again at once)."""
+        if not self.target.pins:
+            return False
+        seconds = seconds or self.hold_s
+        current = {src.label: src.pushed for src in self.sources}
+        lost = False
+        for label, uris in self.pinned.items():
+            for uri in uris:
+                there = (self.target.exists(uri, pin_s=seconds)  # type: ignore[call-arg]
+                         if seconds else self.target.exists(uri))
+                if not there and uri == current.get(label):
+                    lost = True
+        if lost:
+            for src in self.sources:
+                src.pushed = None
+        return lost
 
     # -- events --------------------------------------------------------------------------------
     def initial_push(self) -> PushEvent | None:
@@ -186,6 +216,18 @@ class WatchSession:
 
     def roots(self) -> list[Path]:
         return self.env.roots()
+
+    def wants_dir(self, path: str) -> bool:
+        """Whether a source packages the directory `path` (only those are watched: never a
+        `.venv`, a `.git` or an excluded directory of a working_dir)."""
+        found = False
+        for src in self.sources:
+            rel = src.snap.relpath(path)
+            if rel is not None:
+                if rel == "." or not src.snap.rules.is_ignored(rel):
+                    return True
+                found = True
+        return not found and any(Path(path) == r for r in self.roots())
 
     def wants(self, path: str) -> bool:
         for src in self.sources:
@@ -266,6 +308,8 @@ class WatchSession:
             change = change.merge(src.snap.update(paths | deferred) if trigger != "reconcile"
                                   else src.snap.reconcile())
         change = early.then(change)
+        if change.ignore_rules_changed:
+            self.loop.refresh()  # which directories are packaged may have changed
         if not change and trigger != "env" and all(s.pushed == s.snap.uri for s in self.sources):
             self._unpublished = None  # the target holds this version: nothing is left to send
             return None
@@ -288,7 +332,20 @@ class WatchSession:
         self.loop.stop()
 
     def close(self) -> None:
+        if self.hold_s and self.pinned:
+            # the last versions stay as long as after a one-shot push (best effort: the
+            # target may be gone)
+            with contextlib.suppress(RtenvError, OSError):
+                for src in self.sources:
+                    if src.pushed is not None:
+                        self.target.exists(src.pushed, pin_s=PIN_SECONDS)  # type: ignore[call-arg]
+            self.pinned = {}
         self.loop.close()
         self.publisher.close(self.sources)
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _kept(uris: list[str], current: str) -> list[str]:
+    """`uris` with `current` as the newest, the KEEP_VERSIONS newest kept."""
+    return [*(u for u in uris if u != current), current][-KEEP_VERSIONS:]

@@ -2,7 +2,8 @@
 
 Ray only takes whole zips, so each re-push to Ray re-sends everything; what can be saved is the
 client-side work. The zip is written by `packaging.build.write_package_zip` (the writer `rtenv
-push` uses, so a watch push publishes the bytes `rtenv push` would) from the snapshot's entries:
+push` uses, so a watch push publishes the bytes `rtenv push` would: stored, or deflated where
+it shrinks when stored it would not fit the target) from the snapshot's entries:
 members whose file (stat and content digest) is unchanged since the previous zip are copied raw
 from it (`zipreuse.splice`), the others are read, hashed and compressed. If what is read no
 longer matches the snapshot digest (the file changed after it was hashed) ContentChanged is
@@ -46,6 +47,7 @@ class BuiltZip:
     # the snapshot's entries as packaging's, reused by the next build (see snapshot_scan)
     entries: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False,
                                                 compare=False)
+    deflated: bool = False  # what shrinks is deflated (packaging.build's `compress`)
 
 
 def snapshot_scan(snap: Snapshot, memo: dict[str, tuple[Any, Any]] | None = None) -> Any:
@@ -84,14 +86,17 @@ def snapshot_scan(snap: Snapshot, memo: dict[str, tuple[Any, Any]] | None = None
 
 
 def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
-              *, layout: Literal["ray", "remote"] = "ray") -> BuiltZip:
+              *, layout: Literal["ray", "remote"] = "ray", limit: int | None = None) -> BuiltZip:
     """Write `snap` as its package zip under `dest_dir/_ray_pkg_<h>.zip` (`layout`: see
-    packaging.build), splicing the members of `previous` whose file did not change."""
-    from rtenv_cli.core.packaging.build import write_package_zip
+    packaging.build; stored, deflated where it shrinks when stored it would pass `limit`, the
+    target's upload limit, as `rtenv push` decides), splicing the members of `previous` (built
+    alike) whose file did not change."""
+    from rtenv_cli.core.packaging.build import fits_stored, write_package_zip
 
     uri = snap.uri
     memo = dict(previous.entries) if previous is not None else {}
     scan = snapshot_scan(snap, memo)
+    compress = fits_stored(scan, layout, limit) is False
     digest = {e.relpath: e.digest for e in snap.files()}
 
     def key(e: Any) -> Hashable:  # the stat, and the content the snapshot hashed
@@ -103,10 +108,12 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
     tmp = Path(tmp_name)
     prev = None
     try:
-        index = (ZipIndex.read(previous.path, previous.known)
-                 if previous is not None and previous.layout == layout else None)
+        alike = (previous is not None and previous.layout == layout
+                 and previous.deflated == compress)
+        index = ZipIndex.read(previous.path, previous.known) if alike and previous else None
         prev = PreviousZip(index, previous.stats) if index is not None and previous else None
-        result = write_package_zip(scan, tmp, layout=layout, previous=prev, key=key)
+        result = write_package_zip(scan, tmp, layout=layout, previous=prev, key=key,
+                                   compress=compress)
         for e in result.changed:
             raise ContentChanged(e.relpath)
         for rel, (got, _sha) in result.digests.items():
@@ -118,9 +125,10 @@ def build_zip(snap: Snapshot, dest_dir: Path, previous: BuiltZip | None = None,
         spliced = result.spliced
         if spliced is None:
             return BuiltZip(uri, final, final.stat().st_size, result.reused, fresh_files,
-                            result.stats or {}, layout=layout, entries=memo)
+                            result.stats or {}, layout=layout, entries=memo,
+                            deflated=compress)
         return BuiltZip(uri, final, spliced.size, result.reused, fresh_files,
-                        result.stats or {}, spliced.known, layout, memo)
+                        result.stats or {}, spliced.known, layout, memo, compress)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -67,18 +67,45 @@ def test_root_excluded_refused(tmp_path: Path) -> None:
         build_package(root, kind="working_dir", excludes=[".*"], dest_dir=tmp_path / "o")
 
 
-def test_remote_layout_has_one_top_dir_and_compresses(tmp_path: Path) -> None:
+def test_remote_layout_has_one_top_dir_and_compresses_what_shrinks(tmp_path: Path) -> None:
     root = tmp_path / "r"
     w(root, "a.py", "print(1)\n" * 2000)
     (root / "rnd.bin").write_bytes(os.urandom(200_000))
-    built = build_package(root, kind="working_dir", layout="remote", dest_dir=tmp_path / "o")
+    built = build_package(root, kind="working_dir", layout="remote", dest_dir=tmp_path / "o",
+                          compress=True)
     with zipfile.ZipFile(built.path) as zf:
         tops = {i.filename.split("/")[0] for i in zf.infolist()}
         methods = {i.filename: i.compress_type for i in zf.infolist()}
     assert tops == {"pkg"}
     assert methods["pkg/a.py"] == zipfile.ZIP_DEFLATED
-    assert methods["pkg/rnd.bin"] == zipfile.ZIP_STORED
+    assert methods["pkg/rnd.bin"] == zipfile.ZIP_STORED  # random: the probe says it won't shrink
     assert built.zip_bytes < built.total_bytes
+
+
+def test_members_are_stored_as_ray_stores_them_and_the_stored_size_is_known_ahead(
+        tmp_path: Path) -> None:
+    """By default nothing is deflated (it costs more CPU than it saves on a fast link); the
+    size of that zip is known from the entries before it is written (`stored_size`), which
+    decides whether it fits a target's limit."""
+    from rtenv_cli.core.packaging.build import fits_stored, stored_size
+    from rtenv_cli.core.packaging.walk import scan_package
+
+    root = tmp_path / "r"
+    w(root, "a.py", "print(1)\n" * 2000)
+    w(root, "pkg/caf\u00e9.py", "x = 1\n")
+    (root / "empty").mkdir()
+    (root / "rnd.bin").write_bytes(os.urandom(200_000))
+    for layout in ("ray", "remote"):
+        built = build_package(root, kind="working_dir", layout=layout,  # type: ignore[arg-type]
+                              dest_dir=tmp_path / layout, use_cache=False)
+        with zipfile.ZipFile(built.path) as zf:
+            assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+        scan = scan_package(root, kind="working_dir")
+        estimate = stored_size(scan, layout)  # type: ignore[arg-type]
+        assert built.zip_bytes <= estimate <= built.zip_bytes + 2 * 28
+        assert fits_stored(scan, layout, estimate) is True  # type: ignore[arg-type]
+        assert fits_stored(scan, layout, built.zip_bytes - 1) is False  # type: ignore[arg-type]
+        assert fits_stored(scan, layout, None) is None  # type: ignore[arg-type]
 
 
 def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
@@ -90,10 +117,10 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
     real = b._prepare
     calls = {"n": 0}
 
-    def edit_during(e):
+    def edit_during(e, compress):
         calls["n"] += 1
         os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
-        return real(e)
+        return real(e, compress)
 
     monkeypatch.setattr(b, "_prepare", edit_during)
     with pytest.raises(PackagingError, match="kept changing"):
@@ -191,10 +218,10 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
     root = _many(tmp_path / "src", 600)
     real = build._prepare
 
-    def failing(e: object) -> object:
+    def failing(e: object, compress: bool) -> object:
         if getattr(e, "relpath", "") == "d1/m400.py":
             raise PackagingError("cannot read d1/m400.py: simulated")
-        return real(e)  # type: ignore[arg-type]
+        return real(e, compress)  # type: ignore[arg-type]
 
     monkeypatch.setattr(build, "_prepare", failing)  # forked workers inherit it
     with pytest.raises(PackagingError, match="simulated"):

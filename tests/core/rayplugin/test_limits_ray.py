@@ -90,11 +90,26 @@ def test_a_task_past_its_memory_limit_fails_and_its_neighbours_do_not(
         "died" in limited["hog"], limited["hog"]
     assert limited["small"] == 50 * 2**20
     assert limited["neighbour"] == 400 * 2**20
+    # where the user looks (issue 22, L9): the worker's stderr log, which Ray streams to the
+    # driver (the agent's log below is whichever node's agent swept first)
+    said = "rtenv: this worker was OOM-killed: it went past its rtenv.limits memory of " \
+        f"{200 * 10**6 / 2**20:g} MiB ({200 * 10**6} bytes"
+    deadline = time.monotonic() + 30
+    while said not in _worker_stderr(plugin_cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert said in _worker_stderr(plugin_cluster)
     deadline = time.monotonic() + 30
     while "OOM-killed" not in plugin_cluster.setup_logs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert f"it went past its rtenv.limits memory of {200 * 10**6 // 4096 * 4096} bytes" in \
         plugin_cluster.setup_logs()
+
+
+def _worker_stderr(cluster: PluginCluster) -> str:
+    """Every worker's stderr log (what Ray's log monitor sends to drivers) on both nodes."""
+    return "\n".join(p.read_text(errors="replace")
+                     for node in (cluster.head, cluster.worker)
+                     for p in sorted((node.session_dir() / "logs").glob("**/worker-*.err")))
 
 
 def test_no_rtenv_cgroup_is_left_after_the_workers_exit(

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rtenv_cli.core.errors import ValidationError
 from rtenv_cli.core.rayplugin import schema
+from rtenv_cli.core.rayplugin.cgexec import oom_message
 from rtenv_cli.core.rayplugin.engine import Engine
 from rtenv_cli.core.rayplugin.limits import Guard, command_prefix
-from rtenv_cli.core.spec.limits import LimitsField, parse_limits
+from rtenv_cli.core.spec.limits import MIN_CPUS, LimitsField, parse_limits
 from rtenv_cli.core.store.cgroups import Cgroups
 from tests.core.store.test_cgroups import needs_v1
+from tests.support.cli import run_cli
 
 
 def test_limits_parse_like_rtenv_run_memory() -> None:
     assert parse_limits({"memory": "4GB", "cpus": 2}) == LimitsField(4 * 10**9, 2.0)
+    assert parse_limits({"cpus": MIN_CPUS}) == LimitsField(None, 0.1)
     assert parse_limits({"memory": "512Mi"}) == LimitsField(512 * 2**20, None)
     assert parse_limits({"cpus": "0.5"}) == LimitsField(None, 0.5)
     assert parse_limits({"memory": 2**30}).memory_bytes == 2**30
@@ -30,6 +35,8 @@ def test_limits_parse_like_rtenv_run_memory() -> None:
     ({"memory": "lots"}, "cannot read size"),
     ({"memory": "256"}, "below the 1 MiB minimum"),
     ({"cpus": 0}, "not a positive number"),
+    ({"cpus": 1e-9}, "under rtenv's floor of 0.1 CPU"),  # red team 2: it never started
+    ({"cpus": 0.09}, "under rtenv's floor of 0.1 CPU"),
     ({"cpus": True}, "not a positive number"),
     ({}, "must be a mapping"),
     ({"memory": None}, "neither"),
@@ -79,6 +86,79 @@ def test_cgexec_puts_the_shell_and_what_it_execs_in_a_cgroup_the_sweep_removes()
     limits = {f: (g / f).read_text().strip() for g in groups
               for f in ("memory.limit_in_bytes", "cpu.cfs_quota_us") if (g / f).exists()}
     assert limits == {"memory.limit_in_bytes": str(64 * 2**20), "cpu.cfs_quota_us": "50000"}
-    Guard().sweep()  # the worker (bash's pid) has exited
-    assert not [g for g in groups if g.exists()]
+    # the worker (bash's pid) has exited; its watcher (`-w<pid>` in the name) ends after it
+    assert _swept(groups)
 
+
+
+def test_the_floor_holds_for_validate_and_run(tmp_path: Path) -> None:
+    env = tmp_path / "runtime_env.yaml"
+    env.write_text("rtenv: {limits: {cpus: 1e-9}}\n")
+    found = run_cli(["validate", str(env)])
+    assert found.exit_code == 1
+    assert "under rtenv's floor of 0.1 CPU" in found.stdout
+    ran = run_cli(["run", "--num-cpus", "0.001", "--", "true"])
+    assert ran.exit_code == 2
+    assert "--num-cpus 0.001 is under rtenv's floor of 0.1 CPU" in ran.stderr
+    assert "hint: give at least 0.1 CPU" in ran.stderr
+
+
+@pytest.mark.cgroups
+@needs_v1
+def test_an_oom_kill_is_told_on_the_workers_stderr() -> None:
+    """What Ray streams to the driver (issue 22, L9: the job showed only "The worker died
+    unexpectedly"). Ray runs `bash -c "<prefix> exec <worker>"` with the worker's stderr on its
+    log file; here it is a pipe, read to its end: the watcher's line is in it when it closes."""
+    limits = LimitsField(64 * 2**20, None)
+    prefix = " ".join(command_prefix(limits))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    hog = f"exec {sys.executable} -c 'b = bytearray(400 << 20); b[::4096] = b\"x\" * (100 << 10)'"
+    died = subprocess.run(["bash", "-c", f"{prefix} {hog}"], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert died.returncode == -9
+    assert "rtenv: this worker was OOM-killed: it went past its rtenv.limits memory of 64 MiB " \
+        "(67108864 bytes, cgroup /sys/fs/cgroup/memory/" in died.stderr
+    assert "raise `rtenv.limits.memory` in the runtime_env" in died.stderr
+    fine = subprocess.run(["bash", "-c", f"{prefix} exec {sys.executable} -c 'print(1)'"],
+                          capture_output=True, text=True, env=env, check=True, timeout=120)
+    assert (fine.stdout, fine.stderr) == ("1\n", "")
+    assert _swept([Path(died.stderr.rsplit("cgroup ", 1)[1].split(")")[0])])
+
+
+@pytest.mark.cgroups
+@needs_v1
+def test_an_oom_kill_is_told_in_the_ray_workers_stderr_log(tmp_path: Path) -> None:
+    """A Ray worker's core worker points its stderr at `<temp-dir>/<session>/logs/
+    worker-<id>-<job>-<pid>.err` after the exec: the line goes there, where Ray's log monitor
+    reads it for the driver, found from the worker's own arguments."""
+    logs = tmp_path / "session_x" / "logs"
+    logs.mkdir(parents=True)
+    prefix = " ".join(command_prefix(LimitsField(64 * 2**20, None)))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    code = (f"import os; open(f'{logs}/worker-ab12-01000000-{{os.getpid()}}.err', 'w'); "
+            "b = bytearray(400 << 20); b[::4096] = b'x' * (100 << 10)")
+    worker = (f'exec {sys.executable} -c "{code}" --temp-dir={tmp_path} '
+              "--session-name=session_x --worker-id=ab12")
+    died = subprocess.run(["bash", "-c", f"{prefix} {worker}"], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert died.returncode == -9
+    assert died.stderr == ""
+    [log] = logs.glob("worker-ab12-01000000-*.err")
+    said = log.read_text()
+    assert "rtenv: this worker was OOM-killed" in said
+    assert _swept([Path(said.rsplit("cgroup ", 1)[1].split(")")[0])])
+
+
+def _swept(groups: list[Path]) -> bool:
+    """Sweep until `groups` are gone: a sweep keeps each while its worker or its watcher runs
+    (the watcher reads the OOM count after the worker ends, then exits)."""
+    deadline = time.monotonic() + 60
+    while any(g.exists() for g in groups) and time.monotonic() < deadline:
+        Guard().sweep()
+        time.sleep(0.05)
+    return not any(g.exists() for g in groups)
+
+
+def test_the_oom_line_names_the_limit_and_what_to_do() -> None:
+    line = oom_message(200 * 10**6, "/sys/fs/cgroup/memory/rtenv-1-abc")
+    assert "190.735 MiB (200000000 bytes, cgroup /sys/fs/cgroup/memory/rtenv-1-abc)" in line

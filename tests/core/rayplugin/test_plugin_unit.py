@@ -125,7 +125,7 @@ def test_ray_env_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("RTENV_HOME")
     env = ray_env_vars(root=tmp_path, max_size="20GB")
     assert json.loads(env["RAY_RUNTIME_ENV_PLUGINS"]) == [
-        {"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 10}]
+        {"class": "rtenv_cli.ray_plugin.RtenvPlugin", "priority": 9}]
     assert env["RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB"] == "0"
     assert env["RTENV_HOME"] == str(tmp_path)
     shell = format_env(env, "shell")

@@ -19,7 +19,7 @@ def test_limit_notices_name_the_sysctl() -> None:
 
 def test_native_watcher_reports_paths(tmp_path: Path) -> None:
     seen: list[str] = []
-    w = Watcher([tmp_path], seen.append)
+    w = Watcher([tmp_path], lambda path, _complete: seen.append(path))
     w.start()
     try:
         assert w.mode == "native"
@@ -36,7 +36,8 @@ def test_limit_error_falls_back_to_polling(tmp_path: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     seen: list[str] = []
-    w = Watcher([tmp_path], seen.append, observer_factory=exhausted, poll_interval_s=0.1,
+    w = Watcher([tmp_path], lambda path, _complete: seen.append(path),
+                observer_factory=exhausted, poll_interval_s=0.1,
                 on_notice=notices.append)
     w.start()
     try:

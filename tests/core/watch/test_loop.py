@@ -22,6 +22,9 @@ class Recorder:
     def wants(self, path: str) -> bool:
         return True
 
+    def wants_dir(self, path: str) -> bool:
+        return True
+
     def prepare(self, paths: set[str]) -> None:
         pass
 
@@ -29,8 +32,8 @@ class Recorder:
         self.calls.append((trigger, len(paths), time.monotonic()))
         return None  # nothing "pushed": the loop keeps running
 
-    def repin(self) -> None:
-        pass
+    def repin(self) -> bool:
+        return False
 
 
 def _run(tmp_path: Path, writes: int, wait_s: float) -> Recorder:

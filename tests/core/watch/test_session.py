@@ -270,30 +270,53 @@ def test_py_module_directory_is_watched(tmp_path: Path, store: LocalStoreTarget)
         assert names == {"mylib/__init__.py"}
 
 
-def test_a_save_is_packaged_during_the_quiet_period(tree: Path, tmp_path: Path) -> None:
-    """To a target of whole zips the zip is built while the batch still gathers; the push at
-    the end of the quiet period uploads it, and reports the edit once."""
+def test_a_write_still_open_is_packaged_during_the_quiet_period(tree: Path,
+                                                                tmp_path: Path) -> None:
+    """A write not closed yet waits for the quiet period (it may go on); to a target of whole
+    zips the zip of what is there so far is built meanwhile. The close ends the wait: the push
+    follows at once, with the final content, and reports the edit once."""
     from rtenv_cli.core.transport.file_target import FileTarget
 
     target = FileTarget((tmp_path / "shared").as_uri())
-    with Running(tree, target, quiet_s=1.0, max_wait_s=5.0) as run:
+    with Running(tree, target, quiet_s=30.0, max_wait_s=60.0) as run:
         src = run.session.sources[0]
-        (tree / "main.py").write_text("print('v1')\n")
-        wait_for(lambda: src.prepared is not None, timeout=5)
-        assert len(run.events) == 1  # built, not pushed: the quiet period is still running
-        (tree / "main.py").write_text("print('v2, during the quiet period')\n")
-        ev = run.next_event(1)
+        with open(tree / "main.py", "w") as fh:
+            fh.write("print('v1')\n")
+            fh.flush()
+            wait_for(lambda: src.prepared is not None, timeout=5)
+            assert len(run.events) == 1  # built, not pushed: the file is still open
+            fh.write("print('v2, before the close')\n")
+        ev = run.next_event(1)  # the close: no 30 s quiet period
         assert (ev.added, ev.modified, ev.removed) == ((), ("main.py",), ())
-        assert ev.uri == ray_uri(tree)  # the last save, not the prepared first one
+        assert ev.uri == ray_uri(tree)  # the final content, not the prepared first one
         assert src.last_zip is not None
         assert src.last_zip.uri == ev.uri
         assert src.prepared is None
-        (tree / "main.py").write_text("print('v3')\n")  # one save: its prepared zip is sent
-        prepared = wait_for(lambda: src.prepared, timeout=5)
+        with open(tree / "main.py", "w") as fh:  # prepared while open, sent at the close
+            fh.write("print('v3')\n")
+            fh.flush()
+            prepared = wait_for(lambda: src.prepared, timeout=5)
         ev = run.next_event(2)
         assert ev.uri == prepared.uri == ray_uri(tree)
         assert src.last_zip is prepared
         assert target.exists(ev.uri)
+
+
+def test_a_closed_save_and_a_rename_into_place_publish_without_the_quiet_period(
+        tree: Path, store: LocalStoreTarget) -> None:
+    """The kernel says when a save is complete (close after write, rename into place): the
+    push follows at once, not after the quiet period (30 s here)."""
+    with Running(tree, store, quiet_s=30.0, max_wait_s=60.0) as run:
+        (tree / "main.py").write_text("print('closed')\n")
+        ev = run.next_event(1, timeout=20)
+        assert ev.modified == ("main.py",)
+        assert ev.uri == ray_uri(tree)
+        tmp = tree / "pkg" / "util.py~"  # an editor's atomic save: write aside, rename over
+        tmp.write_text("X = 'renamed into place'\n")
+        os.replace(tmp, tree / "pkg" / "util.py")
+        ev = run.next_event(2, timeout=20)
+        assert ev.modified == ("pkg/util.py",)
+        assert ev.uri == ray_uri(tree)
 
 
 def test_a_watch_restarted_on_a_pushed_tree_splices_its_first_edit(tree: Path,

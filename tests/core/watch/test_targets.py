@@ -83,9 +83,9 @@ def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: 
     calls: list[str] = []
     original = target.exists
 
-    def counting_exists(uri: str) -> bool:
+    def counting_exists(uri: str, **kw: Any) -> bool:
         calls.append(uri)
-        return bool(original(uri))
+        return bool(original(uri, **kw))
 
     target.exists = counting_exists  # type: ignore[method-assign]
     with Running(tree, target, pin_s=0.2) as run:
@@ -97,10 +97,11 @@ def test_push_to_ray_pins_and_workers_see_each_version(tree: Path, ray_cluster: 
         assert last.reused == 30  # only main.py was compressed again
         assert (last.reused, last.compressed) == (30, 1)
         first_uri = run.events[0].uri
-        # both URIs stay pinned while watching (re-GET well inside Ray's 10-minute window)
+        # both URIs (the current and the previous version) stay pinned while watching
         from tests.core.watch.helpers import wait_for
 
         wait_for(lambda: calls.count(first_uri) >= 3, timeout=10)
+        wait_for(lambda: calls.count(ev.uri) >= 3, timeout=10)
     code = (
         "import ray\n"
         f"ray.init(runtime_env={{'working_dir': {ev.uri!r}}})\n"
@@ -135,21 +136,27 @@ def test_to_a_gcs_the_upload_starts_in_the_quiet_period_and_a_superseded_one_exp
 
     monkeypatch.setattr(early, "EARLY_PIN_S", 2)
     probe = resolve(None, ray_cluster.address)
-    with Running(tree, resolve(None, ray_cluster.address), quiet_s=1.5, max_wait_s=10) as run:
+    with Running(tree, resolve(None, ray_cluster.address), quiet_s=30, max_wait_s=60) as run:
         src = run.session.sources[0]
-        (tree / "main.py").write_text("VALUE = 'early'\n")
-        prepared = wait_for(lambda: src.prepared, timeout=10)
-        wait_for(lambda: _in_gcs(probe, prepared.uri), timeout=10)
-        assert len(run.events) == 1  # uploaded, not yet published
-        ev = run.next_event(1)
+        with open(tree / "main.py", "w") as fh:  # a write still open: the quiet period runs
+            fh.write("VALUE = 'early'\n")
+            fh.flush()
+            prepared = wait_for(lambda: src.prepared, timeout=10)
+            wait_for(lambda: _in_gcs(probe, prepared.uri), timeout=10)
+            assert len(run.events) == 1  # uploaded, not yet published
+        ev = run.next_event(1)  # the close
         assert ev.uri == prepared.uri
         assert ev.modified == ("main.py",)
         assert ev.bytes_sent == prepared.zip_bytes  # sent once, early
 
-        (tree / "main.py").write_text("VALUE = 'superseded'\n")
-        first = wait_for(lambda: src.prepared, timeout=10)
-        wait_for(lambda: _in_gcs(probe, first.uri), timeout=10)
-        (tree / "main.py").write_text("VALUE = 'final'\n")
+        with open(tree / "main.py", "w") as fh:
+            fh.write("VALUE = 'superseded'\n")
+            fh.flush()
+            first = wait_for(lambda: src.prepared, timeout=10)
+            wait_for(lambda: _in_gcs(probe, first.uri), timeout=10)
+            fh.seek(0)
+            fh.truncate()
+            fh.write("VALUE = 'final'\n")
         ev = run.next_event(2)
         assert ev.uri != first.uri
         assert len(run.events) == 3
@@ -175,15 +182,62 @@ def test_early_uploads_of_two_sources_share_their_connection_in_turn(
     spec = tmp_path / "runtime_env.yaml"
     spec.write_text(f"working_dir: {app}\npy_modules: [{lib}]\n")
     probe = resolve(None, ray_cluster.address)
-    with Running(spec, resolve(None, ray_cluster.address), quiet_s=1.0, max_wait_s=10) as run:
-        (app / "m0.py").write_bytes(os.urandom(200_000))
-        (lib / "l0.py").write_bytes(os.urandom(200_000))
+    with Running(spec, resolve(None, ray_cluster.address), quiet_s=30, max_wait_s=60) as run:
+        uploader = run.session.publisher.early  # type: ignore[attr-defined]
+        # writes still open: the quiet period runs, and the early uploads in it
+        with open(app / "m0.py", "wb") as one, open(lib / "l0.py", "wb") as two:
+            one.write(os.urandom(200_000))
+            two.write(os.urandom(200_000))
+            one.flush()
+            two.flush()
+            wait_for(lambda: len(uploader._uploads) == 2, timeout=10)
         ev = run.next_event(1, timeout=60)
         assert set(ev.uris) == {"working_dir", "py_modules[0]"}
         for uri in ev.uris.values():
             assert _in_gcs(probe, uri)
         assert ev.bytes_sent > 2 * 20 * 200_000
-        uploader = run.session.publisher.early  # type: ignore[attr-defined]
         assert all(j.thread is None or not j.thread.is_alive() for j in uploader._stale)
-        wait_for(lambda: uploader._tail is not None, timeout=5)
+        assert uploader._tail is not None
+    probe.close()
+
+
+@pytest.mark.ray
+def test_a_watch_keeps_only_the_versions_a_job_may_need_in_the_gcs(
+        tree: Path, ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each save is a whole zip in the GCS: a session keeps pinned the current version and
+    the one before it; older ones are no longer re-pinned and the GCS drops them when their
+    short pin (HOLD_S) ends. A job running on an old version holds it itself (Ray counts a
+    job's references; what becomes of it after the job is Ray's). The last version stays
+    pinned for Ray's 10 minutes after the watch ends, as after a one-shot push."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from rtenv_cli.core.watch import session as session_mod
+    from tests.core.watch.helpers import wait_for
+
+    monkeypatch.setattr(session_mod, "HOLD_S", 3)
+    probe = resolve(None, ray_cluster.address)
+    flag = tree.parent / "job-may-end"
+    (tree / "job.py").write_text(
+        "import os, time\n"
+        f"while not os.path.exists({str(flag)!r}):\n"
+        "    time.sleep(0.1)\n")
+    with Running(tree, resolve(None, ray_cluster.address), early_upload=False) as run:
+        assert run.session.loop.pin_s == 1  # HOLD_S / 3
+        used = run.events[0].uri
+        client = JobSubmissionClient(ray_cluster.dashboard_url)
+        job = client.submit_job(entrypoint="python job.py", runtime_env={"working_dir": used})
+        wait_for(lambda: client.get_job_status(job) == JobStatus.RUNNING, timeout=120)
+        uris = [used]
+        for i in range(3):
+            (tree / "main.py").write_text(f"VALUE = 'v{i}'\n")
+            uris.append(run.next_event(i + 1).uri)
+        assert run.session.pinned == {"working_dir": uris[-2:]}
+        wait_for(lambda: not _in_gcs(probe, uris[1]), timeout=30)  # superseded, unpinned
+        assert all(_in_gcs(probe, u) for u in uris[-2:])  # current and previous: kept
+        assert _in_gcs(probe, used)  # the running job holds its version
+        flag.write_text("")
+        wait_for(lambda: client.get_job_status(job) == JobStatus.SUCCEEDED, timeout=60)
+        last = uris[-1]
+    wait_for(lambda: not _in_gcs(probe, uris[-2]), timeout=30)
+    assert _in_gcs(probe, last)  # pinned for 10 minutes at the end of the watch
     probe.close()

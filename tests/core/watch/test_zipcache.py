@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 from pathlib import Path
@@ -128,3 +129,31 @@ def test_an_ignored_folder_is_hashed_not_zipped_and_the_zip_is_pushs(tmp_path: P
     manifest = {e["path"]: e for e in snap.manifest()["entries"]}
     assert manifest["data"]["in_zip"] is False
     assert manifest["keep"]["in_zip"] is True
+
+
+def test_over_the_targets_limit_push_and_watch_deflate_alike(tmp_path: Path) -> None:
+    """Members are stored, as Ray stores them, unless the stored package would not fit the
+    target's upload limit: then push and watch both deflate what shrinks, to the same bytes."""
+    from rtenv_cli.core.push import push
+    from rtenv_cli.core.transport.file_target import FileTarget
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("print('hello world')\n" * 10_000)  # 210 KB of text
+    (src / "rnd.bin").write_bytes(os.urandom(20_000))
+    target = FileTarget((tmp_path / "shared").as_uri())
+    target.max_upload_bytes = 100_000
+    result = push(src, target=target)
+    published = target._dest(result.packages[0].ray_uri).read_bytes()
+    assert len(published) < 100_000
+    with zipfile.ZipFile(io.BytesIO(published)) as zf:
+        methods = {i.filename: i.compress_type for i in zf.infolist()}
+    assert methods == {"pkg/a.py": zipfile.ZIP_DEFLATED, "pkg/rnd.bin": zipfile.ZIP_STORED}
+    snap = Snapshot(src)
+    snap.full_scan()
+    watched = build_zip(snap, tmp_path / "watch", layout="remote", limit=100_000)
+    assert watched.path.read_bytes() == published
+    roomy = build_zip(snap, tmp_path / "roomy", layout="remote", limit=10**9)
+    with zipfile.ZipFile(roomy.path) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+    assert roomy.uri == watched.uri

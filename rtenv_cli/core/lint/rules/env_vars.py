@@ -3,7 +3,6 @@ RTE134 expansion surprises, RTE135 names/sizes the worker cannot set."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 
 from rtenv_cli.core.lint.context import Context, coercion_hint
@@ -26,7 +25,6 @@ VISIBILITY_VARS = {
     "QBRUNTIME_VISIBLE_DEVICES": "RAY_EXPERIMENTAL_NOSET_MBLT_RT_VISIBLE_DEVICES",
 }
 SECRET_VALUE = CREDENTIAL_FORMATS  # what a secret value looks like (lint/secrets.py decides)
-_REF = r"\$(\w+|\{[^}]*\})"  # patterns compile on first use (re's cache): startup budget
 MAX_ARG_STRLEN = 128 * 1024
 _SHOW_PREFIX_FROM = 8  # shorter secrets are hidden completely
 
@@ -115,19 +113,21 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
     # the worker's own environment is unknown: assume common variables exist, as non-empty
     base = {name: f"<worker {name}>" for name in ("PATH", "HOME", "PYTHONPATH", "USER",
                                                   "LD_LIBRARY_PATH", "HOSTNAME")}
-    from rtenv_cli.core.explain.expand import expand_env_vars  # Ray's update_envs, one place
+    from rtenv_cli.core.explain.expand import (  # Ray's update_envs, one place
+        expand_env_vars,
+        var_refs,
+    )
 
     final = expand_env_vars(items, base)
     for key, raw in sorted(refs.items()):
         got = final.get(key, raw)
-        problems = []
-        for match in re.finditer(_REF, raw):
+        problems: dict[str, None] = {}  # each said once, however often it is referenced
+        for match in var_refs(raw):
             name = match.group(1).strip("{}")
             if name in items and key < name:
-                problems.append(f"`{name}` is set after `{key}` (Ray applies keys in sorted "
-                                "order)")
+                problems[f"`{name}` is set after `{key}` (Ray applies keys in sorted order)"] = None
             elif name not in items and name not in base:
-                problems.append(f"`{name}` is not set on the worker")
+                problems[f"`{name}` is not set on the worker"] = None
         if problems:
             shown = redact(got) if ctx.data and name_suggests_secret(key) else got
             yield ctx.diag("RTE134", f"{key} becomes {shown!r} on the worker: "

@@ -53,9 +53,9 @@ def check_paths(ctx: Context) -> Iterator[Diagnostic]:
             continue
         at_cwd = ctx.base_dir / value
         at_file = ctx.file_dir / value
-        if ctx.file_dir.resolve() == ctx.base_dir.resolve() or at_cwd.exists():
+        if ctx.file_dir.resolve() == ctx.base_dir.resolve() or _exists(at_cwd):
             continue
-        if at_file.exists():
+        if _exists(at_file):
             yield ctx.diag(
                 "RTE110", f"`{value}` exists next to the file ({at_file}) but Ray resolves it "
                 f"against the current directory ({at_cwd}), where it does not exist", path,
@@ -72,6 +72,15 @@ def _cwd_surprises(ctx: Context) -> bool:
     if cwd in (Path.home().resolve(), Path(cwd.anchor)):
         return True
     return ctx.file_dir is not None and ctx.file_dir.resolve() != cwd
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a name the system cannot look up (over NAME_MAX, say) does not
+    (Ray's own check of it is RTE003's finding, with the OS's words)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 CHECKS = (check_paths,)

@@ -48,10 +48,12 @@ def canonical(name: str) -> str:
 
 
 def _from_file(ctx: Context, value: str, path: tuple[Any, ...]) -> list[Requirement]:
+    from rtenv_cli.core.spec.normalize import RuntimeEnvValueError, requirement_lines
+
     file = Path(value) if Path(value).is_absolute() else ctx.base_dir / value
     try:
-        lines = file.read_text().strip().split("\n")
-    except (OSError, ValueError):  # ValueError: undecodable, or a NUL in the path
+        lines = requirement_lines(file, path)
+    except (RuntimeEnvValueError, ValueError):  # Ray's own check of it is the finding
         return []
     return [Requirement(line, path, f"{value}:{i + 1}") for i, line in enumerate(lines)]
 

@@ -1,0 +1,213 @@
+"""The tree format, publish and a node's build, on an in-memory KV (the same calls as RayKV;
+tests/core/rayplugin/test_trees_ray.py runs them on a real 2-node Ray cluster)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rtenv_cli.core.errors import ValidationError
+from rtenv_cli.core.packaging.hashing import digest_entries
+from rtenv_cli.core.packaging.walk import scan_package
+from rtenv_cli.core.rayplugin import schema
+from rtenv_cli.core.rayplugin.engine import agent_arg
+from rtenv_cli.core.trees.gc import collect
+from rtenv_cli.core.trees.manifest import SCHEME, apply, decode
+from rtenv_cli.core.trees.materialize import NodeTrees
+from rtenv_cli.core.trees.publish import publish_scan
+
+
+class MemoryKV:
+    """RayKV's calls over a dict (one namespace)."""
+
+    address = "memory:0"
+
+    def __init__(self, data: dict[str, bytes] | None = None) -> None:
+        self.data = {} if data is None else data
+
+    def fork(self) -> MemoryKV:
+        return MemoryKV(self.data)
+
+    def close(self) -> None:
+        pass
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def multi_get(self, keys: list[str]) -> dict[str, bytes]:
+        return {k: self.data[k] for k in keys if k in self.data}
+
+    def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
+        self.data[key] = bytes(value)
+
+    def exists(self, key: str) -> bool:
+        return key in self.data
+
+    def keys(self, prefix: str) -> list[str]:
+        return [k for k in self.data if k.startswith(prefix)]
+
+    def delete(self, key: str, *, by_prefix: bool = False) -> int:
+        return 1 if self.data.pop(key, None) is not None else 0
+
+    def alive_nodes(self) -> dict[str, str]:
+        return {"n1": "127.0.0.1"}
+
+
+def tree(root: Path) -> Path:
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "x.py").write_text("x = 1\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "empty").mkdir()
+    for i in range(30):
+        (root / "a" / f"f{i}.txt").write_text(f"{i}\n" * 100)
+    return root
+
+
+def publish(kv: MemoryKV, root: Path, home: Path) -> dict:
+    scan = scan_package(root, kind="working_dir", env={})
+    return publish_scan(kv, scan, digest_entries(scan.entries, use_cache=False),
+                        "working_dir").to_dict()
+
+
+def listing(root: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for top, dirs, files in os.walk(root):
+        for d in dirs:
+            p = Path(top) / d
+            if not any(p.iterdir()):
+                out[str(p.relative_to(root)) + "/"] = None
+        for f in files:
+            p = Path(top) / f
+            out[str(p.relative_to(root))] = (p.stat().st_mode & 0o7777, p.read_bytes())
+    return out
+
+
+def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> tuple[MemoryKV, Path, dict, NodeTrees]:
+    """A tree published to an empty KV: (the KV, the source, the result, a node)."""
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    kv = MemoryKV()
+    src = tree(tmp_path / "src")
+    first = publish(kv, src, tmp_path / "home")
+    return kv, src, first, NodeTrees(tmp_path / "node", "n1", kv.fork)
+
+
+def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kv, src, first, node = published(tmp_path, monkeypatch)
+    assert first["files_sent"] == 32
+    assert not first["delta"]
+    path, _size, how = node.ensure(first["manifest"])
+    assert how == "built"
+    assert listing(path) == listing(src)
+    (src / "a" / "f3.txt").write_text("edited\n")
+    (src / "a" / "f4.txt").unlink()
+    second = publish(kv, src, tmp_path / "home")
+    assert second["files_sent"] == 1
+    assert second["delta"]
+    assert second["manifest_bytes"] < 400
+    doc = decode(kv.data["m:" + second["manifest"]])
+    assert doc["base"] == first["manifest"]
+    assert doc["del"] == ["a/f4.txt"]
+    node.remove(first["manifest"])  # released: a spare
+    path2, _size, how = node.ensure(second["manifest"])
+    assert how == "patched"
+    assert listing(path2) == listing(src)
+
+
+def test_a_spare_a_worker_wrote_into_is_not_patched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kv, src, first, node = published(tmp_path, monkeypatch)
+    path, _size, _how = node.ensure(first["manifest"])
+    (path / "a" / "f1.txt").write_text("a worker was here\n")
+    (path / "stray.txt").write_text("and here\n")
+    node.remove(first["manifest"])
+    (src / "a" / "f2.txt").write_text("edited\n")
+    second = publish(kv, src, tmp_path / "home")
+    path2, _size, how = node.ensure(second["manifest"])
+    assert how == "built"
+    assert listing(path2) == listing(src)
+    for obj in (tmp_path / "node" / "objects").glob("*/*"):
+        assert b"worker" not in obj.read_bytes()
+
+
+def test_gc_keeps_held_and_recent_trees_and_their_chain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    kv = MemoryKV()
+    src = tree(tmp_path / "src")
+    first = publish(kv, src, tmp_path / "home")
+    (src / "run.sh").write_text("#!/bin/sh\necho 2\n")
+    second = publish(kv, src, tmp_path / "home")
+    assert not collect(kv).manifests_removed  # both within the grace period
+    kv.put(f"r:{second['manifest']}:n1", b"1")  # node n1 holds the second: its base stays
+    done = collect(kv, grace_s=0)
+    assert not done.manifests_removed
+    kv.delete(f"r:{second['manifest']}:n1")
+    done = collect(kv, grace_s=0)
+    assert set(done.manifests_removed) == {first["manifest"], second["manifest"]}
+    assert not kv.keys("m:")
+    assert not kv.keys("p:")
+    assert not kv.keys("x:")
+
+
+def test_the_field_takes_tree_uris_and_refuses_ray_s_working_dir_beside_them() -> None:
+    uri = SCHEME + "a" * 64
+    spec = schema.parse({"working_dir": uri, "py_modules": [uri]})
+    assert spec.trees == (uri, uri)
+    assert spec.kind is None
+    with pytest.raises(ValidationError, match="rtenv tree URI"):
+        schema.parse({"working_dir": "gcs://_ray_pkg_x.zip"})
+    with pytest.raises(ValidationError, match="both `working_dir`"):
+        schema.parse({"working_dir": uri}, {"working_dir": "/x", "rtenv": {}})
+
+
+def test_the_agent_s_arguments() -> None:
+    argv = ["agent", "--node-id", "abc", "--gcs-address=127.0.0.1:6379"]
+    assert agent_arg("--node-id", argv) == "abc"
+    assert agent_arg("--gcs-address", argv) == "127.0.0.1:6379"
+    assert agent_arg("--missing", argv) is None
+
+
+def test_a_delta_applies_to_its_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    kv = MemoryKV()
+    src = tree(tmp_path / "src")
+    first = publish(kv, src, tmp_path / "home")
+    (src / "new.txt").write_text("new\n")
+    second = publish(kv, src, tmp_path / "home")
+    base = apply(decode(kv.data["m:" + first["manifest"]]), None)
+    full = apply(decode(kv.data["m:" + second["manifest"]]), base)
+    assert full.id == second["manifest"]
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../x", "a//b", "./a"])
+def test_a_manifest_naming_a_path_outside_its_tree_is_refused(bad: str) -> None:
+    from rtenv_cli.core.trees.manifest import TreeFormatError
+
+    doc = {"v": 1, "kind": "working_dir", "dirs": {}, "packs": ["p"],
+           "files": [[bad, 0o644, 1, "0" * 64, 0, 0]]}
+    with pytest.raises(TreeFormatError, match="outside its tree"):
+        apply(doc, None)
+
+
+def test_a_manifest_with_a_digest_that_is_not_a_sha256_is_refused() -> None:
+    from rtenv_cli.core.trees.manifest import TreeFormatError
+
+    doc = {"v": 1, "kind": "working_dir", "dirs": {}, "packs": ["p"],
+           "files": [["a.txt", 0o644, 1, "../../../etc/x" + "0" * 50, 0, 0]]}
+    with pytest.raises(TreeFormatError, match="digest"):
+        apply(doc, None)
+
+
+def test_push_leaves_a_working_dir_requirements_file_of_the_rtenv_field_to_the_node(
+        tmp_path: Path) -> None:
+    from rtenv_cli.core.rayplugin.convert import inline_files
+
+    value = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}/requirements.txt"
+    env, done = inline_files({"rtenv": {"pip": value}}, tmp_path)
+    assert env == {"rtenv": {"pip": value}}
+    assert done == []
