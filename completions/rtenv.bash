@@ -11,7 +11,7 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
         " run --runtime-env"|" run -r"|" run --base-dir"|" run --address"|" run --token"|" run --gpus"|" run --num-cpus"|" run --memory") return 0 ;;
         " push --to"|" push --address"|" push --token"|" push --stage-to"|" push --output"|" push -o"|" push --base-dir"|" push --via"|" push --on-change"|" push --quiet-ms"|" push --max-wait-ms"|" push --format"|" push -f") return 0 ;;
         " ls-files --kind"|" ls-files --exclude"|" ls-files -e"|" ls-files --format"|" ls-files -f") return 0 ;;
-        " check-ignore --root"|" check-ignore --kind"|" check-ignore --exclude"|" check-ignore -e"|" check-ignore --format"|" check-ignore -f") return 0 ;;
+        " check-ignore --root"|" check-ignore --runtime-env"|" check-ignore -r"|" check-ignore --kind"|" check-ignore --exclude"|" check-ignore -e"|" check-ignore --format"|" check-ignore -f") return 0 ;;
         " explain --kind"|" explain --num-cpus"|" explain --gpus"|" explain --num-gpus"|" explain --resource"|" explain --gpu-vendor"|" explain --accelerator-type"|" explain --job-runtime-env"|" explain --app"|" explain --node-env"|" explain --node-env-file"|" explain --compare"|" explain --address"|" explain --format"|" explain -f") return 0 ;;
         " cache ls --agent"|" cache ls --token"|" cache ls --address"|" cache ls --kind"|" cache ls --format"|" cache ls -f") return 0 ;;
         " cache gc --older-than"|" cache gc --keep-storage"|" cache gc --kind"|" cache gc --agent"|" cache gc --token"|" cache gc --address"|" cache gc --format"|" cache gc -f") return 0 ;;
@@ -97,6 +97,7 @@ _rtenv() {
         " ls-files --exclude"|" ls-files -e") COMPREPLY=(); return ;;
         " ls-files --format"|" ls-files -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         " check-ignore --root") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        " check-ignore --runtime-env"|" check-ignore -r") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " check-ignore --kind") COMPREPLY=($(compgen -W 'working_dir py_module' -- "$cur")); return ;;
         " check-ignore --exclude"|" check-ignore -e") COMPREPLY=(); return ;;
         " check-ignore --format"|" check-ignore -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
@@ -148,7 +149,7 @@ _rtenv() {
             " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --help -h' -- "$cur")) ;;
             " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --via --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
             " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
-            " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
+            " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --runtime-env -r --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
             " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
             " cache") COMPREPLY=($(compgen -W '--help -h' -- "$cur")) ;;
             " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;

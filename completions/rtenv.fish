@@ -90,6 +90,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from ls-files' -l help -s h -d 'Sho
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l verbose -s v -d 'Show the deciding rule: SOURCE:LINE:PATTERN<TAB>PATH.'
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l non-matching -s n -d 'Also list paths that are packaged.'
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l root -r -F -d 'The package directory.'
+complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l runtime-env -s r -r -F -d 'A runtime_env file: each path is decided by the package it lies in (the working_dir or a py_module), with the file'\''s excludes, as `rtenv push` packages it; a path in no package is reported as such.'
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l kind -x -a 'working_dir py_module' -d 'working_dir (Ray'\''s default excludes apply) or py_module.'
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l exclude -s e -x -d 'An `excludes` pattern (repeatable), as in the runtime_env.'
 complete -c rtenv -n '__fish_seen_subcommand_from check-ignore' -l format -s f -x -a 'text json' -d 'Output format.'

@@ -127,6 +127,8 @@ _rtenv_check_ignore() {
         '--non-matching[Also list paths that are packaged.]' \
         '-n[Also list paths that are packaged.]' \
         '--root[The package directory.]:file:_files' \
+        '--runtime-env[A runtime_env file\: each path is decided by the package it lies in (the working_dir or a py_module), with the file'\''s excludes, as `rtenv push` packages it; a path in no package is reported as such.]:file:_files' \
+        '-r[A runtime_env file\: each path is decided by the package it lies in (the working_dir or a py_module), with the file'\''s excludes, as `rtenv push` packages it; a path in no package is reported as such.]:file:_files' \
         '--kind[working_dir (Ray'\''s default excludes apply) or py_module.]:value:(working_dir py_module)' \
         '*--exclude[An `excludes` pattern (repeatable), as in the runtime_env.]:value: ' \
         '*-e[An `excludes` pattern (repeatable), as in the runtime_env.]:value: ' \

@@ -95,7 +95,7 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     runtime_env resolve against `base_dir`, by default `cwd`: what `ray job submit
     --runtime-env FILE` does, whatever directory FILE is in.
     """
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     cwd = Path.cwd() if cwd is None else cwd
     base = base_path(cwd, base_dir)
@@ -417,6 +417,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
             py_dirs = tuple((d, rules.get(d, "")) for d in scan.ignored_py_dirs)
             warns = scan.warnings
         if dry_run or target is None:
+            warns = (*warns, *(_over_dashboard(total) if dry_run else ()))
             _set(out, plan.json_path, uri)
             outcomes.append(PackageOutcome(plan.field, str(plan.source), uri, uri, count, total,
                                            size_tree=tree, ignored_py_dirs=py_dirs,
@@ -490,6 +491,20 @@ def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool)
     out[FIELD] = field_
     if guarded and not out.get(GUARD_FIELD):
         out[GUARD_FIELD] = GUARD_MESSAGE
+
+
+def _over_dashboard(total: int) -> tuple[str, ...]:
+    """A dry run's word on a package past the dashboard's upload limit, which a real push to
+    it refuses (by the size before compression: a dry run contacts no target)."""
+    from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT
+    from rtenv_cli.core.units import human_bytes
+
+    if total <= RAY_HTTP_LIMIT:
+        return ()
+    return (f"{human_bytes(total)} before compression: over the {RAY_HTTP_LIMIT // 2**20} MiB "
+            "upload limit of a Ray dashboard (`ray job submit`, --address http://<head>:8265) "
+            "unless it compresses below it; the cluster's GCS takes up to 512 MiB (--address "
+            "<head>:6379), or publish it with --stage-to",)
 
 
 def dump_runtime_env(runtime_env: Mapping[str, Any], path: Path | None = None) -> str:

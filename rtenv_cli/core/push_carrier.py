@@ -166,12 +166,9 @@ def _check(form: Form, document: str, values: Mapping[tuple[Any, ...], Any],
     """The written file reads back with the new values (a failed text edit is a bug, never a
     file Ray gets)."""
     from rtenv_cli.core.spec.forms import read
-    from rtenv_cli.core.spec.loader import load_documents, load_text
+    from rtenv_cli.core.spec.loader import load_text
 
-    doc = load_text(document, label)
-    if doc.error is not None and doc.error.kind == "ComposerError":
-        doc = load_documents(document, label)
-    again = read(doc)
+    again = read(load_text(document, label))  # read() takes a `---` stream's manifests itself
     wrong = [p for p in values if again is None or _lookup(again.doc.data, p) != values[p]]
     if wrong or again is None or len(again.sites) != len(form.sites):
         raise ConfigError(f"{label}: could not write the pushed file in place"

@@ -48,7 +48,7 @@ def load_runtime_env(path: Path, warnings: list[tuple[str, str | None]] | None =
     `ray job submit --runtime-env FILE` does, so a file means the same to rtenv and to Ray.
     """
     from rtenv_cli.core.lint.engine import validate_runtime_env
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     data = load_runtime_env_file(path).runtime_env
     base_dir = (base_dir or Path.cwd()).resolve()

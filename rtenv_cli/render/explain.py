@@ -10,13 +10,15 @@ from rtenv_cli.render.output import Output
 
 
 def render_dotenv(out: Output, preview: Any, *, export: bool) -> None:
+    """Lines a shell sources: a value only the node knows (it holds a placeholder such as
+    <session_dir>) is shown commented out, never set."""
+    node_only = preview.node_only()
     for key, value in sorted(preview.env.items()):
         if value is None:
             out.line(f"unset {key}" if export else f"# {key} is unset")
-        elif export:
-            out.line(f"export {key}={shlex.quote(value)}")
-        else:
-            out.line(f"{key}={shlex.quote(value)}")
+            continue
+        line = f"{'export ' if export else ''}{key}={shlex.quote(value)}"
+        out.line(f"# {line}  # known only on the node" if key in node_only else line)
 
 
 def render_text(out: Output, result: Any) -> None:

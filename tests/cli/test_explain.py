@@ -97,6 +97,30 @@ def test_text_dotenv_shell_and_redaction(tmp_path) -> None:
         assert "--show-secrets" in refused.stderr
 
 
+@pytest.mark.parametrize("fmt", ["dotenv", "shell"])
+def test_values_known_only_on_the_node_are_never_set_by_a_sourced_file(tmp_path, fmt) -> None:
+    """PYTHONPATH under <session_dir>, PATH through the plugin's <venv key>: a shell that
+    sources the output must not set them to a placeholder; they stay visible, commented out."""
+    (tmp_path / "app").mkdir()
+    rte = write(tmp_path, "r.yaml", f"working_dir: {tmp_path / 'app'}\n"
+                "rtenv: {pip: [six]}\nenv_vars: {A: '1'}\n")
+    r = run_cli(["explain", str(rte), "-f", fmt, "--node-env", "PATH=/usr/bin"])
+    assert r.exit_code == 0, r.stderr
+    export = "export " if fmt == "shell" else ""
+    assert f"{export}A=1" in r.stdout.splitlines()
+    for line in r.stdout.splitlines():
+        assert line.startswith("#") or not re.search(r"<[^>]+>", line), line
+    assert any(line.startswith(f"# {export}PYTHONPATH='<session_dir>/") and
+               line.endswith("known only on the node") for line in r.stdout.splitlines())
+    assert any(line.startswith(f"# {export}VIRTUAL_ENV=") for line in r.stdout.splitlines())
+    import subprocess
+
+    script = 'set -a; . /dev/stdin; echo "$A|$PYTHONPATH"'
+    sourced = subprocess.run(["env", "-i", "sh", "-c", script], input=r.stdout,
+                             capture_output=True, text=True, check=True)
+    assert sourced.stdout.strip() == "1|"
+
+
 def test_settings_with_secret_sounding_names_are_not_redacted(tmp_path) -> None:
     rte = write(tmp_path, "r.yaml", "env_vars:\n  TOKENIZERS_PARALLELISM: 'false'\n"
                 "  MAX_TOKENS: '4096'\n  WANDB_API_KEY: ${WANDB_API_KEY}\n")

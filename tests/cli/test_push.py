@@ -359,3 +359,17 @@ def test_push_of_a_folder_whose_files_are_all_excluded(tmp_path: Path,
         assert to_agent.exit_code == 0, to_agent.stderr
         assert to_agent.json["packages"][0]["uploaded"] is True
     assert to_agent.json["packages"][0]["uri"] == res.json["packages"][0]["uri"]
+
+
+def test_dry_run_says_a_package_is_over_the_dashboards_limit(tmp_path: Path) -> None:
+    """A real push to a dashboard refuses >100 MiB and names the GCS route; the dry run a
+    user runs first says so too (from the size before compression: no target is contacted)."""
+    src = project(tmp_path)
+    with (src / "weights.bin").open("wb") as f:
+        f.truncate(101 * 2**20)
+    res = run_cli(["push", str(src), "--dry-run"])
+    assert res.exit_code == 0, res.stderr
+    assert "over the 100 MiB" in res.stderr
+    assert ":6379" in res.stderr  # the GCS route
+    small = run_cli(["push", str(project(tmp_path / "small")), "--dry-run"])
+    assert "MiB" not in small.stderr.replace("largest", "")

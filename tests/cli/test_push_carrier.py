@@ -83,13 +83,30 @@ def test_serve_config_is_written_back_with_every_path_pushed(project: Path) -> N
     assert again.exit_code == 0, again.stdout  # Serve's local-path rule (RTE181) is satisfied
 
 
-def test_rayjob_runtime_env_yaml_is_rewritten_in_place(project: Path) -> None:
-    (project / "rayjob.yaml").write_text(RAYJOB)
+SERVICE = """\
+apiVersion: ray.io/v1
+kind: RayService
+metadata:
+  name: svc
+spec:
+  serveConfigV2: |
+    applications:
+      - name: a
+        import_path: m:app
+        runtime_env:
+          working_dir: app
+"""
+
+
+@pytest.mark.parametrize("text", [RAYJOB, f"{RAYJOB}---\n{SERVICE}"],
+                         ids=["rayjob", "rayjob-and-rayservice"])  # one file, several documents
+def test_rayjob_runtime_env_yaml_is_rewritten_in_place(project: Path, text: str) -> None:
+    (project / "rayjob.yaml").write_text(text)
     app = _uri(project, "app")
     result = run_cli(["push", "rayjob.yaml", "-o", "out.yaml"])
     assert result.exit_code == 0, result.stderr
-    assert (project / "out.yaml").read_text() == RAYJOB.replace(
-        "working_dir: app   #", f"working_dir: {app}   #").replace(
+    assert (project / "out.yaml").read_text() == text.replace(
+        "working_dir: app", f"working_dir: {app}").replace(
         "pip: req.txt", 'pip: ["requests==2.32.3", "numpy"]')
 
 
@@ -134,3 +151,4 @@ def test_a_json_serve_config_stays_json(project: Path) -> None:
     pushed = json.loads((project / "deploy.json").read_text())  # still JSON
     env = pushed["applications"][0]["runtime_env"]
     assert env == {"working_dir": _uri(project, "app"), "pip": ["requests==2.32.3", "numpy"]}
+

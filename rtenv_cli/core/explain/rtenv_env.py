@@ -12,6 +12,8 @@ from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.spec.model import RTENV_FIELD
 
 SRC_RTENV = "rtenv plugin"
+STORE = "<node's rtenv store>"  # the plugin's store, without the node's RTENV_HOME
+VENV_KEY = "<venv key>"  # the plugin's venv: its key hashes the node's interpreter
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -19,15 +21,15 @@ def venv_dir(node_env: Mapping[str, str]) -> str:
     """Where the node's plugin keeps the venv: its store is $RTENV_HOME/store (the raylet's
     RTENV_HOME, `rtenv ray-env`), the venv an entry named by the environment's key."""
     home = node_env.get("RTENV_HOME")
-    store = f"{home.rstrip('/')}/store" if home else "<node's rtenv store>"
-    return f"{store}/entries/<venv key>/tree/venv"
+    store = f"{home.rstrip('/')}/store" if home else STORE
+    return f"{store}/entries/{VENV_KEY}/tree/venv"
 
 
 def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
           sources: dict[str, str], notes: dict[str, list[str]], errors: list[str],
           node_env: Mapping[str, str]) -> str | None:
     """Apply the plugin's activate step to `env`; returns the worker's interpreter (None when
-    the runtime_env has no `rtenv` field)."""
+    the runtime_env has no `rtenv` field, or one with `limits` alone: no venv then)."""
     if RTENV_FIELD not in runtime_env:
         return None
     from rtenv_cli.core.rayplugin import schema  # only for runtime_envs that use the field
@@ -36,6 +38,8 @@ def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
         spec = schema.parse(runtime_env[RTENV_FIELD], runtime_env)
     except RtenvError as exc:
         errors.append(f"{exc.message} (the node's plugin refuses it: RuntimeEnvSetupError)")
+        return None
+    if spec.kind is None:  # `limits` alone: the worker only runs in a cgroup (limits.py)
         return None
     venv = venv_dir(node_env)
     env["VIRTUAL_ENV"] = venv

@@ -21,7 +21,7 @@ from rtenv_cli.core.explain.worker_env import EnvPreview, ExplainRequest, Secret
 
 def load_runtime_env(path: Path, app: str | None = None) -> dict[str, object]:
     """The runtime_env of `path` (bare, a job spec, or a Serve config's application `app`)."""
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     return load_runtime_env_file(path, app=app).runtime_env
 

@@ -21,6 +21,7 @@ from rtenv_cli.core.explain.allocation import ResourceRequest
 from rtenv_cli.core.explain.expand import explain_expansion
 from rtenv_cli.core.explain.limits import SECTION as LIMITS_SECTION
 from rtenv_cli.core.explain.limits import limits_notes
+from rtenv_cli.core.explain.rtenv_env import STORE, VENV_KEY
 from rtenv_cli.core.spec.fields import explain_notes
 
 REDACTED = "<redacted>"
@@ -33,6 +34,7 @@ SRC_PLUGIN = "working_dir/py_modules (PYTHONPATH)"
 SRC_ACCEL = "ray: accelerator visibility"
 SRC_OMP = "ray: OMP_NUM_THREADS from num_cpus"
 SESSION = "<session_dir>"
+NODE_ONLY = (SESSION, STORE, VENV_KEY)  # parts of a value only the node knows
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,12 @@ class EnvPreview:
             rte["env_vars"] = {k: (REDACTED if str(k) in secret else v)
                                for k, v in env_vars.items()}
         return replace(self, env=env, runtime_env=rte, hidden=tuple(sorted(hidden)))
+
+    def node_only(self) -> set[str]:
+        """The variables whose predicted value holds a part only the node knows (a placeholder
+        such as <session_dir>): a file a shell sources must not set them."""
+        return {k for k, v in self.env.items()
+                if v is not None and any(part in v for part in NODE_ONLY)}
 
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "env": dict(sorted(self.env.items())),

@@ -223,7 +223,8 @@ _TABLE: tuple[Rule, ...] = (
     Rule("RTE134", "env-var-expansion", W, "an env_vars reference Ray will not resolve as written",
          "Applies Ray's expansion rule (keys in sorted order, ${VAR}/$VAR against the worker "
          "environment and the keys already set; unset ${UPPER} becomes empty) and shows the "
-         "value the worker really gets.",
+         "value the worker really gets. A variable the file does not set is read from the "
+         "node's environment, which a file cannot see: that is an info, not a warning.",
          "A reference to a key that sorts later, or to a variable the worker does not have, "
          "comes out empty or literal.",
          "env_vars:\n  A_PATH: $ROOT/lib\n  ROOT: /opt/app\n",

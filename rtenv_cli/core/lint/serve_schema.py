@@ -155,6 +155,8 @@ def _schema_findings(schema: Any, config: ServeConfig, local: dict[tuple[Any, ..
                        [diag_at(positions, "RTE181", message, path, hint=_LOCAL_HINT,
                                 ray_error=True)])
             continue
+        if error.get("type") == "missing":  # it lands on the parent: the key is not there
+            message = f"`{'.'.join(map(str, path))}`: {message}"
         out.append(diag_at(positions, "RTE180", f"Ray Serve's schema refuses this: {message}",
                            path, ray_error=True,
                            hint="`serve deploy` (and KubeRay) reject the whole config; see "

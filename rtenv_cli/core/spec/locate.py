@@ -1,4 +1,4 @@
-"""Find the runtime_env(s) inside a loaded document, and read the one of a file.
+"""Find the runtime_env(s) inside a loaded document (runtime_env_file.py reads the one of a file).
 
 Three shapes are recognised:
 - a bare runtime_env (what `ray job submit --runtime-env FILE` reads): prefix `()`;
@@ -10,12 +10,11 @@ The prefix lets callers look up positions in the outer file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rtenv_cli.core.errors import ConfigError, UsageError
-from rtenv_cli.core.spec.loader import LoadedDoc, load_path
+from rtenv_cli.core.errors import UsageError
+from rtenv_cli.core.spec.loader import LoadedDoc
 from rtenv_cli.core.spec.model import ALL_TOP_LEVEL_KEYS
 
 DocKind = Literal["runtime_env", "serve", "job"]
@@ -75,58 +74,7 @@ def find_runtime_envs(doc: LoadedDoc | object) -> list[tuple[tuple[Any, ...], ob
     return [((), data)]
 
 
-@dataclass(frozen=True)
-class RuntimeEnvFile:
-    """A runtime_env read from a file, with where it sits in that file."""
-
-    path: str
-    runtime_env: dict[str, Any]
-    prefix: tuple[Any, ...]  # the runtime_env's JSON path in `doc` (positions)
-    doc: LoadedDoc
-    kind: DocKind
-
-
-def load_runtime_env_file(path: Path | str, *, app: str | None = None) -> RuntimeEnvFile:
-    """The one way rtenv reads a runtime_env file (push, watch, run, explain).
-
-    Parsed like `ray job submit --runtime-env FILE` (YAML 1.1 for .json files too, see
-    loader.py); a job spec's `runtime_env:` and a Serve config's application (`app`, or the only
-    one) are unwrapped by `document_kind`'s rules, the ones `rtenv validate` applies. An empty
-    or null runtime_env is `{}` (Ray's "no runtime_env"). Raises UsageError for a file that
-    cannot be read or an ambiguous Serve config, ConfigError for one that is not a runtime_env.
-    """
-    name = str(path)
-    if not Path(path).exists():  # other non-files (devices, FIFOs) are the loader's to refuse
-        raise UsageError(f"{name}: no such file", path=name,
-                         hint="pass a runtime_env YAML/JSON file (a bare runtime_env or a job "
-                         "spec)")
-    doc = load_path(path)
-    if doc.error is not None:
-        span = doc.error.span
-        where = f":{span.line}:{span.column}" if span else ""
-        cls = UsageError if doc.error.kind == "OSError" else ConfigError
-        raise cls(f"{name}{where}: cannot parse: {doc.error.kind}: {doc.error.message}",
-                  path=name, hint="fix the YAML/JSON syntax; `rtenv validate` shows where")
-    kind = document_kind(doc)
-    if kind == "serve":
-        prefix, data = _serve_app(name, doc.data["applications"], app)  # type: ignore[index]
-    elif app is not None:
-        raise UsageError(f"--app {app}: {name} is not a Serve config (no `applications:`)",
-                         path=name, hint="drop --app for a runtime_env or job file")
-    else:
-        found = find_runtime_envs(doc)
-        prefix, data = found[0] if found else (("runtime_env",), None)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        where = ".".join(str(p) for p in prefix)
-        raise ConfigError(f"{name}{': ' + where if where else ''}: a runtime_env must be a "
-                          f"mapping, not {type(data).__name__}", path=name,
-                          hint="write keys like working_dir:, env_vars:")
-    return RuntimeEnvFile(name, data, prefix, doc, kind)
-
-
-def _serve_app(name: str, applications: list[object], app: str | None
+def serve_app(name: str, applications: list[object], app: str | None
                ) -> tuple[tuple[Any, ...], object]:
     """(prefix, runtime_env) of one application of a Serve config (`serve deploy` file): the one
     named `app`, or the only one."""

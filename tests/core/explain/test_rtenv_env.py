@@ -43,3 +43,15 @@ def test_without_the_field_nothing_changes() -> None:
     p = predict(ExplainRequest(job_runtime_env={"env_vars": {"A": "1"}}))
     assert p.python is None
     assert "python" not in p.to_dict()
+
+
+def test_limits_alone_build_no_venv() -> None:
+    """The plugin's modify_context activates a venv only for `pip`/`uv`: with `limits` alone
+    the worker keeps the node's python and PATH (it only runs in a cgroup)."""
+    p = predict(ExplainRequest(job_runtime_env={"rtenv": {"limits": {"memory": "2GB"}}},
+                               node_env={"PATH": "/usr/bin:/bin"}, node_env_known=True))
+    assert p.python is None
+    assert "VIRTUAL_ENV" not in p.env
+    assert p.env["PATH"] == "/usr/bin:/bin"
+    assert not [n for ns in p.notes.values() for n in ns if "venv" in n]
+    assert not p.errors

@@ -339,3 +339,17 @@ def test_dot_slash_pattern_names_the_pattern_that_works(tmp_path: Path) -> None:
     [diag] = [d for d in report.diagnostics if d.code == "RTE122"]
     assert "like `data`, never `./data`" in diag.message
     assert diag.hint == "write `/data`"
+
+
+def test_a_reference_to_the_nodes_environment_is_no_warning(tmp_path: Path) -> None:
+    """`${SCRATCH}` reads the worker's environment (the raylet's, or for a task the job's
+    env_vars), which a file cannot see: an info saying so, not a warning that it "is not set"
+    (a key that sorts later still is a warning: that one is wrong whatever the node holds)."""
+    report = check("env_vars:\n  OUT: ${SCRATCH}/out\n", tmp_path)
+    [found] = [d for d in report.diagnostics if d.code == "RTE134"]
+    assert found.severity == Severity.INFO
+    assert "not set on the worker" not in found.message
+    assert "node" in found.message
+    mixed = check("env_vars:\n  A: $B/${SCRATCH}\n  B: /opt\n", tmp_path)
+    [both] = [d for d in mixed.diagnostics if d.code == "RTE134"]
+    assert both.severity == Severity.WARNING

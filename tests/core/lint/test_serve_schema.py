@@ -56,6 +56,15 @@ def test_schema_errors_land_on_their_line(tmp_path: Path) -> None:
     assert "RTE003" not in {d.code for d in report.diagnostics}  # Serve never packages it
 
 
+def test_a_missing_field_is_named(tmp_path: Path) -> None:
+    """pydantic's "Field required" lands on the application (the key is not in the file), so
+    the message names the field Serve wants."""
+    report = check("applications:\n  - name: a\n    route_prefix: /\n", tmp_path)
+    [found] = [d for d in report.diagnostics if d.code == "RTE180"]
+    assert (found.line, found.column) == (2, 5)
+    assert "`applications.0.import_path`" in found.message, found.message
+
+
 def test_anyscale_uploads_local_dirs(tmp_path: Path) -> None:
     report = check("name: svc\nray_serve_config:\n  applications:\n    - import_path: m:app\n"
                    "      runtime_env: {working_dir: ., upload_path: 's3://b/up'}\n", tmp_path)

@@ -31,7 +31,7 @@ def job(tmp_path: Path) -> Path:
 
 
 def test_the_loader_reads_json_as_ray_does(job: Path) -> None:
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     loaded = load_runtime_env_file(job)
     assert loaded.kind == "job"
@@ -68,7 +68,7 @@ def test_push_watch_run_and_explain_read_a_json_job_spec_identically(
 
 
 def test_load_errors(tmp_path: Path) -> None:
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     with pytest.raises(UsageError, match="no such file"):
         load_runtime_env_file(tmp_path / "missing.yaml")
@@ -89,7 +89,7 @@ def test_load_errors(tmp_path: Path) -> None:
 
 
 def test_a_serve_config_application(tmp_path: Path) -> None:
-    from rtenv_cli.core.spec.locate import load_runtime_env_file
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
 
     serve = tmp_path / "serve.yaml"
     serve.write_text("applications:\n- name: a\n  runtime_env: {env_vars: {A: '1'}}\n"
@@ -101,3 +101,44 @@ def test_a_serve_config_application(tmp_path: Path) -> None:
         load_runtime_env_file(serve)
     with pytest.raises(UsageError, match="no Serve application named 'c'"):
         load_runtime_env_file(serve, app="c")
+
+
+RAYJOB = """\
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: j}
+spec:
+  entrypoint: python m.py
+  runtimeEnvYAML: |
+    env_vars: {A: "1"}
+"""
+CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n"
+SERVICE = """\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {name: s}
+spec:
+  serveConfigV2: |
+    applications:
+      - {name: a, import_path: m:app, runtime_env: {env_vars: {B: "2"}}}
+"""
+
+
+def test_a_kuberay_manifest_gives_its_runtime_env(tmp_path: Path) -> None:
+    """explain, run and push read a RayJob's runtimeEnvYAML (alone, or beside a ConfigMap in a
+    `---` stream), not the manifest as if it were a runtime_env; several are refused by name."""
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
+
+    one = tmp_path / "rayjob.yaml"
+    one.write_text(RAYJOB)
+    assert load_runtime_env_file(one).runtime_env == {"env_vars": {"A": "1"}}
+    stream = tmp_path / "stream.yaml"
+    stream.write_text(f"{RAYJOB}---\n{CONFIGMAP}")
+    assert load_runtime_env_file(stream).runtime_env == {"env_vars": {"A": "1"}}
+    service = tmp_path / "service.yaml"
+    service.write_text(SERVICE)
+    assert load_runtime_env_file(service).runtime_env == {"env_vars": {"B": "2"}}
+    both = tmp_path / "both.yaml"
+    both.write_text(f"{RAYJOB}---\n{SERVICE}")
+    with pytest.raises(UsageError, match=r"holds 2 runtime_envs \(0\.spec\.runtimeEnvYAML"):
+        load_runtime_env_file(both)

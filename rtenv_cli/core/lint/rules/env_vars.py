@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from rtenv_cli.core.lint.context import Context, coercion_hint
-from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
 from rtenv_cli.core.lint.secrets import CREDENTIAL_FORMATS, is_secret, name_suggests_secret
 
 # variable -> the RAY_EXPERIMENTAL_NOSET_* switch that stops Ray from overwriting it
@@ -121,19 +121,27 @@ def expansion(ctx: Context) -> Iterator[Diagnostic]:
     final = expand_env_vars(items, base)
     for key, raw in sorted(refs.items()):
         got = final.get(key, raw)
-        problems: dict[str, None] = {}  # each said once, however often it is referenced
+        # each said once, however often it is referenced
+        problems: dict[str, None] = {}
+        outside: dict[str, None] = {}
         for match in var_refs(raw):
             name = match.group(1).strip("{}")
             if name in items and key < name:
                 problems[f"`{name}` is set after `{key}` (Ray applies keys in sorted order)"] = None
             elif name not in items and name not in base:
-                problems[f"`{name}` is not set on the worker"] = None
-        if problems:
-            shown = redact(got) if ctx.data and name_suggests_secret(key) else got
+                outside[f"`{name}`"] = None
+        shown = redact(got) if ctx.data and name_suggests_secret(key) else got
+        if problems:  # wrong whatever the node holds
             yield ctx.diag("RTE134", f"{key} becomes {shown!r} on the worker: "
                            + "; ".join(problems), ("env_vars", key), prefer="value",
                            hint="write the value out, or rename keys so that referenced ones "
                            "sort first")
+        elif outside:  # the node's (the raylet's) environment, or a job's env_vars for a task
+            yield ctx.diag("RTE134", f"{key} reads {', '.join(outside)} from the node's "
+                           "environment (the raylet's; for a task's runtime_env also the "
+                           f"job's env_vars): {shown!r} where neither sets it",
+                           ("env_vars", key), prefer="value", severity=Severity.INFO,
+                           hint="set it on every node before `ray start`, or in env_vars")
 
 
 def names(ctx: Context) -> Iterator[Diagnostic]:
