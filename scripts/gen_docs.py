@@ -5,7 +5,9 @@
 - docs/rules/<CODE>.md and docs/rules/README.md: every validation rule (`rtenv rules`);
 - docs/configuration.md: every key of rtenv.toml, from the schema that checks config files
   (cli/config_schema.py: a table per command, a key per long option);
-- docs/exit-codes.md: the exit codes and the error table (core/errors.py TABLE).
+- docs/exit-codes.md: the exit codes and the error table (core/errors.py TABLE);
+- docs/fields.md: Ray's runtime_env fields and what each command does with them (the field
+  table, core/spec/fields.py).
 
 docs/api.md is written by hand (its examples run in tests/test_api.py); docs/README.md links
 everything.
@@ -278,6 +280,41 @@ def exit_codes_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- fields -------------------------------------------------------------------------------------
+def fields_page() -> str:
+    from rtenv_cli.core.spec import fields, model
+
+    def support(value: str) -> str:
+        return {"use": "yes", "carry": "passed on", "refuse": "**refused**"}[value]
+
+    plugin = {"ok": "", "interpreter": "conflicts with `rtenv.pip`/`uv`",
+              "container": "conflicts with `rtenv`"}
+    def checks(f: fields.Field) -> str:
+        found = ["parsed"] if f.validated else []
+        if f.manager:
+            found.append("one of " + ", ".join(f"`{m}`" for m in model.MANAGERS))
+        if f.only_with:
+            found.append("only with " + ", ".join(f"`{o}`" for o in sorted(f.only_with - {f.name})))
+        return "; ".join(found) or "none"
+
+    lines = [GENERATED, "", f"# runtime_env fields (Ray {model.RAY_VERSION})", "",
+             "Every field Ray's `RuntimeEnv` knows, and what each rtenv command does with it. "
+             "One table in the code (`rtenv_cli/core/spec/fields.py`) holds this; `rtenv "
+             "validate`, `push`, `run`, the agent, the Ray plugin and `explain` all read it.", "",
+             "| field | type | what it is | `RuntimeEnv(...)` checks | push | run / agent | "
+             "`rtenv` field | explain |", "|---|---|---|---|---|---|---|---|"]
+    for f in fields.FIELDS:
+        lines.append(f"| `{f.name}` | `{_cell(f.types)}` | {_cell(f.summary)} | {checks(f)} | "
+                     f"{support(f.push)} | {support(f.agent)} | {plugin[f.plugin]} | "
+                     f"{'not modelled (a note says so)' if f.explain else ''} |")
+    renamed = " and ".join(f"`{k}` (stored as `{v}`)" for k, v in model.RENAMED.items())
+    refused = ", ".join(f"`{k}`" for k in fields.agent_refused() if k not in fields.names())
+    lines += ["", f"Ray also takes {renamed}. Any other key is kept by Ray as a plugin name and "
+              "ignored: `rtenv validate` reports it (RTE101). The agent and `rtenv run` also "
+              f"refuse {refused}.", ""]
+    return "\n".join(lines)
+
+
 # -- index --------------------------------------------------------------------------------------
 def index_page(cmds: list[tuple[tuple[str, ...], Any]]) -> str:
     lines = [GENERATED, "", "# rtenv documentation", "",
@@ -291,6 +328,7 @@ def index_page(cmds: list[tuple[tuple[str, ...], Any]]) -> str:
               "- [Validation rules](rules/README.md): every code `rtenv validate` reports",
               "- [Configuration](configuration.md): every key of `rtenv.toml`",
               "- [Exit codes and errors](exit-codes.md)",
+              "- [runtime_env fields](fields.md): what Ray and each command do with each field",
               "- [Python API](api.md): validate, push and explain from Python", ""]
     return "\n".join(lines)
 
@@ -302,6 +340,7 @@ def render_all() -> dict[str, str]:
     pages.update(rule_pages())
     pages["configuration.md"] = configuration_page()
     pages["exit-codes.md"] = exit_codes_page()
+    pages["fields.md"] = fields_page()
     pages["README.md"] = index_page(cmds)
     return pages
 

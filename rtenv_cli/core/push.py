@@ -125,6 +125,7 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
     """Refuse what Ray would refuse; return warnings. Size findings are push's own business."""
     from rtenv_cli.core.lint.diagnostic import Severity
     from rtenv_cli.core.lint.engine import ValidateOptions, validate_runtime_env
+    from rtenv_cli.core.spec.fields import names
     from rtenv_cli.core.spec.model import PLACEHOLDER_URI
 
     # Local working_dir/py_modules are packaged (and checked) by push itself with Ray's exact
@@ -134,14 +135,14 @@ def validate(data: dict[str, Any], base_dir: Path, label: str, env: Mapping[str,
     for plan in package_runtime_env(data, base_dir):
         _set(data, plan.json_path, PLACEHOLDER_URI)
     report = validate_runtime_env(data, base_dir=base_dir, source=label,
-                                  options=ValidateOptions(api="ray-init", env=dict(env),
-                                                          compare_apis=False))
+                                  options=ValidateOptions.before_submit("ray-init", env))
     placeholder = PLACEHOLDER_URI.removeprefix("gcs://").removesuffix(".zip")
+    packaged = names(where="push", value="use")  # working_dir, py_modules and their excludes
 
     def ours(d: Any) -> bool:  # findings about packaging, which push reports itself
-        return d.code in ("RTE150", "RTE151") or ((bool(d.json_path) and d.json_path[0] in (
-            "excludes", "working_dir", "py_modules") and placeholder in d.message)
-                                                   or d.json_path[:1] == ("excludes",))
+        return d.code in ("RTE150", "RTE151") or ((bool(d.json_path) and d.json_path[0] in
+                                                   packaged and placeholder in d.message)
+                                                  or d.json_path[:1] == ("excludes",))
 
     errors = [d for d in report.diagnostics if d.severity == Severity.ERROR and not ours(d)]
     if errors:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rtenv_cli.core.lint.pipeline import run_pipeline
+from rtenv_cli.core.lint.pipeline import RaySemantics, run_pipeline
 from rtenv_cli.core.spec.loader import load_path
 from tests.parity.corpus import CASES, write_corpus
 
@@ -55,7 +55,7 @@ def _rtenv(root: Path, file: Path, api: str) -> dict[str, Any]:
     doc = load_path(file)
     if doc.error is not None:
         return {"valid": False, "kind": doc.error.kind, "normalized": None}
-    result = run_pipeline(doc.data, root, api, env={})  # type: ignore[arg-type]
+    result = run_pipeline(doc.data, RaySemantics(root, api, {}))  # type: ignore[arg-type]
     first = result.errors[0] if result.errors else None
     return {"valid": result.valid, "kind": first.python_type if first else None,
             "normalized": result.normalized, "errors": [e.message for e in result.errors]}

@@ -22,6 +22,7 @@ from rtenv_cli.core.explain.expand import explain_expansion
 from rtenv_cli.core.explain.limits import SECTION as LIMITS_SECTION
 from rtenv_cli.core.explain.limits import limits_notes
 from rtenv_cli.core.explain.rtenv_env import STORE, VENV_KEY
+from rtenv_cli.core.spec.fields import explain_notes
 
 REDACTED = "<redacted>"
 SecretTest = Callable[[str, object], bool]  # (name, value) -> is it a secret (lint/secrets.py)
@@ -267,7 +268,7 @@ def predict(req: ExplainRequest) -> EnvPreview:
     if not req.node_env_known:
         warnings.append("node env not given (--node-env/--node-env-file/--node-env-from-"
                         "current): inherited variables and preset visible lists are unknown")
-    _general_notes(req, notes)
+    _general_notes(req, notes, merged)
     notes[LIMITS_SECTION], limit_errors = limits_notes(merged)
     errors.extend(limit_errors)
     if wd:
@@ -310,8 +311,10 @@ def _plugin_pythonpath(ctx: dict[str, str], node: Mapping[str, str], wd: Any,
     return plugin_dirs
 
 
-def _general_notes(req: ExplainRequest, notes: dict[str, list[str]]) -> None:
+def _general_notes(req: ExplainRequest, notes: dict[str, list[str]],
+                   merged: Mapping[str, Any]) -> None:
     general = notes.setdefault("(general)", [])
+    general.extend(explain_notes(merged))  # the fields this preview does not model
     general.append("the driver's own environment never reaches workers; only the raylet's does")
     general.append("code that runs before the first task (worker_process_setup_hook, imports at "
                    "worker start) sees the raylet env, not Ray's accelerator/OMP writes")

@@ -3,6 +3,7 @@ engine share. Rules and the engine both depend on this module; it depends on nei
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -10,11 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
+from rtenv_cli.core.spec.fields import string_slots
 from rtenv_cli.core.spec.loader import Positions, Span
 
 if TYPE_CHECKING:
     from rtenv_cli.core.lint.packscan import Walked
     from rtenv_cli.core.lint.result import Api, PipelineResult
+    from rtenv_cli.core.spec.construct import RaySemantics
 
 DEFAULT_GLOBS = ("*runtime_env*.yaml", "*runtime_env*.yml", "*runtime_env*.json",
                  "*runtime-env*.yaml", "*runtime-env*.yml", "*runtime-env*.json")
@@ -31,6 +34,20 @@ class ValidateOptions:
     ray_version: str | None = None  # the cluster's Ray; default: the installed one, else 2.60.0
     env: Mapping[str, str] | None = None  # the submitting process's environment
     compare_apis: bool = True  # report where job-submit and ray-init disagree
+
+    @classmethod
+    def before_submit(cls, api: Api, env: Mapping[str, str]) -> ValidateOptions:
+        """What a command checks a runtime_env with just before it hands it to Ray itself (push,
+        run): Ray's verdict for that one entry point, in the environment the command runs in."""
+        return cls(api=api, env=dict(env), compare_apis=False)
+
+    def semantics(self) -> RaySemantics:
+        """How Ray reads the runtime_envs of this run: the one value the pipeline and the
+        construction step take."""
+        from rtenv_cli.core.spec.construct import RaySemantics
+
+        return RaySemantics(Path(self.base_dir) if self.base_dir else Path.cwd(), self.api,
+                            os.environ if self.env is None else self.env)
 
 
 @dataclass
@@ -134,14 +151,7 @@ def diag_at(positions: Positions, code: str, message: str, path: tuple[Any, ...]
                       span.end_column if span else None, hint, path, ray_error)
 
 
-_STRING_SLOTS = (
-    ("env_vars", "*"), ("pip", "#"), ("pip", "packages", "#"), ("pip", "pip_version"),
-    ("pip", "pip_install_options", "#"), ("uv", "#"), ("uv", "packages", "#"),
-    ("uv", "uv_version"), ("uv", "uv_pip_install_options", "#"), ("image_uri",),
-    ("py_executable",), ("worker_process_setup_hook",), ("java_jars", "#"), ("working_dir",),
-    ("py_modules", "#"), ("excludes", "#"), ("config", "log_files", "#"), ("conda",),
-    ("container", "image"), ("container", "worker_path"), ("container", "run_options", "#"),
-)
+_STRING_SLOTS = string_slots()  # from the field table
 
 
 def walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -112,9 +111,7 @@ def _ray_diagnostics(ctx: Context, result: PipelineResult) -> list[Diagnostic]:
     for exc in result.errors:
         code = STAGE_CODES.get(exc.stage)
         if code is None:
-            conflict = exc.message.startswith(("The 'pip' field", "The 'container' field",
-                                               "The 'image_uri' field"))
-            code = "RTE005" if conflict else "RTE006"
+            code = "RTE005" if exc.check == "conflict" else "RTE006"
         rel = exc.json_path[len(ctx.prefix):]
         hint = exc.hint
         value = _lookup(ctx.data, rel)
@@ -164,15 +161,15 @@ def _lookup(data: Any, path: Sequence[Any]) -> Any:
 def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text: str | None,
               file_dir: Path | None, options: ValidateOptions, cache: FileCache | None = None
               ) -> tuple[list[Diagnostic], PipelineResult]:
-    base_dir = Path(options.base_dir) if options.base_dir else Path.cwd()
-    env = os.environ if options.env is None else options.env
+    ray = options.semantics()
     cache = FileCache() if cache is None else cache
-    result = run_pipeline(data, base_dir, options.api, env=env, prefix=prefix, cache=cache)
-    ctx = Context(data, prefix, positions, text, base_dir, file_dir, options, result, env, cache)
+    result = run_pipeline(data, ray, prefix=prefix, cache=cache)
+    ctx = Context(data, prefix, positions, text, ray.base_dir, file_dir, options, result, ray.env,
+                  cache)
     diags = _ray_diagnostics(ctx, result)
     if options.compare_apis:
-        other: Api = "ray-init" if options.api == "job-submit" else "job-submit"
-        alt = run_pipeline(data, base_dir, other, env=env, prefix=prefix, cache=cache)
+        other = ray.other().api
+        alt = run_pipeline(data, ray.other(), prefix=prefix, cache=cache)
         if alt.valid != result.valid:
             if alt.valid:
                 msg = f"{_api_name(other)} accepts this runtime_env, {_api_name(options.api)} "\

@@ -4,7 +4,7 @@ paths are replaced by Ray's `gcs://` URIs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,8 @@ from rtenv_cli.core.spec import normalize as n
 
 if TYPE_CHECKING:
     from rtenv_cli.core.lint.context import FileCache
-    from rtenv_cli.core.lint.result import Api, PipelineResult
+    from rtenv_cli.core.lint.result import PipelineResult
+    from rtenv_cli.core.spec.construct import RaySemantics
 
 PLACEHOLDER_URI = model.PLACEHOLDER_URI
 
@@ -25,10 +26,10 @@ def _resolve(p: str, base_dir: Path) -> Path:
 class Packager:
     """Replaces local working_dir/py_modules with `gcs://` URIs the way Ray's helpers do."""
 
-    def __init__(self, base_dir: Path, api: Api, env: Mapping[str, str], prefix: tuple[Any, ...],
-                 result: PipelineResult, *, cache: FileCache | None = None) -> None:
-        self.base_dir, self.api, self.env, self.prefix, self.result = (base_dir, api, env, prefix,
-                                                                      result)
+    def __init__(self, ray: RaySemantics, prefix: tuple[Any, ...], result: PipelineResult, *,
+                 cache: FileCache | None = None) -> None:
+        self.base_dir, self.api, self.env = ray.base_dir, ray.api, ray.env
+        self.prefix, self.result = prefix, result
         self.walks = cache.walks if cache is not None else None
         self.uris = cache.run.uris if cache is not None else None
 

@@ -1,7 +1,7 @@
 """Ray 2.60.0's client -> server -> driver path for one runtime_env, every error collected.
 
-`run_pipeline(data, base_dir, api)` follows `ray job submit` (api="job-submit") or `ray.init`
-(api="ray-init") stage by stage: shape, packaging of local working_dir/py_modules (URIs from
+`run_pipeline(data, ray)` follows `ray job submit` (`ray.api` "job-submit") or `ray.init`
+("ray-init") stage by stage: shape, packaging of local working_dir/py_modules (URIs from
 `rtenv_cli.core.packaging`, the same as `rtenv push`), the setup hook,
 `RuntimeEnv(...)` + `_validate_no_local_paths` + `to_dict()`, JSON encoding, and the checks that
 fail the job later (the server's re-validation, the protobuf config, the driver's hook check).
@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.lint.package_stage import Packager
 from rtenv_cli.core.lint.result import Api, PipelineResult
 from rtenv_cli.core.spec import normalize as n
-from rtenv_cli.core.spec.construct import construct
+from rtenv_cli.core.spec.construct import RaySemantics, construct
 
 if TYPE_CHECKING:
     from rtenv_cli.core.lint.context import FileCache
 
-__all__ = ["HOOK_ENV_VAR", "Api", "PipelineResult", "run_pipeline"]
+__all__ = ["HOOK_ENV_VAR", "Api", "PipelineResult", "RaySemantics", "run_pipeline"]
 
 HOOK_ENV_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 
@@ -75,11 +72,10 @@ def _unencodable(  # noqa: PLR0911 - one return per JSON type
 
 
 def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
-    data: Any, base_dir: Path, api: Api = "job-submit", *,
-    env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (),
+    data: Any, ray: RaySemantics, *, prefix: tuple[Any, ...] = (),
     cache: FileCache | None = None,
 ) -> PipelineResult:
-    env = os.environ if env is None else env
+    api = ray.api
     result = PipelineResult()
     if not data:  # `runtime_env or {}`: empty file, comments only, false, [], 0, ""
         data = {}
@@ -92,7 +88,7 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     import copy
 
     rt = copy.deepcopy(data)
-    packager = Packager(base_dir, api, env, prefix, result, cache=cache)
+    packager = Packager(ray, prefix, result, cache=cache)
     ok = True
     if api == "job-submit":
         ok = packager.working_dir(rt) and packager.py_modules(rt)
@@ -117,9 +113,9 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
             if isinstance(rt.get(key), (str, list)):
                 rt.pop(key)
     if api == "job-submit":
-        _job_submit_tail(rt, base_dir, env, prefix, result)
+        _job_submit_tail(rt, ray, prefix, result)
     else:
-        _ray_init_tail(rt, base_dir, env, prefix, result)
+        _ray_init_tail(rt, ray, prefix, result)
     # collected out of order (e.g. the driver's hook check); Ray's order decides which is first
     result.errors.sort(key=lambda exc: _STAGE_ORDER.get(exc.stage, len(_STAGE_ORDER)))
     if result.errors:
@@ -132,10 +128,10 @@ _STAGE_ORDER = {name: i for i, name in enumerate(
      "driver"))}
 
 
-def _job_submit_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
-                     prefix: tuple[Any, ...], result: PipelineResult) -> None:
+def _job_submit_tail(rt: dict[str, Any], ray: RaySemantics, prefix: tuple[Any, ...],
+                     result: PipelineResult) -> None:
     """RuntimeEnv(**rt) + to_dict(), the JSON body, then the job server's re-validation."""
-    built = construct(rt, base_dir, env=env, prefix=prefix)
+    built = construct(rt, ray, prefix=prefix)
     for exc in built.errors:
         exc.stage = "runtime_env"
     result.errors.extend(built.errors)
@@ -144,7 +140,7 @@ def _job_submit_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
         return
     normalized = json.loads(json.dumps(built.normalized, allow_nan=False))
     result.normalized = normalized
-    again = construct(normalized, base_dir, env=env, prefix=prefix)
+    again = construct(normalized, ray, prefix=prefix)
     for exc in again.errors:
         exc.stage = "server"
         exc.hint = exc.hint or ("the client accepted this (`_validate: false`), but the job "
@@ -158,11 +154,11 @@ def _job_submit_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
             result.errors.append(exc)
 
 
-def _ray_init_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
-                   prefix: tuple[Any, ...], result: PipelineResult) -> None:
+def _ray_init_tail(rt: dict[str, Any], ray: RaySemantics, prefix: tuple[Any, ...],
+                   result: PipelineResult) -> None:
     """set_runtime_env(validate=True): RuntimeEnv(**rt) (no to_dict), then the job config's
     protobuf: `serialize()` rebuilds a validated RuntimeEnv from it and json.dumps it."""
-    built = construct(rt, base_dir, env=env, prefix=prefix, to_dict=False)
+    built = construct(rt, ray, prefix=prefix, to_dict=False)
     for exc in built.errors:
         exc.stage = "runtime_env"
     result.errors.extend(built.errors)
@@ -182,7 +178,7 @@ def _ray_init_tail(rt: dict[str, Any], base_dir: Path, env: Mapping[str, str],
         if result.errors:
             return
     # ... then `serialize()`
-    serialized = construct(built.normalized, base_dir, env=env, prefix=prefix, to_dict=False)
+    serialized = construct(built.normalized, ray, prefix=prefix, to_dict=False)
     for err in serialized.errors:
         err.stage = "runtime_env"
     result.errors.extend(serialized.errors)

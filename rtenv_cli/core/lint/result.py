@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rtenv_cli.core.spec import normalize as n
+from rtenv_cli.core.spec.construct import Api
 
-Api = Literal["job-submit", "ray-init"]
+__all__ = ["Api", "PipelineResult"]
 
 
 @dataclass

@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from rtenv_cli.core.lint.diagnostic import Severity
 from rtenv_cli.core.lint.rule import Rule
+from rtenv_cli.core.spec import model
+from rtenv_cli.core.spec.construct import MANAGERS
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+
+def _and(items: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+# RTE005 and RTE006's docs, from the field table
+_MANAGERS = _and(MANAGERS)
+_ONLY_WITH = "; ".join(
+    f"{_and(tuple(n for n, a in model.ONLY_WITH.items() if a - {n} == others))} only combine "
+    f"with {_and(sorted(others))}"
+    for others in dict.fromkeys(a - {n} for n, a in model.ONLY_WITH.items()))
 
 _TABLE: tuple[Rule, ...] = (
     # -- what Ray itself rejects (the verdict) ---------------------------------------------------
@@ -35,14 +49,14 @@ _TABLE: tuple[Rule, ...] = (
          "worker_process_setup_hook: 42\n", "worker_process_setup_hook: my_pkg.setup\n",
          ray=True),
     Rule("RTE005", "conflicting-fields", E, "fields that Ray refuses to combine",
-         "pip, uv and conda are mutually exclusive (checked on the raw values: `pip: []` counts); "
-         "container and image_uri only combine with config and env_vars.",
+         f"{_MANAGERS} are mutually exclusive (checked on the raw values: `pip: []` counts); "
+         f"{_ONLY_WITH}.",
          "RuntimeEnv(...) raises ValueError; the job is never submitted.",
          "pip: [requests]\nconda: my-env\n",
          "conda:\n  dependencies:\n    - pip\n    - pip: [requests]\n", ray=True),
     Rule("RTE006", "invalid-field-value", E, "a field value Ray's parsers reject",
-         "Runs Ray's per-field parsers (py_modules, working_dir, excludes, conda, pip, uv, "
-         "env_vars, container, config) twice, as RuntimeEnv(...) and to_dict() do.",
+         f"Runs Ray's per-field parsers ({', '.join(model.VALIDATED_ORDER)}) twice, as "
+         "RuntimeEnv(...) and to_dict() do.",
          "Ray raises TypeError/ValueError without naming the line. YAML 1.1 types are the usual "
          "cause: `yes`, `012`, `12:30`, dates and bare numbers are not strings.",
          "env_vars:\n  DEBUG: yes\n  WORKERS: 4\n",

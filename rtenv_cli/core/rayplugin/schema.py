@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtenv_cli.core.errors import ValidationError
+from rtenv_cli.core.spec.fields import FIELDS, names
 from rtenv_cli.core.spec.limits import LimitsField, parse_limits
 from rtenv_cli.core.spec.model import RTENV_FIELD
 
@@ -55,9 +56,9 @@ KINDS = ("pip", "uv")
 TREES = ("working_dir", "py_modules")  # rtenv-tree:// URIs, written by `rtenv push`
 KEYS = (*KINDS, *TREES, "limits")
 # fields that also choose the worker's interpreter: one of them with `rtenv` is ambiguous
-CONFLICTS = ("pip", "uv", "conda", "py_executable", "container", "image_uri")
+CONFLICTS = tuple(f.name for f in FIELDS if f.plugin != "ok")  # from the field table
 # a worker in a container is started by the container's runtime, not by our prefix
-LIMITS_CONFLICTS = ("container", "image_uri")
+LIMITS_CONFLICTS = names(where="plugin", value="container")
 WORKING_DIR_VAR = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}"
 
 # the node's settings, read by the plugin in Ray's agent (`rtenv ray-env` prints them)

@@ -9,14 +9,33 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rtenv_cli.core.spec import model
 from rtenv_cli.core.spec import normalize as n
 
 _INIT_PARAMS = frozenset(model.INIT_PARAM_ORDER)
+
+# which of Ray's entry points a runtime_env goes through
+Api = Literal["job-submit", "ray-init"]
+
+
+@dataclass(frozen=True)
+class RaySemantics:
+    """How Ray reads a runtime_env in one call, as one value: the entry point (`ray job submit`
+    or `ray.init`), the directory relative paths resolve against (Ray: the CWD) and the
+    submitting process's environment. `ValidateOptions.semantics` builds it; the pipeline and
+    the construction step read it, nothing else decides what Ray does."""
+
+    base_dir: Path
+    api: Api = "job-submit"
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    def other(self) -> RaySemantics:
+        """The same call through the other entry point (RTE009 compares them)."""
+        return replace(self, api="ray-init" if self.api == "job-submit" else "job-submit")
 
 
 @dataclass
@@ -60,19 +79,19 @@ def init_dict(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def construct(
-    d: Mapping[str, Any], base_dir: Path, *, allow_local_paths: bool = False,
-    env: Mapping[str, str] | None = None, prefix: tuple[Any, ...] = (), to_dict: bool = True,
+    d: Mapping[str, Any], ray: RaySemantics, *, allow_local_paths: bool = False,
+    prefix: tuple[Any, ...] = (), to_dict: bool = True,
 ) -> Constructed:
     """`RuntimeEnv(**d)`, `_validate_no_local_paths`, `.to_dict()`, in that order.
 
     `d` must be a dict with str keys and no `self` key (the caller reports those shape errors).
     Error paths are prefixed with `prefix` (where the runtime_env sits in its file).
     """
-    fields = _FieldParsers(_parsers(base_dir), prefix)
+    fields = _FieldParsers(_parsers(ray.base_dir), prefix)
     rt = init_dict(d)
     validate = _truthy(d.get("_validate", True))
     if validate:
-        _init_validate(rt, fields, os.environ if env is None else env)
+        _init_validate(rt, fields, ray.env)
     if not allow_local_paths:
         _no_local_paths(rt, fields.errors, prefix)
     if not to_dict:  # e.g. RuntimeEnv.serialize(): one constructor pass, no deepcopy
@@ -142,23 +161,28 @@ def _to_dict(rt: Mapping[str, Any], fields: _FieldParsers, *, validate: bool) ->
 
 def _cross_field(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
                  prefix: tuple[Any, ...]) -> None:
-    managers = [k for k in ("pip", "uv", "conda") if rt.get(k) is not None]
+    managers = [k for k in MANAGERS if rt.get(k) is not None]
     if len(managers) > 1:
         errors.append(n.RuntimeEnvValueError(
-            "The 'pip' field, 'uv' field, and 'conda' field of runtime_env cannot be specified "
-            f"at the same time (specified: {', '.join(managers)})",
-            (*prefix, managers[1]), python_type="ValueError",
+            f"{_MANAGERS_MESSAGE} (specified: {', '.join(managers)})",
+            (*prefix, managers[1]), python_type="ValueError", check="conflict",
             hint="keep one; to use pip with conda, list the pip packages inside the conda env"))
-    for name, allowed in (("container", model.CONTAINER_COMPATIBLE),
-                          ("image_uri", model.IMAGE_URI_COMPATIBLE)):
+    for name, allowed in model.ONLY_WITH.items():
         if _truthy(rt.get(name)):
             invalid = sorted(set(rt) - allowed)
             if invalid:
+                others = " and ".join(sorted(allowed - {name}))
                 errors.append(n.RuntimeEnvValueError(
                     f"The '{name}' field currently cannot be used together with other fields of "
                     f"runtime_env. Specified fields: {{{', '.join(map(repr, invalid))}}}",
-                    (*prefix, invalid[0]), python_type="ValueError",
-                    hint=f"only config and env_vars may accompany {name}"))
+                    (*prefix, invalid[0]), python_type="ValueError", check="conflict",
+                    hint=f"only {others} may accompany {name}"))
+
+
+_MANAGERS_MESSAGE = ("The 'pip' field, 'uv' field, and 'conda' field of runtime_env cannot be "
+                     "specified at the same time")
+# the package managers of the field table, in the order Ray's message names them
+MANAGERS = sorted(model.MANAGERS, key=lambda m: _MANAGERS_MESSAGE.find(f"'{m}'"))
 
 
 def _no_local_paths(rt: dict[str, Any], errors: list[n.RuntimeEnvValueError],
@@ -204,7 +228,7 @@ def normalize_runtime_env(d: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     Raises the first `RuntimeEnvValueError` in Ray's order. Use
     `construct` to get every error at once.
     """
-    result = construct(d, Path(base_dir), allow_local_paths=True)
+    result = construct(d, RaySemantics(Path(base_dir)), allow_local_paths=True)
     if result.errors:
         raise result.errors[0]
     return result.normalized

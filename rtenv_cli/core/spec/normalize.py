@@ -15,27 +15,31 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from rtenv_cli.core.errors import ValidationError
 from rtenv_cli.core.spec import model
 
 JsonPath = tuple[Any, ...]
+# which of RuntimeEnv's checks refuses a value: a field's parser, or a rule between fields
+Check = Literal["field", "conflict"]
 _WINDOWS_DRIVE = re.compile(r"^[a-zA-Z]:[\\/]")
 
 
 class RuntimeEnvValueError(ValidationError):
     """A value Ray rejects: `python_type` is the Python exception type Ray raises for it,
-    `json_path` where it is, `stage` which step of Ray's processing refuses it."""
+    `json_path` where it is, `stage` which step of Ray's processing refuses it, `check` which
+    of RuntimeEnv's checks: a field's own parser, or a rule between fields (`conflict`)."""
 
     def __init__(self, message: str, json_path: JsonPath = (), *,
                  python_type: str = "ValueError", stage: str = "runtime_env",
-                 hint: str | None = None) -> None:
+                 hint: str | None = None, check: Check = "field") -> None:
         super().__init__(message, hint=hint)
         self.json_path = tuple(json_path)
         self.python_type = python_type
         self.stage = stage
+        self.check: Check = check
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "python_type": self.python_type,

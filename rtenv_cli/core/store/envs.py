@@ -31,6 +31,7 @@ from rtenv_cli.core.errors import (
     UsageError,
     ValidationError,
 )
+from rtenv_cli.core.spec.fields import agent_refused
 from rtenv_cli.core.store import builders
 from rtenv_cli.core.store.beneath import open_regular, open_under_roots
 from rtenv_cli.core.store.handle import EnvHandle
@@ -41,7 +42,7 @@ from rtenv_cli.core.store.unpack import extract
 if TYPE_CHECKING:
     import sqlite3
 
-UNSUPPORTED = ("conda", "container", "image_uri", "java_jars", "mpi", "nsight", "rocprof_sys")
+UNSUPPORTED = agent_refused()  # from the field table
 _OPTIONS = {"pip": "pip_install_options", "uv": "uv_pip_install_options"}
 
 

@@ -97,3 +97,15 @@ def test_precision_limit() -> None:
     p = predict(req(num_cpus=0.00001, res={"NPU": 0.00005}))
     assert len(p.errors) == 2
     assert not predict(req(num_cpus=0.12345, res={"NPU": 0.0001})).errors
+
+
+def test_fields_the_preview_does_not_model_are_named_in_its_notes() -> None:
+    """`image_uri` runs the worker in a container whose environment the preview cannot see: it
+    says so (the field table's explain column), instead of silently showing the host's."""
+    p = predict(req(job_runtime_env={"image_uri": "rayproject/ray:2.60.0",
+                                     "env_vars": {"A": "1"}}))
+    general = p.notes["(general)"]
+    assert any(n.startswith("`image_uri` is not modelled") for n in general)
+    assert p.env["A"] == "1"
+    plain = predict(req(job_runtime_env={"env_vars": {"A": "1"}}))
+    assert not any("not modelled" in n for n in plain.notes["(general)"])

@@ -9,8 +9,10 @@ from urllib.parse import urlparse
 
 from rtenv_cli.core.lint.context import Context
 from rtenv_cli.core.lint.diagnostic import Diagnostic
+from rtenv_cli.core.spec.fields import names
 
 _INTERNAL_SCHEMES = ("pip", "uv", "conda")
+_NODE_STR = names(where="node_str")  # strings Ray checks only on the node
 
 
 def _type(value: object) -> str:
@@ -21,7 +23,7 @@ def node_types(ctx: Context) -> Iterator[Diagnostic]:
     data = ctx.data
     if not isinstance(data, Mapping) or ctx.pipeline.errors:
         return
-    for field in ("image_uri", "py_executable"):
+    for field in _NODE_STR:
         value = data.get(field)
         if value is not None and not isinstance(value, str):
             yield ctx.diag("RTE170", f"`{field}` is {_type(value)} {value!r}: Ray does not check "

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from rtenv_cli.core.lint.context import Context, coercion_hint, expects_string, walk
 from rtenv_cli.core.lint.diagnostic import Diagnostic
 from rtenv_cli.core.lint.rules.foreign import anyscale_keys, looks_foreign
-from rtenv_cli.core.spec import model
+from rtenv_cli.core.spec import fields, model
 
 # keys users put at the top level that belong elsewhere
 _MISPLACED = {
@@ -84,8 +84,7 @@ def yaml_coercions(ctx: Context) -> Iterator[Diagnostic]:
     if not isinstance(ctx.data, Mapping):
         return
     reported = {e.json_path for e in ctx.pipeline.errors}  # Ray's error already says it
-    for field in ("env_vars", "pip", "uv", "image_uri", "py_executable",
-                  "worker_process_setup_hook", "java_jars", "container"):
+    for field in _COERCED:
         if field not in ctx.data:
             continue
         for path, value in walk(ctx.data[field], (field,)):
@@ -153,5 +152,6 @@ def not_a_runtime_env(ctx: Context) -> Iterator[Diagnostic]:
                    + ", ".join(k for k in model.SUGGESTABLE_KEYS if not k.startswith("_")))
 
 
+_COERCED = fields.names(where="coercions")  # fields RTE104 looks into
 _SHOWN_FOREIGN = 4  # keys named in RTE108's message
 CHECKS = (unknown_fields, unknown_subkeys, yaml_coercions, shadowed, not_a_runtime_env)
