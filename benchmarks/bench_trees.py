@@ -18,9 +18,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.bench_push import RAY_PUSH, ROOT, _edit, child, make_tree
 from benchmarks.common import Row, bytecode_env, run_measured
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.trees.materialize import NodeTrees
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,6 +93,22 @@ def _first_line(head: object, env_json: dict | None, wd: Path | None, env: dict[
     if took is None:
         raise RuntimeError("the job printed no first line:\n" + "".join(lines)[-4000:])
     return took
+
+
+def _patches(nt: NodeTrees, ident: str, edits: list[Path], *, gcs: str, sub: Path,
+             env: dict[str, str]) -> tuple[list[float], str]:
+    """Per edit: release the node's tree (a spare), edit one file, push, time the patch of the
+    spare into the new tree; (the times, the last manifest id)."""
+    times = []
+    for n, path in enumerate(edits):
+        nt.remove(ident)
+        _edit(path, n)
+        ident = _push(gcs, sub, env, "tree")["packages"][0]["tree"]["manifest"]
+        t0 = time.perf_counter()
+        _path, _size, how = nt.ensure(ident)
+        times.append(time.perf_counter() - t0)
+        assert how == "patched", how
+    return times, ident
 
 
 def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements
@@ -183,30 +203,15 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         t0 = time.perf_counter()
         nt.ensure(ident)
         cold_build = time.perf_counter() - t0
-        patch_times = []
-        for n in range(5):
-            nt.remove(ident)  # released: a spare
-            _edit(files[n + 40], n)
-            ident = _push(gcs, sub, env, "tree")["packages"][0]["tree"]["manifest"]
-            t0 = time.perf_counter()
-            _path, _size, how = nt.ensure(ident)
-            patch_times.append(time.perf_counter() - t0)
-            assert how == "patched", how
+        patch_times, ident = _patches(nt, ident, files[40:45], gcs=gcs, sub=sub, env=env)
         # ablation: the node's objects checked by a stat each instead of a listing per fan-out
         # directory (materialize.LIST_OBJECTS)
         from rtenv_cli.core.trees import materialize
 
-        stat_times = []
         materialize.LIST_OBJECTS = False
         try:
-            for n in range(3):
-                nt.remove(ident)
-                _edit(files[n + 50], n)
-                ident = _push(gcs, sub, env, "tree")["packages"][0]["tree"]["manifest"]
-                t0 = time.perf_counter()
-                _path, _size, how = nt.ensure(ident)
-                stat_times.append(time.perf_counter() - t0)
-                assert how == "patched", how
+            stat_times, ident = _patches(nt, ident, files[50:53], gcs=gcs, sub=sub,
+                                          env=env)
         finally:
             materialize.LIST_OBJECTS = True
         zip_path = work / "ray.zip"
