@@ -134,6 +134,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
                       dry_run=dry_run, progress=out.progress, sizes=dry_run or out.is_machine,
                       base_dir=base_dir, outputs=(output,) if output is not None else (),
                       rtenv_envs=rtenv_envs, via=via)
+    if out.is_machine and output is None:  # the runtime_env is in the JSON: no YAML dump
+        out.json(result.to_dict())
+        return
     text = result.document if result.document is not None else dump_runtime_env(
         result.runtime_env, output)
     if output is not None and not dry_run:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import ConfigError, UsageError
-from rtenv_cli.core.spec.forms import Form
 from rtenv_cli.core.transport.base import Target
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a directory's push never reads a form: spec.forms stays unimported
     from rtenv_cli.core.push import PushResult
+    from rtenv_cli.core.spec.forms import Form
 
 CARRIERS = ("serve", "kuberay")  # Form kinds pushed as a whole file
 _MISSING = object()  # no value equals it

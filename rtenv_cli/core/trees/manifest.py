@@ -25,7 +25,7 @@ import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rtenv_cli.core.errors import RtenvError
 
@@ -39,8 +39,7 @@ class TreeFormatError(RtenvError):
     """A manifest or pack index that does not parse (a foreign key in rtenv's namespace)."""
 
 
-@dataclass(frozen=True)
-class FileEntry:
+class FileEntry(NamedTuple):  # a tuple: 10k of them are built per push and per node build
     path: str
     mode: int
     size: int

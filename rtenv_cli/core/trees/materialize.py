@@ -43,6 +43,7 @@ MAX_CHAIN = 64
 PARALLEL = 4
 SPARES = 2
 RECENT = 4
+LIST_OBJECTS = True  # fetch lists the objects' fan-out directories (benchmarks turn it off)
 Snapshot = dict[str, tuple[int, int, int]]  # path -> (size, mtime_ns, st_mode); dirs: size -1
 _FICLONE = 0x40049409  # linux/fs.h: clone a file's extents (btrfs, xfs); EOPNOTSUPP elsewhere
 
@@ -155,9 +156,9 @@ class NodeTrees:
     def fetch(self, m: Manifest, kv: RayKV) -> int:
         """Bring the contents of `m` the node lacks; returns the bytes fetched."""
         wanted: dict[str, list[tuple[str, int, int]]] = {}
-        seen: set[str] = set()
+        seen = self._objects({f.digest[:2] for f in m.files.values()}) if LIST_OBJECTS else set()
         for f in m.files.values():
-            if f.digest in seen or self.object_path(f.digest).exists():
+            if f.digest in seen or (not LIST_OBJECTS and self.object_path(f.digest).exists()):
                 continue
             seen.add(f.digest)
             wanted.setdefault(f.pack, []).append((f.digest, f.offset, f.size))
@@ -186,6 +187,16 @@ class NodeTrees:
         finally:
             for c in conns[1:]:
                 c.close()
+
+    def _objects(self, fanout: set[str]) -> set[str]:
+        """The digests of the node's objects under the fan-out directories `fanout`: one listing
+        per directory (at most 256) rather than a stat per file of the manifest."""
+        base = os.path.join(self.root, "objects")
+        out: set[str] = set()
+        for d in fanout:
+            with contextlib.suppress(FileNotFoundError):
+                out.update(n for n in os.listdir(os.path.join(base, d)) if not n.startswith("."))
+        return out
 
     def _write_object(self, digest: str, data: memoryview) -> None:
         if hashlib.sha256(data).hexdigest() != digest:
@@ -278,6 +289,8 @@ class NodeTrees:
                     snap.pop(p, None)
             for p, f in m.files.items():
                 was = old.files.get(p)
+                if was == f:
+                    continue
                 dst = os.path.join(path, p)
                 if was is None or was.digest != f.digest:
                     if was is not None:
@@ -355,20 +368,24 @@ def _fix_dirs(path: Path, m: Manifest, snap: Snapshot) -> None:
     """Directories as a fresh build of `m` has them: each file's parents and `m`'s empty
     directories, no other (deepest removed first); `snap` follows."""
     need = set(m.dirs)
-    for p in list(m.files) + list(m.dirs):
-        parent = os.path.dirname(p)
+    parents = {p.rpartition("/")[0] for p in m.files} | {p.rpartition("/")[0] for p in m.dirs}
+    for first in parents:
+        parent = first
         while parent and parent not in need:
             need.add(parent)
-            parent = os.path.dirname(parent)
+            parent = parent.rpartition("/")[0]
     for p in sorted((p for p, v in snap.items() if v[0] == -1 and p not in need),
                     key=len, reverse=True):
         shutil.rmtree(path / p)
         for q in [q for q in snap if q == p or q.startswith(p + "/")]:
             del snap[q]
     for p in sorted(need):
-        full = path / p
+        full = os.path.join(path, p)
+        if p in snap and p not in m.dirs:
+            continue  # there, and its mode is the one the build left (snapshot checked)
         if p not in snap:
-            full.mkdir(exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(full)
         if p in m.dirs:
             os.chmod(full, m.dirs[p] & 0o777 or 0o755)
         s = os.lstat(full)
