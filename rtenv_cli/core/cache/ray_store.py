@@ -6,7 +6,9 @@ was started with: `rtenv ray-env`).
 Listing and gc are the store's own (`ls.list_store`, `gc.plan_gc` / `gc.run_gc`): an entry the
 plugin holds (a URI Ray has not released with `delete_uri`: a live worker or job uses it) has a
 reference from the agent's process and is never removed; `Store.remove` re-checks that under the
-entry's lock.
+entry's lock. The plugin's reference is a lease renewed while a process uses the entry, so
+before a gc the entries a live process of the node uses are pinned too (a worker Ray started
+from a context it cached, between two renewals).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 HOME_ENV = "RTENV_HOME"
+IN_USE_PIN_S = 300.0  # longer than any gc run: the lease's next renewal takes over
 
 
 def node_store_root(env: dict[str, str]) -> Path:
@@ -45,6 +48,8 @@ def node_report(gc: dict[str, Any] | None, *, clean: bool, env: dict[str, str]
         if gc is not None:
             from rtenv_cli.core.cache.gc import plan_gc, run_gc
 
+            pin_in_use(store)
+
             plan = plan_gc(store.index.all(), older_than_s=gc.get("older_than_s"),
                            keep_storage=gc.get("keep_storage"), kinds=kinds,
                            purge=bool(gc.get("purge")))
@@ -52,3 +57,15 @@ def node_report(gc: dict[str, Any] | None, *, clean: bool, env: dict[str, str]
     finally:
         store.close()
     return out
+
+
+def pin_in_use(store: Any) -> list[str]:
+    """Pin the entries of `store` a live process uses (store/users.py); returns their keys."""
+    from rtenv_cli.core.store.users import in_use
+
+    paths = {str(store.root / e.path): e.key for e in store.index.all()}
+    used = [paths[p] for p in in_use(paths)]
+    if used:
+        with store.index.tx() as db:
+            store.index.pin(db, used, IN_USE_PIN_S)
+    return used
