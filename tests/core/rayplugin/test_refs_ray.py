@@ -61,9 +61,9 @@ def _entries(home: Path) -> dict[str, tuple[int, str]]:
         store.close()
 
 
-def _cli(head: RayHead, *args: str) -> dict:
+def _cli(head: RayHead, *args: str, address: str | None = None) -> dict:
     proc = subprocess.run([sys.executable, "-m", "rtenv_cli", "cache", *args, "--address",
-                           head.dashboard_url, "--format", "json"], capture_output=True,
+                           address or head.dashboard_url, "--format", "json"], capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return json.loads(proc.stdout)
@@ -90,7 +90,8 @@ def test_references_end_with_the_workers_and_purge_spares_a_live_actor(
     while in_use([_entries(home)[DONE][1]]) or _entries(home)[DONE][0]:
         assert time.monotonic() < deadline, f"reference never released: {_entries(home)}"
         time.sleep(0.5)
-    listing = _cli(head, "ls")
+    listing = _cli(head, "ls", address=head.address)  # the GCS address: tree refs too
+    assert listing["tree_refs"] == []  # this node materialized no tree
     (node,) = listing["nodes"]
     refs = {e["label"]: e["refs"] for e in node["rtenv"]["entries"]}
     assert refs[DONE] == 0
