@@ -146,6 +146,9 @@ class Engine:
         self._tree_refs: set[str] = set()  # tree URIs whose `r:` key this node holds
         self._tree_seen: dict[str, float] = {}  # tree URI -> monotonic time last created/used
         self._leases: threading.Thread | None = None
+        # a renewal and a release of one URI never interleave: a renewal that read the URI as
+        # held before `delete_uri` would otherwise take a lease after the release
+        self._lease_lock = threading.Lock()
 
     # -- the cluster's KV and the node's trees ----------------------------------------------------
     def kv(self) -> RayKV:
@@ -241,9 +244,10 @@ class Engine:
     def release_tree(self, uri: str, logger: logging.Logger | None = None) -> int:
         """No worker of this node holds `uri` any more: remove its tree and the node's
         reference; returns the bytes freed."""
-        held = self._tree_paths.pop(uri, None)
-        self._tree_seen.pop(uri, None)
-        self._tree_refs.discard(uri)
+        with self._lease_lock:
+            held = self._tree_paths.pop(uri, None)
+            self._tree_seen.pop(uri, None)
+            self._tree_refs.discard(uri)
         if held is None:
             return 0
         try:
@@ -426,16 +430,17 @@ class Engine:
     def release(self, uri: str, logger: logging.Logger | None = None) -> int:
         """Drop rtenv's reference for `uri`; returns the bytes freed now (0: the store's
         budget decides when they go)."""
-        with self._guard:
-            held = self._held.pop(uri, None)
-            self._renew.pop(uri, None)
-        if held is None or self._envs is None:
-            return 0
-        try:
-            self._envs.release(held.env_key, held.holder)
-        except Exception as exc:  # never let a release take the agent down
-            (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
-            return 0
+        with self._lease_lock:
+            with self._guard:
+                held = self._held.pop(uri, None)
+                self._renew.pop(uri, None)
+            if held is None or self._envs is None:
+                return 0
+            try:
+                self._envs.release(held.env_key, held.holder)
+            except Exception as exc:  # never let a release take the agent down
+                (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
+                return 0
         (logger or log).info("rtenv: released %s (kept in the store %s)", uri,
                              self._envs.store.root)
         return 0
@@ -468,27 +473,31 @@ class Engine:
 
         with self._guard:
             venvs = {h.venv: uri for uri, h in self._held.items()}
-            renew = dict(self._renew)
         trees = {str(p): uri for uri, (p, _size) in list(self._tree_paths.items())}
         used = in_use([*venvs, *trees])
         for path in used & venvs.keys():
-            fn = renew.get(venvs[path])
             try:
-                if fn is not None:
-                    fn()
+                with self._lease_lock:  # still held (no `delete_uri` since the scan): renew
+                    fn = self._renew.get(venvs[path])
+                    if fn is not None:
+                        fn()
             except Exception as exc:  # a lease not renewed: the next pass tries again
                 log.warning("rtenv: renewing the lease of %s failed: %s", venvs[path], exc)
         now = time.monotonic()
         for path, uri in trees.items():
-            if path in used:
-                self._tree_seen[uri] = now
-                if uri not in self._tree_refs:
-                    self._set_ref(manifest_id(uri), held=True)
-                    self._tree_refs.add(uri)
-            elif uri in self._tree_refs and now - self._tree_seen.get(uri, now) >= self.lease_s:
-                self._set_ref(manifest_id(uri), held=False)
-                self._tree_refs.discard(uri)
-                log.info("rtenv: no process uses tree %s: its reference is dropped", uri)
+            with self._lease_lock:
+                if uri not in self._tree_paths:  # released since the scan
+                    continue
+                if path in used:
+                    self._tree_seen[uri] = now
+                    if uri not in self._tree_refs:
+                        self._set_ref(manifest_id(uri), held=True)
+                        self._tree_refs.add(uri)
+                elif uri in self._tree_refs and now - self._tree_seen.get(uri, now) >= \
+                        self.lease_s:
+                    self._set_ref(manifest_id(uri), held=False)
+                    self._tree_refs.discard(uri)
+                    log.info("rtenv: no process uses tree %s: its reference is dropped", uri)
 
 
 def drop_guard(runtime_env: Any) -> None:
