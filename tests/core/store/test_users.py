@@ -56,3 +56,28 @@ def test_nothing_is_in_use_once_the_process_exited(dirs: dict[str, Path],
 
 def test_no_paths_asked_none_used() -> None:
     assert in_use([]) == set()
+
+
+def test_a_node_gc_keeps_an_unreferenced_entry_a_live_process_uses(tmp_path: Path) -> None:
+    from rtenv_cli.core.cache.gc import plan_gc
+    from rtenv_cli.core.cache.ray_store import kept_in_use
+    from rtenv_cli.core.store.store import Store
+
+    store = Store(tmp_path / "store")
+    try:
+        for key in ("used", "idle"):
+            store.get_or_build(key, kind="pip", uri=f"pip://{key}", label=key,
+                               build=lambda tree: (tree / "venv").mkdir())
+        venv = store.root / store.index.get("used").path / "tree" / "venv"  # type: ignore[union-attr]
+        p = _sleeper(tmp_path, {"VIRTUAL_ENV": str(venv)})
+        try:
+            plan = plan_gc(kept_in_use(store), purge=True)
+            assert [e.key for e in plan.remove] == ["idle"]
+        finally:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(timeout=60)
+        assert sorted(e.key for e in plan_gc(kept_in_use(store), purge=True).remove) == [
+            "idle", "used"]
+    finally:
+        store.close()
