@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -80,6 +80,7 @@ def ls(
 
         with out.status(f"measuring the runtime_env caches of every node of {where.value}"):
             listing = list_ray_nodes(where.value)
+        listing = _with_tree_refs(listing, where)
         out.result(listing, render_ray_nodes)
         _node_errors(out, listing.errors)
         return
@@ -124,6 +125,24 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
     result = backend.gc(dry_run=False, older_than_s=older, keep_storage=keep, kinds=kinds,
                         purge=purge)
     out.result(result, render_gc)
+
+
+def _with_tree_refs(listing: Any, where: object) -> Any:
+    """`listing` with the nodes' tree references (`r:` keys), read through a GCS address."""
+    from rtenv_cli.core.transport.resolve import AddressKind
+
+    if getattr(where, "kind", None) is not AddressKind.GCS:
+        return listing
+    import dataclasses
+
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.gc import tree_refs
+
+    kv = RayKV.connect(where.value)  # type: ignore[attr-defined]
+    try:
+        return dataclasses.replace(listing, tree_refs=tree_refs(kv))
+    finally:
+        kv.close()
 
 
 def _gc_trees(out: Output, where: object, *, dry_run: bool, purge: bool) -> None:

@@ -144,6 +144,15 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
     for node, store in listing.rtenv_stores():
         out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}): rtenv's plugin")
         render_listing(out, store)
+    refs = data.get("tree_refs")
+    if refs is None:
+        out.line("\ntrees: references in the cluster's KV are listed through the GCS address "
+                 "(--address <head>:6379)")
+    else:
+        out.line(f"\ntrees: {len(refs)} references held by the nodes' plugins")
+        for r in refs:
+            state = "" if r["alive"] else " (dead node: the next gc drops it)"
+            out.line(f"  {r['manifest'][:16]}  node {r['node_id'][:12]}{state}")
     t = data["totals"]
     out.line(f"\nlive sessions: {human_bytes(t['live_bytes'])}; old sessions: "
              f"{human_bytes(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "

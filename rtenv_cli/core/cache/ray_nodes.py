@@ -49,6 +49,9 @@ class RayNodesListing:
     address: str
     nodes: tuple[dict[str, Any], ...]
     reported: int | None = None  # runtime envs the state API reports cluster-wide
+    # the nodes' references to trees in the cluster's KV (trees/gc.py tree_refs); None: not
+    # read (they are read through a GCS address)
+    tree_refs: tuple[dict[str, Any], ...] | None = None
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -64,6 +67,7 @@ class RayNodesListing:
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "nodes": list(self.nodes), "reported": self.reported,
                 "totals": _totals(self.nodes), "errors": list(self.errors),
+                "tree_refs": None if self.tree_refs is None else list(self.tree_refs),
                 "note": LIVE_SESSION_NOTE}
 
 

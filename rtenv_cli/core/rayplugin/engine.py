@@ -12,16 +12,24 @@ the agent's event loop. A cancelled setup (Ray's `setup_timeout_seconds`) kills 
 processes and waits for the store to discard its directory before the cancellation goes on.
 
 References: rtenv holds one reference per URI while Ray's URI cache holds it, named after the
-agent's pid (so it ends with the agent, and with the Ray session). `release` drops it; whether
-the bytes go is the store's budget's call (`RTENV_MAX_SIZE`, `RTENV_MAX_AGE`, `rtenv cache gc`),
-so a later job or a new Ray session on the same store is a cache hit.
+agent's pid (so it ends with the agent, and with the Ray session), and as a *lease*
+(RTENV_RAY_LEASE, default 60 s) that a thread of the plugin renews while a live process of the
+node uses the environment (store/users.py: its VIRTUAL_ENV, PYTHONPATH or cwd). Ray's raylet does
+not always hand a reference back (a URI can stay "used" in Ray's cache after every worker
+exited, so `delete_uri` never comes): the lease makes the reference follow the workers, not
+Ray's count. `release` (Ray's `delete_uri`) drops it at once. Whether the bytes go is the
+store's budget's call (`RTENV_MAX_SIZE`, `RTENV_MAX_AGE`, `rtenv cache gc`), so a later job or a
+new Ray session on the same store is a cache hit; the node's gc pins whatever a live process
+uses (cache/ray_store.py), so a worker started later from Ray's cached context never loses its
+environment, and a renewal rebuilds an entry that went meanwhile.
 
 Trees (`rtenv.working_dir`, `rtenv.py_modules`: rtenv-tree:// URIs that `rtenv push` published
 to the cluster's KV) are materialized by core/trees/materialize.py under `<store>/trees`, one
 URI each, off the event loop; the node's reference to a manifest is a key in the KV
-(`r:<manifest>:<node>`) while Ray holds the URI, so the cluster's gc keeps what a live worker
-uses. The plugin announces its node (`n:<node>`) when Ray constructs it, so a push can tell
-whether every node loads it.
+(`r:<manifest>:<node>`) while Ray holds the URI and, after a lease, only while a live process
+uses the tree (as for environments), so the cluster's gc keeps what a live worker uses. The
+plugin announces its node (`n:<node>`) when Ray constructs it, so a push can tell whether every
+node loads it.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +60,7 @@ URI_SCHEME = "rtenv://"
 WORKING_DIR_ENV = "RAY_RUNTIME_ENV_CREATE_WORKING_DIR"
 CANCEL_WAIT_S = 30.0
 GC_EVERY_S = 600.0  # the plugin's own collection of the cluster's trees (trees/gc.py)
+LEASE_S = 60.0  # schema.LEASE_ENV's default
 
 
 class SetupError(RuntimeError):
@@ -106,6 +115,21 @@ def configured_priority(environ: Mapping[str, str] | None = None) -> int:
     return schema.PRIORITY
 
 
+def lease_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """RTENV_RAY_LEASE of the node's `ray start` (the agent inherits it), else LEASE_S; an
+    unreadable value is logged and the default used (never the agent's death)."""
+    text = (os.environ if environ is None else environ).get(schema.LEASE_ENV)
+    if text:
+        from rtenv_cli.core.units import parse_duration
+
+        try:
+            return max(1.0, parse_duration(text))
+        except RtenvError as exc:
+            log.warning("rtenv: %s=%s: %s; using %ss", schema.LEASE_ENV, text, exc.message,
+                        LEASE_S)
+    return LEASE_S
+
+
 class Engine:
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -117,6 +141,14 @@ class Engine:
         self.node_id = agent_arg("--node-id") or f"pid-{os.getpid()}"
         self._last_gc = time.monotonic()  # the first collection a period after the start
         self.gcs_address = agent_arg("--gcs-address")
+        self.lease_s = lease_seconds()
+        self._renew: dict[str, Callable[[], Any]] = {}  # uri -> renews its env's lease
+        self._tree_refs: set[str] = set()  # tree URIs whose `r:` key this node holds
+        self._tree_seen: dict[str, float] = {}  # tree URI -> monotonic time last created/used
+        self._leases: threading.Thread | None = None
+        # a renewal and a release of one URI never interleave: a renewal that read the URI as
+        # held before `delete_uri` would otherwise take a lease after the release
+        self._lease_lock = threading.Lock()
 
     # -- the cluster's KV and the node's trees ----------------------------------------------------
     def kv(self) -> RayKV:
@@ -160,8 +192,10 @@ class Engine:
 
         lock = self._locks.setdefault(uri, asyncio.Lock())
         async with lock:
+            self._start_leases()
             held = self._tree_paths.get(uri)
             if held is not None and held[0].is_dir():
+                self._tree_seen[uri] = time.monotonic()
                 return held[1]
             loop = asyncio.get_running_loop()
             start = time.perf_counter()
@@ -176,6 +210,8 @@ class Engine:
                 raise SetupError(f"rtenv: materializing {uri} on node {self.node_id} failed: "
                                  f"{exc}\nhint: see the node's runtime_env_setup-*.log") from None
             self._tree_paths[uri] = (path, size)
+            self._tree_seen[uri] = time.monotonic()
+            self._tree_refs.add(uri)
             logger.info("rtenv: tree %s %s in %.3fs at %s", uri, {
                 "built": "materialized from the node's objects",
                 "patched": "materialized by patching a spare tree"}.get(how, "found"),
@@ -184,12 +220,19 @@ class Engine:
 
     def _ensure_tree(self, ident: str) -> tuple[Path, int, str]:
         out = self.trees().ensure(ident)
+        self._set_ref(ident, held=True)
+        return out
+
+    def _set_ref(self, ident: str, *, held: bool) -> None:
+        """Put (or delete) this node's reference to manifest `ident` in the cluster's KV."""
         kv = self.kv()
         try:
-            kv.put(f"r:{ident}:{self.node_id}", str(time.time()).encode())
+            if held:
+                kv.put(f"r:{ident}:{self.node_id}", str(time.time()).encode())
+            else:
+                kv.delete(f"r:{ident}:{self.node_id}")
         finally:
             kv.close()
-        return out
 
     def tree_path(self, uri: str) -> Path:
         held = self._tree_paths.get(uri)
@@ -201,7 +244,10 @@ class Engine:
     def release_tree(self, uri: str, logger: logging.Logger | None = None) -> int:
         """No worker of this node holds `uri` any more: remove its tree and the node's
         reference; returns the bytes freed."""
-        held = self._tree_paths.pop(uri, None)
+        with self._lease_lock:
+            held = self._tree_paths.pop(uri, None)
+            self._tree_seen.pop(uri, None)
+            self._tree_refs.discard(uri)
         if held is None:
             return 0
         try:
@@ -301,9 +347,13 @@ class Engine:
         uri = uri or URI_SCHEME + _digest(spec, runtime_env)
         env_vars = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         lock = self._locks.setdefault(uri, asyncio.Lock())
+        self._start_leases()
         async with lock:  # identical URIs of different runtime_envs wait for one build
             held = self._held.get(uri)
+            renew = self._renew.get(uri)
             if held is not None and Path(held.venv).exists():
+                if renew is not None:  # a new lease: a worker is about to start
+                    await asyncio.get_running_loop().run_in_executor(None, renew)
                 return held.size_bytes
             from rtenv_cli.core.store.builders import BuildScope
 
@@ -334,9 +384,11 @@ class Engine:
         envs = self.environments()
         builders.uv_bin()  # a missing uv: one clear error, before anything else
         holder = f"ray-agent:{os.getpid()}:{uri}"
+        renew = functools.partial(envs.get_or_create, {kind: value, "env_vars": env_vars},
+                                  holder=holder, pid=os.getpid(), lease_s=self.lease_s,
+                                  base_dir=base)
         with scope:
-            handle = envs.get_or_create({kind: value, "env_vars": env_vars}, holder=holder,
-                                        pid=os.getpid(), base_dir=base)
+            handle = renew()
         if scope.cancelled:  # finished as it was cancelled: not this setup's
             envs.release(handle.key, holder)
             raise AgentError("build cancelled", hint="nothing was kept; ask again")
@@ -347,6 +399,7 @@ class Engine:
         held = Held(handle.key, holder, handle.venv, size)
         with self._guard:
             self._held[uri] = held
+            self._renew[uri] = renew
         took = time.perf_counter() - start
         if handle.built:
             logger.info("rtenv: built %s %s in %.2fs (%d bytes) in %s", kind, venv_key, took,
@@ -359,6 +412,15 @@ class Engine:
     # -- context and release ----------------------------------------------------------------------
     def venv(self, uri: str) -> str:
         held = self._held.get(uri)
+        renew = self._renew.get(uri)
+        if held is not None and renew is not None and not Path(held.venv).exists():
+            # Ray kept the URI cached while no process used it, so rtenv's lease lapsed and a gc
+            # took the entry: build it again (a rare, blocking path) rather than fail the worker
+            log.warning("rtenv: %s was collected while Ray cached it: building it again", uri)
+            try:
+                renew()
+            except Exception as exc:  # the error below tells the user
+                log.warning("rtenv: rebuilding %s failed: %s", uri, exc)
         if held is None or not Path(held.venv).exists():
             raise SetupError(f"rtenv: the environment of {uri} is not on this node"
                              "\nhint: it was removed while in use (rtenv cache purge?); "
@@ -368,18 +430,74 @@ class Engine:
     def release(self, uri: str, logger: logging.Logger | None = None) -> int:
         """Drop rtenv's reference for `uri`; returns the bytes freed now (0: the store's
         budget decides when they go)."""
-        with self._guard:
-            held = self._held.pop(uri, None)
-        if held is None or self._envs is None:
-            return 0
-        try:
-            self._envs.release(held.env_key, held.holder)
-        except Exception as exc:  # never let a release take the agent down
-            (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
-            return 0
+        with self._lease_lock:
+            with self._guard:
+                held = self._held.pop(uri, None)
+                self._renew.pop(uri, None)
+            if held is None or self._envs is None:
+                return 0
+            try:
+                self._envs.release(held.env_key, held.holder)
+            except Exception as exc:  # never let a release take the agent down
+                (logger or log).warning("rtenv: releasing %s failed: %s", uri, exc)
+                return 0
         (logger or log).info("rtenv: released %s (kept in the store %s)", uri,
                              self._envs.store.root)
         return 0
+
+    # -- leases -----------------------------------------------------------------------------------
+    def _start_leases(self) -> None:
+        """Start the thread that renews leases (once, on the first setup: never in the
+        constructor's path to the agent's death)."""
+        with self._guard:
+            if self._leases is not None:
+                return
+            self._leases = threading.Thread(target=self._renew_forever, daemon=True,
+                                            name="rtenv-leases")
+        self._leases.start()
+
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(max(0.5, self.lease_s / 4))
+            try:
+                self.renew_in_use()
+            except Exception as exc:  # the agent must never die of this; the next pass retries
+                log.warning("rtenv: renewing leases failed: %s", exc)
+
+    def renew_in_use(self) -> None:
+        """Renew the lease of each environment a live process of this node uses, and hold the
+        `r:` key of each tree one uses; a tree no process used for a lease loses its key (its
+        files stay until Ray's `delete_uri`: Ray may still hand its context to a worker)."""
+        from rtenv_cli.core.store.users import in_use
+        from rtenv_cli.core.trees.manifest import manifest_id
+
+        with self._guard:
+            venvs = {h.venv: uri for uri, h in self._held.items()}
+        trees = {str(p): uri for uri, (p, _size) in list(self._tree_paths.items())}
+        used = in_use([*venvs, *trees])
+        for path in used & venvs.keys():
+            try:
+                with self._lease_lock:  # still held (no `delete_uri` since the scan): renew
+                    fn = self._renew.get(venvs[path])
+                    if fn is not None:
+                        fn()
+            except Exception as exc:  # a lease not renewed: the next pass tries again
+                log.warning("rtenv: renewing the lease of %s failed: %s", venvs[path], exc)
+        now = time.monotonic()
+        for path, uri in trees.items():
+            with self._lease_lock:
+                if uri not in self._tree_paths:  # released since the scan
+                    continue
+                if path in used:
+                    self._tree_seen[uri] = now
+                    if uri not in self._tree_refs:
+                        self._set_ref(manifest_id(uri), held=True)
+                        self._tree_refs.add(uri)
+                elif uri in self._tree_refs and now - self._tree_seen.get(uri, now) >= \
+                        self.lease_s:
+                    self._set_ref(manifest_id(uri), held=False)
+                    self._tree_refs.discard(uri)
+                    log.info("rtenv: no process uses tree %s: its reference is dropped", uri)
 
 
 def drop_guard(runtime_env: Any) -> None:

@@ -66,6 +66,8 @@ PLUGINS_ENV = "RAY_RUNTIME_ENV_PLUGINS"
 CACHE_SIZE_ENV = "RAY_RUNTIME_ENV_RTENV_CACHE_SIZE_GB"
 MAX_SIZE_ENV = "RTENV_MAX_SIZE"  # the store's budget, enforced after each build
 MAX_AGE_ENV = "RTENV_MAX_AGE"
+# how long the plugin's reference outlives the last process seen using it (engine.py)
+LEASE_ENV = "RTENV_RAY_LEASE"
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _FILE_OPTIONS = ("-r", "--requirement", "-c", "--constraint")

@@ -8,10 +8,12 @@ before its manifest). Everything else goes: manifests first, then packs (index, 
 contents), so no kept manifest ever names a missing content. Keys of dead nodes (`n:`, `r:`)
 go too.
 
-A reference is only as good as Ray's count: measured with 10 runtime_envs on one manifest
-started at once, a raylet sent 24 increases and 21 decreases, so a node kept 3 runtime_envs
-(and the manifest) referenced after every worker had exited, until the node restarts. The gc
-keeps such a manifest (it cannot tell), which errs on the safe side.
+Ray's count alone is not enough: measured with 10 runtime_envs on one manifest started at once,
+a raylet sent 24 increases and 21 decreases, so Ray kept 3 runtime_envs (and the URI) referenced
+after every worker had exited, and with Ray's URI cache above 0 GB an unused URI stays cached
+without `delete_uri`. So a node's key also follows its processes: the plugin drops it once no
+process of the node has used the tree for a lease (rayplugin/engine.py), and puts it back when
+one does.
 
 One race is left by design: a push that reuses a content of a pack nothing references, older
 than the grace period, while a gc deletes that pack. The push checks that its manifest's packs
@@ -67,6 +69,22 @@ def held_manifests(kv: RayKV, alive: set[str]) -> dict[str, list[str]]:
         if node in alive:
             out.setdefault(ident, []).append(node)
     return out
+
+
+def tree_refs(kv: RayKV) -> tuple[dict[str, Any], ...]:
+    """Each node's reference to a tree (`r:<manifest>:<node>`): the manifest, the node, whether
+    the node is alive (a dead node's key goes at the next gc) and when it was taken."""
+    alive = set(kv.alive_nodes())
+    out = []
+    for key in sorted(kv.keys("r:")):
+        _r, ident, node = [*key.split(":", 2), "", ""][:3]
+        try:
+            since: float | None = float(kv.get(key) or b"")
+        except ValueError:
+            since = None
+        out.append({"manifest": ident, "node_id": node, "alive": node in alive,
+                    "since": since})
+    return tuple(out)
 
 
 def collect(kv: RayKV, *, grace_s: float = GRACE_S, dry_run: bool = False,

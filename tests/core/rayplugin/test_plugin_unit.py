@@ -155,3 +155,13 @@ def test_get_uris_logs_why_a_field_has_no_uri(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.DEBUG, logger="rtenv.rayplugin"):
         assert Engine().uris({"rtenv": {"pipp": ["six"]}}) == []
     assert any("no URI" in r.getMessage() and "pipp" in r.getMessage() for r in caplog.records)
+
+
+def test_lease_comes_from_rtenv_ray_lease_and_a_bad_value_falls_back() -> None:
+    from rtenv_cli.core.rayplugin.engine import LEASE_S, lease_seconds
+    from rtenv_cli.core.rayplugin.schema import LEASE_ENV
+
+    assert lease_seconds({}) == LEASE_S
+    assert lease_seconds({LEASE_ENV: "5s"}) == 5.0
+    assert lease_seconds({LEASE_ENV: "2m"}) == 120.0
+    assert lease_seconds({LEASE_ENV: "soon"}) == LEASE_S
