@@ -1,20 +1,27 @@
 """How a watch publishes a source's current version to its target: a `DeltaPublisher` sends the
-changed files and a manifest (an rtenv agent, the embedded store); a `ZipPublisher` sends whole
-zips (Ray, file://), spliced from the last one, prepared during the quiet period and, where the
-target can, uploaded early (watch/early.py)."""
+changed files and a manifest (an rtenv agent, the embedded store); a `TreePublisher` does the
+same into a Ray cluster's KV where every node loads rtenv's plugin (trees/publish.py, the writer
+`rtenv push` uses on the tree path); a `ZipPublisher` sends whole zips (Ray otherwise, file://),
+spliced from the last one, prepared during the quiet period and, where the target can, uploaded
+early (watch/early.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.transport.base import DeltaTarget, ForkingTarget, Target
 from rtenv_cli.core.watch import delta as delta_mod
 from rtenv_cli.core.watch.early import EarlyUploader
+from rtenv_cli.core.watch.snapshot import Snapshot
 from rtenv_cli.core.watch.sources import Source
 from rtenv_cli.core.watch.zipcache import ContentChanged, build_zip, discard
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.publish import SourceFile
 
 
 class Publisher(Protocol):
@@ -34,9 +41,12 @@ class Publisher(Protocol):
 
 
 def publisher_for(target: Target, work_dir: Path, *, early_upload: bool = True,
-                  pin_s: int | None = None) -> Publisher:
+                  pin_s: int | None = None, kv: RayKV | None = None) -> Publisher:
     """`pin_s`: how long a published version is pinned, where the target lets the pusher
-    choose (`chooses_pin`); else the target's own (Ray's dashboard: 10 minutes)."""
+    choose (`chooses_pin`); else the target's own (Ray's dashboard: 10 minutes). `kv`: the
+    cluster's KV when the watch takes the tree path (push.tree_path decides)."""
+    if kv is not None:
+        return TreePublisher(kv)
     if isinstance(target, DeltaTarget):
         return DeltaPublisher(target)
     early = EarlyUploader(target) if early_upload and isinstance(target, ForkingTarget) else None
@@ -91,6 +101,79 @@ class DeltaPublisher:
 
     def close(self, sources: list[Source]) -> None:
         """Nothing kept locally."""
+
+
+def tree_files(snap: Snapshot) -> tuple[list[SourceFile], dict[str, int]]:
+    """(files, empty dirs -> mode) of a snapshot at the paths Ray's zip gives them, as
+    trees.publish.files_of_scan gives them for `rtenv push`: one tree, one manifest id."""
+    from rtenv_cli.core.trees.publish import SourceFile
+
+    prefix = snap.root.name + "/" if snap.kind == "py_module" else ""
+    files = [SourceFile(prefix + e.relpath, str(snap.root / e.relpath), e.mode & 0o777, e.size,
+                        e.sha256 or "") for e in snap.files()]
+    dirs = {}
+    for entry in snap.manifest()["entries"]:
+        if entry["is_dir"] and entry["in_zip"]:
+            path = prefix + entry["path"] if entry["path"] != "." else prefix.rstrip("/")
+            if path:  # an empty working_dir root is the tree itself
+                dirs[path] = entry["mode"] & 0o777
+    return files, dirs
+
+
+class TreePublisher:
+    """A save as a tree delta: the contents the cluster lacks and a manifest of changes against
+    the last one published for the source (trees/publish.py). Nothing is pinned: a tree is kept
+    for the gc's grace period after its push (`t:` key), which `touch` renews while the watch
+    runs and once more when it ends."""
+
+    def __init__(self, kv: RayKV) -> None:
+        self.kv = kv
+
+    def push(self, src: Source) -> int:
+        from rtenv_cli.core.trees import publish as trees
+
+        files, dirs = tree_files(src.snap)
+        try:
+            result = trees.publish_tree(self.kv, src.snap.kind, files, dirs,
+                                        label=str(src.snap.root))
+        except trees.ContentChanged as exc:  # re-snapshot the file (session.py), never publish
+            raise ContentChanged(src.snap.relpath(exc.path or "") or ".") from exc
+        src.tree_uri = result.uri
+        return result.bytes_sent
+
+    def touch(self, sources: list[Source]) -> bool:
+        """Renew the grace period of each source's current tree; True when one is gone from
+        the cluster (a `cache purge`): it is pushed again."""
+        import time
+
+        from rtenv_cli.core.trees.manifest import SCHEME
+
+        lost = False
+        for src in sources:
+            if src.tree_uri is None:
+                continue
+            ident = src.tree_uri.removeprefix(SCHEME)
+            self.kv.put(f"t:{ident}", str(time.time()).encode())
+            if not self.kv.exists(f"m:{ident}"):
+                src.pushed = src.tree_uri = None
+                lost = True
+        return lost
+
+    def prepare(self, src: Source) -> None:
+        """Nothing: the changed files are read once the batch is confirmed."""
+
+    def forget(self, src: Source) -> None:
+        src.tree_uri = None
+
+    def close(self, sources: list[Source]) -> None:
+        """The last trees stay for the gc's grace period from now, as after `rtenv push`."""
+        import contextlib
+
+        from rtenv_cli.core.errors import RtenvError
+
+        with contextlib.suppress(RtenvError, OSError):  # best effort: the cluster may be gone
+            self.touch(sources)
+        self.kv.close()
 
 
 class ZipPublisher:
