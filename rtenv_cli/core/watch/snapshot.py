@@ -179,10 +179,7 @@ class Snapshot:
                 st = path.stat()
             except OSError:
                 return  # broken symlink, vanished: Ray skips what is neither file nor dir
-            if os.path.islink(path):
-                real = os.path.realpath(path)
-                if real.startswith(root + os.sep):
-                    self.links[rel] = real[len(root) + 1:].replace(os.sep, "/")
+            self._note_link(path, rel, root)
             is_dir = stat_mod.S_ISDIR(st.st_mode)
             if is_dir:
                 matchers = rules.dir_matchers(path, rel)
@@ -207,6 +204,13 @@ class Snapshot:
 
         travel(self.root / start_rel if start_rel != "." else self.root, start_rel)
         return found
+
+    def _note_link(self, path: Path, rel: str, root: str) -> None:
+        """Remember `rel` when it is a symlink to a path inside the root (see `links`)."""
+        if os.path.islink(path):
+            real = os.path.realpath(path)
+            if real.startswith(root + os.sep):
+                self.links[rel] = real[len(root) + 1:].replace(os.sep, "/")
 
     def _apply(self, scope: str, found: Mapping[str, tuple[Path, os.stat_result, bool]],
                named: set[str]) -> Change:
