@@ -154,15 +154,18 @@ class TreePublisher:
         from rtenv_cli.core.trees import publish as trees
 
         files, dirs = tree_files(src.snap, self._memo.setdefault(src.label, {}))
-        state = self._state.setdefault(src.label, trees.TreeState())
-        try:
-            result = trees.publish_tree(self.kv, src.snap.kind, files, dirs,
-                                        label=str(src.snap.root), state=state)
-        except trees.ContentChanged as exc:  # re-snapshot the file (session.py), never publish
-            raise ContentChanged(src.snap.relpath(exc.path or "") or ".") from exc
-        except RtenvError:  # e.g. a gc took a pack the state knew: learn the cluster again
-            self._state.pop(src.label, None)
-            raise
+        for attempt in range(2):
+            state = self._state.setdefault(src.label, trees.TreeState())
+            try:
+                result = trees.publish_tree(self.kv, src.snap.kind, files, dirs,
+                                            label=str(src.snap.root), state=state)
+                break
+            except trees.ContentChanged as exc:  # re-snapshot the file (session.py)
+                raise ContentChanged(src.snap.relpath(exc.path or "") or ".") from exc
+            except RtenvError:  # e.g. a gc took a pack the state knew: learn the cluster again
+                self._state.pop(src.label, None)
+                if attempt or state.have is None:
+                    raise
         src.tree_uri = result.uri
         return result.bytes_sent
 
