@@ -119,7 +119,7 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         code = run_watch_cli(path or Path("runtime_env.yaml"), address=address, to=to,
                              token=token, fmt=fmt.value, verbose=verbose, once=once and not watch,
                              on_change=on_change, quiet_ms=quiet_ms, max_wait_ms=max_wait_ms,
-                             base_dir=base_dir, output=output,
+                             base_dir=base_dir, output=output, via=via,
                              polling=polling)  # --poll or RTENV_WATCH_POLLING: typer reads both
         if code:
             raise typer.Exit(code)

@@ -13,7 +13,8 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                   once: bool = False,
                   on_change: str | None = None, quiet_ms: int = 200, max_wait_ms: int = 2000,
                   reconcile_s: float = 60.0, polling: bool = False,
-                  base_dir: Path | None = None, output: Path | None = None) -> int:
+                  base_dir: Path | None = None, output: Path | None = None,
+                  via: str = "auto") -> int:
     """Run a watch session; returns the exit code (0, or 130 on Ctrl-C). `output` (-o) is
     rewritten with the pushed runtime_env after every push, before --on-change runs."""
     from rtenv_cli.core.push import write_runtime_env
@@ -35,7 +36,7 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                            reconcile_s=reconcile_s, polling=polling or None,
                            on_push=pushed, on_notice=renderer.on_notice,
                            on_change_cmd=on_change, base_dir=base_dir,
-                           outputs=(output,) if output is not None else ())
+                           outputs=(output,) if output is not None else (), via=via)
     try:
         if once:
             session.initial_push()

@@ -385,7 +385,7 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []
     kv, why, guarded = (None, None, False) if dry_run or target is None or not plans else \
-        _tree_path(target, trees)
+        tree_path(target, trees)
     if why:
         notes.append(why)
     moved: dict[str, Any] = {}
@@ -433,17 +433,17 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     if plans:
         out.pop("excludes", None)  # applied here; Ray ignores it for URIs
     if moved:
-        _move_to_rtenv(out, moved, guarded)
+        move_to_rtenv(out, moved, guarded)
     pins = target is not None and target.pins and not dry_run and plans and not moved
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes),
                       path="tree" if moved else "zip")
 
 
-def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
+def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
     """(the cluster's KV when this push takes the tree path, else None; the one line saying
     why not, when the user may have expected it; whether every node's plugin removes the
-    guard). `mode`: auto | tree | zip."""
+    guard). `mode`: auto | tree | zip (`--via`). One decision for `push` and `push --watch`."""
     from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
     from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 
@@ -456,7 +456,7 @@ def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
                    "<head>:6379")
             if mode == "tree":
                 raise ConfigError(why.removeprefix("zip path: "),
-                                  hint="pass the head's GCS address, or --path auto")
+                                  hint="pass the head's GCS address, or --via auto")
             return None, why, False
         return None, None, False
     from rtenv_cli.core.transport.ray_kv import RayKV
@@ -467,12 +467,12 @@ def _tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
     if ready.ok:
         return kv, None, ready.guarded
     if mode == "tree":
-        raise ConfigError(f"--path tree: {ready.why_not()}",
-                          hint="load the plugin on every node, or push with --path auto")
+        raise ConfigError(f"--via tree: {ready.why_not()}",
+                          hint="load the plugin on every node, or push with --via auto")
     return None, f"zip path: {ready.why_not()}", False
 
 
-def _move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
+def move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
     """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules; with
     `guarded`, beside the guard that fails a node without rtenv's plugin (schema.GUARD_FIELD)."""
     from rtenv_cli.core.rayplugin.schema import FIELD, GUARD_FIELD, GUARD_MESSAGE

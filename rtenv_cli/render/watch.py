@@ -68,6 +68,8 @@ class WatchRenderer:
             if hint:
                 self.out.stderr.write(f"hint: {hint}\n")
             self.out.stderr.flush()
+        elif kind == "note":  # as `rtenv push` says it (render/push.py)
+            self.out.message(f"note: {message}")
         elif kind == "env":
             self.out.warning(message, hint)
         else:

@@ -90,7 +90,9 @@ class Manifest:
             files = list(self.files.values())
         else:
             doc["base"], doc["depth"] = base_id, depth
-            files = [f for p, f in self.files.items() if base.files.get(p) != f]
+            old = base.files
+            files = [f for p, f in self.files.items()
+                     if (b := old.get(p)) is not f and b != f]  # mostly the same objects
             doc["del"] = sorted(p for p in base.files if p not in self.files)
         packs = sorted({f.pack for f in files})
         number = {p: i for i, p in enumerate(packs)}

@@ -12,6 +12,10 @@ for the same source, when the cluster still has that one (a one-file edit: the f
 manifest of changes, not the tree).
 
 `publish_tree` takes a file list (from a scan or a watch's snapshot) and returns what it sent.
+A watch passes a `TreeState` it keeps per source: what the cluster has and the last manifest stay
+in memory between saves (no listing, no index or manifest read back, the last manifest saved
+to the home once, by `TreeState.save`), so a save costs its change, not a re-read of the tree's
+records.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +79,23 @@ class PublishResult:
                 "total_bytes": self.total_bytes, "files_sent": self.files_sent,
                 "packs_sent": self.packs_sent, "bytes_sent": self.bytes_sent,
                 "manifest_bytes": self.manifest_bytes, "delta": self.delta}
+
+
+@dataclass
+class TreeState:
+    """What a watch keeps between publishes of one source (see the module doc)."""
+
+    have: dict[str, tuple[str, int, int]] | None = None  # content -> (pack, offset, size)
+    last: Manifest | None = None  # the last manifest published, and its chain's depth
+    depth: int | None = None
+    saved: bool = True  # `last` is in the home (the base of a one-shot push's delta)
+    entries: dict[str, FileEntry] = field(default_factory=dict)  # reused while unchanged
+
+    def save(self, cache: Path | None = None) -> None:
+        """Keep the last manifest in the home, as a one-shot push does after each push."""
+        if self.last is not None and not self.saved:
+            _save_full(cache if cache is not None else state_dir(), self.last, self.depth)
+            self.saved = True
 
 
 class ContentChanged(PackagingError):
@@ -239,15 +260,19 @@ def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[st
     return sent, files, len(plan)
 
 
-def _write_manifest(kv: RayKV, manifest: Manifest, base_id: str | None, cache: Path
-                    ) -> tuple[int, bool, int | None]:
-    """Put `manifest` (a delta against `base_id` when this home has that one and the chain
-    is short); (bytes sent, delta, depth). Nothing when the cluster has it already."""
+def _write_manifest(kv: RayKV, manifest: Manifest, base_id: str | None, cache: Path,
+                    state: TreeState | None = None) -> tuple[int, bool, int | None]:
+    """Put `manifest` (a delta against `base_id` when this home, or `state`, has that one and
+    the chain is short); (bytes sent, delta, depth). Nothing when the cluster has it already."""
     ident = manifest.id
     if kv.exists(f"m:{ident}"):
         return 0, False, None
     depth: int | None = None
-    found = _load_full(cache, base_id) if base_id and base_id != ident else None
+    found: tuple[Manifest, int | None] | None = None
+    if state is not None and state.last is not None and state.last.id == base_id:
+        found = state.last, state.depth
+    elif base_id and base_id != ident:
+        found = _load_full(cache, base_id)
     if found is not None and base_id and kv.exists(f"m:{base_id}"):
         base_depth = found[1]
         depth = (base_depth if base_depth is not None else _depth(kv, base_id)) + 1
@@ -266,34 +291,54 @@ def _write_manifest(kv: RayKV, manifest: Manifest, base_id: str | None, cache: P
 
 def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mapping[str, int],
                  *, label: str, on_progress: Callable[[int], None] | None = None,
-                 cache: Path | None = None) -> PublishResult:
+                 cache: Path | None = None, state: TreeState | None = None) -> PublishResult:
     """Publish the tree (`files`, empty `dirs`) of source `label` (its path: the base of the
-    next push's delta) to `kv`'s cluster; see the module doc."""
+    next push's delta) to `kv`'s cluster; see the module doc (`state`: a watch's)."""
     from rtenv_cli.core.fsutil import atomic_write_text
 
     cache = cache if cache is not None else state_dir()
     files = list(files)
     now = time.time()
-    have = _cluster_contents(kv, cache)
+    have = state.have if state is not None and state.have is not None else \
+        _cluster_contents(kv, cache)
     missing: dict[str, SourceFile] = {}
     for f in files:
         if f.digest not in have:
             missing.setdefault(f.digest, f)
     sent, files_sent, packs_sent = _send_missing(kv, list(missing.values()), have, now,
                                                  on_progress)
-    manifest = Manifest(kind, {f.path: FileEntry(f.path, f.mode, f.size, f.digest,
-                                                 *have[f.digest][:2]) for f in files},
-                        dict(dirs))
+    manifest = Manifest(kind, _entries(files, have, state.entries if state else {}), dict(dirs))
     ident = manifest.id
     last_file = cache / "last" / _last_key(kv.address, label, kind)
     kv.put(f"t:{ident}", str(now).encode())  # the grace period first: gc never sees m: alone
-    base_id = last_file.read_text().strip() if last_file.is_file() else None
-    manifest_bytes, delta, depth = _write_manifest(kv, manifest, base_id, cache)
-    _save_full(cache, manifest, depth)
+    if state is not None and state.last is not None:
+        base_id: str | None = state.last.id
+    else:
+        base_id = last_file.read_text().strip() if last_file.is_file() else None
+    manifest_bytes, delta, depth = _write_manifest(kv, manifest, base_id, cache, state)
+    if state is None:
+        _save_full(cache, manifest, depth)
+    else:
+        state.have, state.entries = have, manifest.files
+        state.last, state.depth, state.saved = manifest, depth, False
     last_file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(last_file, ident)
     return PublishResult(ident, manifest.uri, len(files), manifest.total_bytes, files_sent,
                          packs_sent, sent, manifest_bytes, delta)
+
+
+def _entries(files: list[SourceFile], have: Mapping[str, tuple[str, int, int]],
+             before: Mapping[str, FileEntry]) -> dict[str, FileEntry]:
+    """The manifest's entries, each one of `before` when unchanged (compared by identity)."""
+    out = {}
+    for f in files:
+        pack, offset, _size = have[f.digest]
+        e = before.get(f.path)
+        if e is None or (e.mode, e.size, e.digest, e.pack, e.offset) != (
+                f.mode, f.size, f.digest, pack, offset):
+            e = FileEntry(f.path, f.mode, f.size, f.digest, pack, offset)
+        out[f.path] = e
+    return out
 
 
 def publish_scan(kv: RayKV, scan: Any, digests: Mapping[str, tuple[bytes, str | None]],

@@ -3,8 +3,10 @@ change.
 
 Flow per batch: watcher events (hints) -> Debouncer (quiet period, capped) -> Snapshot.update
 (stat/digest confirm, URI by XOR) -> push each changed source (delta to an agent or the embedded
-store; whole zips to Ray) -> one PushEvent. A reconcile scan runs every `reconcile_s` to catch
-missed events; the Ray URIs a job may still need are re-pinned every `pin_s` (see "Pins").
+store; to Ray, a tree delta where every node loads rtenv's plugin, else whole zips: the one
+decision `rtenv push` makes, push.tree_path, with its one-line note) -> one PushEvent. A
+reconcile scan runs every `reconcile_s` to catch missed events; the Ray URIs a job may still
+need are re-pinned every `pin_s` (see "Pins").
 
 The parts: `sources.WatchedEnv` (the runtime_env and its sources, found as push finds them),
 `loop.WatchLoop` (events, debounce, timers), `publish` (a publisher per kind of target, with
@@ -22,6 +24,9 @@ Pins (a Ray target). Ray deletes a package once no job references it and its tem
   many edits holds the versions of the last HOLD_S, not 20 whole zips. Through the dashboard a
   pin is the dashboard's 10 minutes. When the watch ends, the current versions are pinned for
   Ray's usual 10 minutes, as a one-shot `rtenv push` leaves them.
+On the tree path nothing is pinned: the current trees' grace period (`t:` keys, trees/gc.py) is
+renewed every `pin_s` and once more when the watch ends, and a tree gone from the cluster (a
+purge) is pushed again.
 """
 
 from __future__ import annotations
@@ -36,13 +41,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rtenv_cli.core.errors import ConfigError, RtenvError
 from rtenv_cli.core.transport.base import PIN_SECONDS, Target
 from rtenv_cli.core.watch.filters import is_dependency_file, is_ephemeral
 from rtenv_cli.core.watch.loop import WatchLoop
-from rtenv_cli.core.watch.publish import chooses_pin, publisher_for
+from rtenv_cli.core.watch.publish import TreePublisher, chooses_pin, publisher_for
 from rtenv_cli.core.watch.snapshot import Change
 from rtenv_cli.core.watch.sources import Source, WatchedEnv, runtime_env_diff
 from rtenv_cli.core.watch.zipcache import ContentChanged
@@ -78,7 +83,8 @@ class WatchSession:
     """Push the local sources of a runtime_env file (or of a directory: the working_dir) to
     `target` on every change. Relative paths resolve against `base_dir` (default: the current
     directory, as for `rtenv push` and Ray); `outputs` are files the caller rewrites after each
-    push (push -o), never packaged and never a trigger."""
+    push (push -o), never packaged and never a trigger; `via`: auto | tree | zip, as for
+    `rtenv push --via`."""
 
     def __init__(self, path: Path | str, target: Target, *, quiet_s: float = 0.2,
                  max_wait_s: float = 2.0, reconcile_s: float = 60.0, pin_s: float | None = None,
@@ -88,7 +94,7 @@ class WatchSession:
                  on_change_cmd: str | None = None, work_dir: Path | None = None,
                  observer_factory: Callable[[], Any] | None = None,
                  early_upload: bool = True, base_dir: Path | None = None,
-                 outputs: Sequence[Path] = ()) -> None:
+                 outputs: Sequence[Path] = (), via: str = "auto") -> None:
         self.path = Path(path).absolute()
         self.env = WatchedEnv(self.path,
                               Path(os.path.abspath(Path.cwd() if base_dir is None else base_dir)),
@@ -97,11 +103,17 @@ class WatchSession:
         self.on_push = on_push or (lambda _e: None)
         self.on_notice = on_notice or (lambda _k, _m, _h: None)
         self.on_change_cmd = on_change_cmd
+        from rtenv_cli.core.push import tree_path
+
+        # the decision and note of `rtenv push` (a RayKV when every node loads the plugin)
+        kv, why, self.guarded = tree_path(target, via)
+        if why:
+            self.on_notice("note", why, None)
         self._own_work_dir = work_dir is None  # made here: removed by close()
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
-        self.hold_s = HOLD_S if chooses_pin(target) else None
+        self.hold_s = HOLD_S if chooses_pin(target) and kv is None else None
         self.publisher = publisher_for(target, self.work_dir, early_upload=early_upload,
-                                       pin_s=self.hold_s)
+                                       pin_s=self.hold_s, kv=kv)
         if pin_s is None:
             pin_s = self.hold_s / 3 if self.hold_s else PIN_SECONDS / 2
         self.loop = WatchLoop(self, quiet_s=quiet_s, max_wait_s=max_wait_s,
@@ -157,18 +169,36 @@ class WatchSession:
             self._unpublished = (change, triggered_by)
             raise
         self._unpublished = None
-        published = self.env.published_env(self.target.published_uri)
+        published = self._published_env()
         self.pinned = {src.label: _kept(self.pinned.get(src.label, []), src.snap.uri)
                        for src in self.sources}
-        main = self.sources[0].snap.uri if self.sources else ""
+        uris = {s.label: s.tree_uri or s.snap.uri for s in self.sources}
+        main = next(iter(uris.values()), "")
         event = PushEvent(main, change.added, change.modified, change.removed, sent,
-                          (time.perf_counter() - start) * 1000, trigger,
-                          {s.label: s.snap.uri for s in self.sources}, published, triggered_by)
+                          (time.perf_counter() - start) * 1000, trigger, uris, published,
+                          triggered_by)
         self.published = published
         self.last_event = event
         self.on_push(event)
         self._run_on_change(event)
         return event
+
+    def _published_env(self) -> dict[str, Any]:
+        """The runtime_env as pushed: each source's URI in its place, or on the tree path its
+        tree in the `rtenv` field, as `rtenv push` writes it (push.move_to_rtenv)."""
+        if not isinstance(self.publisher, TreePublisher):
+            return self.env.published_env(self.target.published_uri)
+        from rtenv_cli.core.push import move_to_rtenv
+
+        out = self.env.published_env(cast(Callable[[str], str], lambda _uri: None))
+        moved: dict[str, Any] = {}
+        for src in self.sources:
+            if src.label == "working_dir":
+                moved["working_dir"] = src.tree_uri
+            else:
+                moved.setdefault("py_modules", []).append(src.tree_uri)
+        move_to_rtenv(out, moved, self.guarded)
+        return out
 
     def _run_on_change(self, event: PushEvent) -> None:
         if not self.on_change_cmd:
@@ -187,6 +217,8 @@ class WatchSession:
     def repin(self, seconds: int | None = None) -> bool:
         """Re-pin the versions a job may still need (see "Pins"); True when the current version
         of a source is gone from the target (it is pushed again at once)."""
+        if isinstance(self.publisher, TreePublisher):
+            return self.publisher.touch(self.sources)
         if not self.target.pins:
             return False
         seconds = seconds or self.hold_s
@@ -255,14 +287,14 @@ class WatchSession:
                            getattr(exc, "hint", None) or
                            "fix the file; the next save is picked up")
             return False
-        old = self.env.published_env(self.target.published_uri)
+        old = self._published_env()
         for gone in self.env.adopt(env, sources):
             self.publisher.forget(gone)
         self.loop.restart()
         for src in self.sources:
             if not src.snap.entries:
                 src.snap.full_scan()
-        diff = runtime_env_diff(old, self.env.published_env(self.target.published_uri))
+        diff = runtime_env_diff(old, self._published_env())
         if diff:
             self.on_notice("env", "runtime_env changed:\n" + diff,
                            "workers will rebuild the environment on the next job")

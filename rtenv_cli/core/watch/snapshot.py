@@ -125,6 +125,9 @@ class Snapshot:
     acc: bytes = EMPTY_ACC
     rules: IgnoreRules = field(init=False)
     hashed_bytes: int = 0  # bytes read by the last update (to show it is incremental)
+    # symlinks the walk followed to a path inside the root: link's rel -> its target's rel. Ray
+    # packages a link as its target's content, so an event on the target changes the link too
+    links: dict[str, str] = field(default_factory=dict)
     _manifest_memo: dict[str, tuple[Any, dict[str, Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
@@ -165,12 +168,18 @@ class Snapshot:
             if i < len(parts) and current.is_dir():
                 active.extend(rules.dir_matchers(current, "/".join(parts[:i]) or "."))
 
+        prefix = "" if start_rel == "." else start_rel + "/"
+        self.links = {k: v for k, v in self.links.items()
+                      if not (start_rel in (k, ".") or k.startswith(prefix))}
+        root = str(self.root)
+
         def travel(path: Path, rel: str) -> None:
             added = 0
             try:
                 st = path.stat()
             except OSError:
                 return  # broken symlink, vanished: Ray skips what is neither file nor dir
+            self._note_link(path, rel, root)
             is_dir = stat_mod.S_ISDIR(st.st_mode)
             if is_dir:
                 matchers = rules.dir_matchers(path, rel)
@@ -195,6 +204,13 @@ class Snapshot:
 
         travel(self.root / start_rel if start_rel != "." else self.root, start_rel)
         return found
+
+    def _note_link(self, path: Path, rel: str, root: str) -> None:
+        """Remember `rel` when it is a symlink to a path inside the root (see `links`)."""
+        if os.path.islink(path):
+            real = os.path.realpath(path)
+            if real.startswith(root + os.sep):
+                self.links[rel] = real[len(root) + 1:].replace(os.sep, "/")
 
     def _apply(self, scope: str, found: Mapping[str, tuple[Path, os.stat_result, bool]],
                named: set[str]) -> Change:
@@ -247,6 +263,12 @@ class Snapshot:
                 rels.add(rel)
         if any(is_ignore_file(r) for r in rels):
             return Change(ignore_rules_changed=True).merge(self.full_scan())
+        for _ in range(len(self.links)):  # a path reached through links (a link to a link...)
+            more = {link + rel[len(target):] for link, target in self.links.items()
+                    for rel in rels if rel == target or rel.startswith(target + "/")} - rels
+            if not more:
+                break
+            rels |= more
         change = Change()
         # Outermost scopes first; a scope already re-walked covers its descendants.
         done: list[str] = []

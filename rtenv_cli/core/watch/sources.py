@@ -36,6 +36,8 @@ class Source:
     # a delta target's state: the blobs it holds, and the manifest it holds as `pushed`
     known_blobs: set[str] = field(default_factory=set)
     last_manifest: dict[str, Any] | None = None
+    # a tree target's state: the rtenv-tree:// URI of the manifest published as `pushed`
+    tree_uri: str | None = None
 
 
 class WatchedEnv:

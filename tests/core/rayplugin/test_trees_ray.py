@@ -421,3 +421,44 @@ def _chain_packs(conn: RayKV, ident: str) -> set[str]:
         out |= set(doc["packs"])
         cur = doc.get("base")
     return out
+
+
+def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.transport.resolve import resolve_target
+    from tests.core.watch.helpers import Running
+    from tests.core.watch.helpers import wait_for as wait_until
+
+    c = plugin_cluster
+    src = make_tree(tmp_path)
+    wd = tmp_path / "wd"
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    wait_ready(c)
+    target = resolve_target(None, c.head.address, env={})
+    with Running(src, target, base_dir=tmp_path, reconcile_s=3600) as w:
+        first = w.events[0]
+        assert first.uri.startswith("rtenv-tree://"), (first.uri, w.notices)
+        assert set(first.runtime_env) == {"rtenv", "_nsight"}, first.runtime_env
+        # a JetBrains safe-write: the new text written beside, then renamed over the file
+        (wd / "main.py___jb_tmp___").write_text("print('edited by rename')\n")
+        os.replace(wd / "main.py___jb_tmp___", wd / "main.py")
+        saved = w.next_event(1, timeout=60)
+        assert "main.py" in saved.modified, saved
+        assert saved.uri.startswith("rtenv-tree://")
+        # a delta: the one file's bytes and a manifest of changes, not the tree
+        assert 0 < saved.bytes_sent < 1500, saved.bytes_sent
+        (wd / "pkg" / "sub" / "data.txt").unlink()
+        (wd / "new.py").write_text("NEW = 1\n")
+        last = wait_until(lambda: next((e for e in w.events if "new.py" in e.added), None),
+                          timeout=60)
+    assert not w.notices, w.notices  # the tree path: no "zip path" note
+    assert w.events[-1] is last, w.events
+    fresh = push(src, address=c.head.address, env={}, base_dir=tmp_path, via="tree")
+    assert last.runtime_env == fresh.runtime_env, (last.runtime_env, fresh.runtime_env)
+    assert last.uri == fresh.runtime_env["rtenv"]["working_dir"]
+    seen = on_both(c, dict(last.runtime_env))
+    for s in seen:
+        files = s["cwd_files"]
+        assert files["main.py"][1] == sha(b"print('edited by rename')\n")[:16]
+        assert "new.py" in files
+        assert "pkg/sub/data.txt" not in files

@@ -78,6 +78,27 @@ def test_directory_moves_and_deletes(tmp_path: Path) -> None:
     assert snap.uri == ray_uri(tmp_path)
 
 
+def test_an_event_on_a_links_target_updates_the_link(tmp_path: Path) -> None:
+    """Ray packages a symlink as its target's content: an edit or a delete named by its target's
+    path changes the link's entries too (a file link, and the files under a directory link)."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "main.py").write_text("v1\n")
+    (tmp_path / "pkg" / "sub" / "data.txt").write_text("data\n")
+    (tmp_path / "link.py").symlink_to("main.py")
+    (tmp_path / "linkdir").symlink_to("pkg/sub")
+    snap = Snapshot(tmp_path)
+    snap.full_scan()
+    (tmp_path / "main.tmp").write_text("v2, longer\n")
+    os.replace(tmp_path / "main.tmp", tmp_path / "main.py")
+    change = snap.update([str(tmp_path / "main.py"), str(tmp_path / "main.tmp")])
+    assert set(change.modified) == {"main.py", "link.py"}
+    assert snap.uri == ray_uri(tmp_path)
+    (tmp_path / "pkg" / "sub" / "data.txt").unlink()
+    change = snap.update([str(tmp_path / "pkg" / "sub" / "data.txt")])
+    assert set(change.removed) == {"pkg/sub/data.txt", "linkdir/data.txt"}
+    assert snap.uri == ray_uri(tmp_path)
+
+
 def test_manifest_lists_files_and_leaf_dirs(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "empty").mkdir(parents=True)
     (tmp_path / "pkg" / "m.py").write_text("m")
