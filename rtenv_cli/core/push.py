@@ -74,7 +74,7 @@ class PushResult:
     pin_seconds: int | None = None
     notes: tuple[str, ...] = field(default=())
     document: str | None = None  # a Serve config or KubeRay manifest written back (push_carrier)
-    path: str = "zip"  # "tree": content-addressed files through rtenv's plugin; "zip": Ray's
+    path: str | None = "zip"  # "tree": content-addressed files through rtenv's plugin; "zip": Ray's
 
     @property
     def bytes_uploaded(self) -> int:
@@ -437,7 +437,16 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
     pins = target is not None and target.pins and not dry_run and plans and not moved
     return PushResult(tuple(outcomes), out, target.label if target is not None else "(dry run)",
                       dry_run, PIN_SECONDS if pins else None, tuple(notes),
-                      path="tree" if moved else "zip")
+                      path="tree" if moved else "zip" if _is_ray_cluster(target) else None)
+
+
+def _is_ray_cluster(target: Target | None) -> bool:
+    """Whether `target` is a Ray cluster (its GCS or dashboard), where a push takes a path: the
+    agent and a shared directory take neither (their packages are no Ray's)."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+
+    return isinstance(target, (RayGcsTarget, RayDashboardTarget))
 
 
 def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:

@@ -39,7 +39,7 @@ def summary(out: Any, result: Any) -> None:
             out.warning(f"{p.field}: {w}")
     for note in result.notes:
         out.message(f"note: {note}")
-    if result.packages and not result.dry_run:
+    if result.packages and not result.dry_run and result.path:
         out.message("path: tree (rtenv's plugin materializes the `rtenv` field on each node)"
                     if result.path == "tree" else "path: zip (Ray's gcs:// packages)")
     if result.pin_seconds:

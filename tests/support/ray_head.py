@@ -122,13 +122,29 @@ class RayHead:
                 req.add_header("Authorization", f"Bearer {self.token}")
             try:
                 with urllib.request.urlopen(req, timeout=2) as resp:  # noqa: S310 - http URL we built
-                    if resp.status == 200 and self._jobs_api_ready():
+                    if resp.status == 200 and self._jobs_api_ready() and self._node_alive():
                         return
             except OSError:
                 pass
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"Ray head not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _node_alive(self) -> bool:
+        """The head node is registered alive in the GCS: its dashboard answers a few seconds
+        before, and a push in between finds no alive node (so takes the zip path, saying so)."""
+        from rtenv_cli.core.transport.ray_kv import RayKV
+
+        try:
+            kv = RayKV.connect(self.address, token=self.token)
+        except Exception:  # not up yet: the caller polls
+            return False
+        try:
+            return bool(kv.alive_nodes())
+        except Exception:  # not up yet: the caller polls
+            return False
+        finally:
+            kv.close()
 
     def _jobs_api_ready(self) -> bool:
         import urllib.request
