@@ -462,3 +462,125 @@ def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with
         assert files["main.py"][1] == sha(b"print('edited by rename')\n")[:16]
         assert "new.py" in files
         assert "pkg/sub/data.txt" not in files
+
+
+def _agent_pid(node: object) -> int:
+    """The runtime_env agent of a node we started: a child of its raylet, in its process
+    group (`ray start --block` leads the group)."""
+    from tests.support.ray_head import _group_members
+
+    pgid = node.proc.pid  # type: ignore[attr-defined]
+    cmds = {}
+    for pid in _group_members(pgid):
+        try:
+            cmds[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+    raylets = {p for p, cmd in cmds.items() if cmd[0].endswith(b"/raylet")}
+    for pid, cmd in cmds.items():
+        # it renames itself (setproctitle) once started
+        if cmd[0] == b"ray::RuntimeEnvAgent" or any(
+                a.endswith(b"runtime_env/agent/main.py") for a in cmd):
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            assert ppid in raylets, (pid, ppid, raylets)
+            return pid
+    raise AssertionError(f"no runtime_env agent in process group {pgid}: "
+                         f"{[c[0] for c in cmds.values()]}")
+
+
+def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL of a node's runtime_env agent (the process that materializes trees, in a thread)
+    while it builds a tree: the build is held at one content, which is a named pipe in the
+    node's store until the agent is killed (a condition, not a sleep). Killing the agent takes
+    its raylet down (Ray 2.60), so the node is one this test starts, then starts again on the
+    same store: its next job sees the whole, correct tree, and what the killed build left is
+    removed, never used."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.core.rayplugin.conftest import plugin_env
+    from tests.support.ray_head import RayWorkerNode
+
+    c = plugin_cluster
+    src = tmp_path / "src"
+    (src / "wd" / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (src / "wd" / "pkg" / f"m{i:02}.py").write_text(f"N = {i}  # {time.time_ns()}\n")
+    (src / "wd" / "zz_last.txt").write_text(f"the content the build waits for {time.time_ns()}\n")
+    (src / "helper").mkdir()
+    (src / "helper" / "__init__.py").write_text("NAME = 'killed agent'\n")
+    (src / "runtime_env.yaml").write_text("working_dir: wd\npy_modules: [helper]\n")
+    home = tmp_path / "node-home"
+    trees = home / "store" / "trees"
+    node = RayWorkerNode(c.head, env=plugin_env(home)).start()
+    driver = None
+    try:
+        pushed = push_tree(c, src / "runtime_env.yaml", monkeypatch)
+        assert pushed.path == "tree", pushed.notes
+        env = pushed.runtime_env
+        ident = env["rtenv"]["working_dir"].removeprefix("rtenv-tree://")
+        digest = sha((src / "wd" / "zz_last.txt").read_bytes())
+        gate = trees / "objects" / digest[:2] / digest  # the node "has" it: never fetched
+        gate.parent.mkdir(parents=True)
+        os.mkfifo(gate)
+        code = LISTING + f"env = {json.dumps(env)}\n" + textwrap.dedent(f'''
+            ref = look.options(runtime_env=env, scheduling_strategy=On({node.node_id!r},
+                               soft=False)).remote()
+            print(ray.get(ref))
+        ''')
+        denv = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        denv.update({**c.head.client_env(), "RAY_ADDRESS": c.head.address})
+        out = (tmp_path / "driver.log").open("wb")
+        driver = subprocess.Popen([sys.executable, "-c", code], env=denv, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        building = trees / "t" / node.node_id
+
+        def partial() -> list[Path]:
+            return list(building.glob(".tmp-*"))
+
+        deadline = time.monotonic() + 120
+        while not partial():
+            if time.monotonic() > deadline or driver.poll() is not None:
+                logs = (node.session_dir() / "logs").glob("runtime_env_setup-*.log")
+                raise AssertionError((tmp_path / "driver.log").read_text()[-3000:] +
+                                     "\n".join(p.read_text() for p in logs)[-3000:])
+            time.sleep(0.2)
+        agent = _agent_pid(node)
+        os.kill(agent, signal.SIGKILL)
+        conn = kv(c)
+        try:
+            wait_for(lambda: node.node_id not in conn.alive_nodes(), "the node to go down")
+        finally:
+            conn.close()
+        left = partial()
+        assert left, "the build was not in progress when its agent was killed"
+        assert not (building / ident).exists()  # never named as a ready tree
+        assert not any(p.name == ident for p in trees.glob("t/*/*"))
+        driver.kill()
+        driver.wait()
+        node.stop()
+        gate.unlink()  # the test's stand-in for a slow content, not what a kill leaves
+        node = RayWorkerNode(c.head, env=plugin_env(home)).start()
+        wait_ready(c)
+        seen = run(c, env, f'''
+            refs = [look.options(runtime_env=env, scheduling_strategy=On(n, soft=False))
+                    .remote() for n in {[c.head_node_id, node.node_id]!r}]
+            print(json.dumps(ray.get(refs)))
+        ''')
+        assert seen[1]["node"] == node.node_id
+        assert seen[1]["cwd_files"] == seen[0]["cwd_files"]  # the whole tree, as the head's
+        assert seen[1]["cwd_files"]["zz_last.txt"][1] == digest[:16]
+        assert seen[1]["helper"] == "killed agent"
+        for obj in (trees / "objects").glob("*/*"):
+            assert sha(obj.read_bytes()) == obj.name, obj
+        # what the killed build left is gone (the restarted agent's first tree removes it)
+        assert not any(p.exists() for p in left), left
+        wait_for(lambda: not any((trees / "trash").iterdir()), "the trash to be emptied")
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        node.stop()
+
