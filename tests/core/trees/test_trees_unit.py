@@ -211,3 +211,35 @@ def test_push_leaves_a_working_dir_requirements_file_of_the_rtenv_field_to_the_n
     env, done = inline_files({"rtenv": {"pip": value}}, tmp_path)
     assert env == {"rtenv": {"pip": value}}
     assert done == []
+
+
+def test_a_new_node_process_removes_what_a_dead_one_left_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a process killed mid-work leaves (its pid in the names) goes when the next one
+    opens the trees; a live process's work and the ready trees stay."""
+    import subprocess
+    import sys
+
+    kv, _src, first, node = published(tmp_path, monkeypatch)
+    ready, _size, _how = node.ensure(first["manifest"])
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()  # a pid that was a process of this machine, and is no more
+    live = os.getpid()
+    root = tmp_path / "node"
+    made = {}
+    for name, pid in (("dead", dead.pid), ("live", live)):
+        made[name] = [root / "t" / "old-node" / f".tmp-{first['manifest']}-{pid}-7",
+                      root / "spares" / "n1" / f"{first['manifest']}-{pid}",
+                      root / "trash" / f"x-{pid}-7"]
+        for d in made[name]:
+            (d / "sub").mkdir(parents=True)
+            (d / "sub" / "f.py").write_text("partial\n")
+        obj = root / "objects" / "ab" / f".{'ab' * 32}.{pid}.7"
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_bytes(b"half")
+        made[name].append(obj)
+    again = NodeTrees(root, "n2", kv.fork)
+    assert not any(p.exists() for p in made["dead"])
+    assert all(p.exists() for p in made["live"])
+    assert ready.is_dir()
+    assert again.ensure(first["manifest"])[2] == "built"  # another node's own tree
