@@ -584,3 +584,65 @@ def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
             driver.wait()
         node.stop()
 
+
+def test_push_watch_moves_to_the_zip_path_when_a_node_without_the_plugin_joins_and_back(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node without rtenv's plugin joins while `push --watch` runs on the tree path: the watch
+    says why, as `rtenv push` does, and publishes on the zip path at once (a job on that node
+    then runs with the working_dir, and so do the next saves); when the node leaves, back to the
+    tree path."""
+    from rtenv_cli.core.transport.resolve import resolve_target
+    from rtenv_cli.core.watch.session import PushEvent
+    from tests.core.watch.helpers import Running
+    from tests.core.watch.helpers import wait_for as wait_until
+    from tests.support.ray_head import RayWorkerNode
+
+    c = plugin_cluster
+    src = make_tree(tmp_path)
+    wd = tmp_path / "wd"
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    wait_ready(c)
+    target = resolve_target(None, c.head.address, env={})
+
+    def moved(n: int) -> PushEvent:
+        """The `n`th push the cluster's nodes moved to another path."""
+        return wait_until(lambda: next(iter([e for e in w.events if e.trigger == "nodes"][n:]),
+                                       None), timeout=180)
+
+    with Running(src, target, base_dir=tmp_path, reconcile_s=3600) as w:
+        assert w.events[0].uri.startswith("rtenv-tree://"), (w.events[0], w.notices)
+        bare = RayWorkerNode(c.head)  # no RAY_RUNTIME_ENV_PLUGINS: Ray's agent alone
+        try:
+            bare.start()
+            zipped = moved(0)
+            assert zipped.uri.startswith("gcs://_ray_pkg_"), zipped
+            assert zipped.runtime_env["working_dir"] == zipped.uri
+            assert "rtenv" not in zipped.runtime_env
+            assert "_nsight" not in zipped.runtime_env
+            why = [m for k, m, _h in w.notices if k == "note"]
+            assert len(why) == 1, w.notices
+            assert why[0].startswith("zip path: 1 of 3 nodes do not load rtenv's plugin: "
+                                     f"{bare.node_id[:12]}"), why
+            (wd / "main.py").write_text("print('edited on the zip path')\n")
+            saved = wait_until(lambda: next((e for e in w.events if "main.py" in e.modified),
+                                            None), timeout=60)
+            assert saved.uri.startswith("gcs://_ray_pkg_"), saved
+            seen = run(c, dict(saved.runtime_env), f'''
+                ref = look.options(runtime_env=env, scheduling_strategy=On({bare.node_id!r},
+                                   soft=False)).remote()
+                print(json.dumps(ray.get(ref)))
+            ''')
+            assert seen["node"] == bare.node_id  # type: ignore[index]
+            assert seen["cwd_files"]["main.py"][1] == \
+                sha(b"print('edited on the zip path')\n")[:16]  # type: ignore[index]
+            assert seen["helper"] == "helper v1"  # type: ignore[index]
+        finally:
+            bare.stop()
+        back = moved(1)
+        assert back.uri.startswith("rtenv-tree://"), back
+        assert set(back.runtime_env) == {"rtenv", "_nsight"}, back.runtime_env
+    notes = [m for k, m, _h in w.notices if k == "note"]
+    assert notes[1:] == ["tree path: every node loads rtenv's plugin now"], w.notices
+    assert not [n for n in w.notices if n[0] != "note"], w.notices
+    fresh = push(src, address=c.head.address, env={}, base_dir=tmp_path, via="tree")
+    assert back.runtime_env == fresh.runtime_env
