@@ -85,7 +85,8 @@ def bytecode_env() -> dict[str, str]:
 
 def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
                  cwd: str | None = None) -> dict[str, Any]:
-    """Run one child process; return wall time, its peak RSS (MiB) and its stdout."""
+    """Run one child process; return wall time, its CPU time (user + sys, `cpu_s`), its peak
+    RSS (MiB) and its stdout."""
     full_env = {**os.environ, **bytecode_env()}
     if env:
         full_env.update(env)
@@ -96,7 +97,8 @@ def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
     elapsed = time.perf_counter() - start
     out = proc.stdout.read() if proc.stdout else ""
     err = proc.stderr.read() if proc.stderr else ""
-    return {"seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
+    return {"seconds": elapsed, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024,
             "returncode": os.waitstatus_to_exitcode(status), "stdout": out, "stderr": err}
 
 
