@@ -423,18 +423,26 @@ def _chain_packs(conn: RayKV, ident: str) -> set[str]:
     return out
 
 
+def watched(c: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+            ) -> tuple[Path, object]:
+    """(make_tree's runtime_env under `tmp_path`, the cluster's GCS as a watch's target), once
+    every node announced the plugin."""
+    from rtenv_cli.core.transport.resolve import resolve_target
+
+    src = make_tree(tmp_path)
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    wait_ready(c)
+    return src, resolve_target(None, c.head.address, env={})
+
+
 def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with(
         plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rtenv_cli.core.transport.resolve import resolve_target
     from tests.core.watch.helpers import Running
     from tests.core.watch.helpers import wait_for as wait_until
 
     c = plugin_cluster
-    src = make_tree(tmp_path)
+    src, target = watched(c, tmp_path, monkeypatch)
     wd = tmp_path / "wd"
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    wait_ready(c)
-    target = resolve_target(None, c.head.address, env={})
     with Running(src, target, base_dir=tmp_path, reconcile_s=3600) as w:
         first = w.events[0]
         assert first.uri.startswith("rtenv-tree://"), (first.uri, w.notices)
@@ -591,18 +599,14 @@ def test_push_watch_moves_to_the_zip_path_when_a_node_without_the_plugin_joins_a
     says why, as `rtenv push` does, and publishes on the zip path at once (a job on that node
     then runs with the working_dir, and so do the next saves); when the node leaves, back to the
     tree path."""
-    from rtenv_cli.core.transport.resolve import resolve_target
     from rtenv_cli.core.watch.session import PushEvent
     from tests.core.watch.helpers import Running
     from tests.core.watch.helpers import wait_for as wait_until
     from tests.support.ray_head import RayWorkerNode
 
     c = plugin_cluster
-    src = make_tree(tmp_path)
+    src, target = watched(c, tmp_path, monkeypatch)
     wd = tmp_path / "wd"
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    wait_ready(c)
-    target = resolve_target(None, c.head.address, env={})
 
     def moved(n: int) -> PushEvent:
         """The `n`th push the cluster's nodes moved to another path."""
