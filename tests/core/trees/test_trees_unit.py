@@ -243,3 +243,37 @@ def test_a_new_node_process_removes_what_a_dead_one_left_and_nothing_else(
     assert all(p.exists() for p in made["live"])
     assert ready.is_dir()
     assert again.ensure(first["manifest"])[2] == "built"  # another node's own tree
+
+
+def test_recheck_reads_the_announcements_only_when_the_alive_nodes_changed() -> None:
+    from rtenv_cli.core.trees.cluster import readiness, recheck
+
+    class Nodes(MemoryKV):
+        def __init__(self) -> None:
+            super().__init__({"n:a": b"{}"})
+            self.alive = {"a": "10.0.0.1"}
+            self.reads = 0
+
+        def alive_nodes(self) -> dict[str, str]:
+            return dict(self.alive)
+
+        def multi_get(self, keys: list[str]) -> dict[str, bytes]:
+            self.reads += 1
+            return super().multi_get(keys)
+
+    kv = Nodes()
+    first = readiness(kv)
+    assert first.ok
+    assert recheck(kv, first) is None  # the same nodes: one listing, no announcement read
+    assert kv.reads == 1
+    kv.alive["b"] = "10.0.0.2"  # joined without the plugin
+    joined = recheck(kv, first)
+    assert joined is not None
+    assert joined.missing == ("b",)
+    assert "1 of 2 nodes do not load rtenv's plugin: b (10.0.0.2)" in joined.why_not()
+    kv.data["n:b"] = b"{}"  # its plugin announced itself: read again, as `joined` missed one
+    again = recheck(kv, joined)
+    assert again is not None
+    assert again.ok
+    del kv.alive["b"]
+    assert recheck(kv, again) == first
