@@ -239,6 +239,7 @@ def test_a_new_node_process_removes_what_a_dead_one_left_and_nothing_else(
         obj.write_bytes(b"half")
         made[name].append(obj)
     again = NodeTrees(root, "n2", kv.fork)
+    again.recovery.join()
     assert not any(p.exists() for p in made["dead"])
     assert all(p.exists() for p in made["live"])
     assert ready.is_dir()
