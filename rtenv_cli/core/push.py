@@ -466,7 +466,7 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
     if isinstance(target, RayDashboardTarget):
         # the KV through the GCS the dashboard names: its own API cannot read it (ray_kv.py)
         try:
-            kv = target.cluster_kv()
+            kv = RayKV.through_dashboard(target.url, target.env, target.token)
         except NoGcsRoute as exc:
             why = f"zip path: the tree path needs the cluster's GCS: {exc.message}"
             if mode == "tree":

@@ -13,15 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rtenv_cli.core.errors import PackageTooLargeError, TransportError
 from rtenv_cli.core.transport.base import RAY_HTTP_LIMIT, ZipLayout
 from rtenv_cli.core.transport.http import HttpClient, Reply, Timeouts
-
-if TYPE_CHECKING:
-    from rtenv_cli.core.transport.ray_kv import RayKV
 
 
 def load_token(env: Mapping[str, str] | None = None, *, to: str | None = None) -> str | None:
@@ -170,12 +166,14 @@ class RayDashboardTarget:
     def published_uri(self, uri: str) -> str:
         return uri
 
-    def cluster_kv(self) -> RayKV:
-        """rtenv's namespace of the cluster's KV, through the GCS this dashboard names (the
-        dashboard's own API cannot read it: ray_kv.py says why); the same token."""
-        from rtenv_cli.core.transport.ray_kv import RayKV
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self._env
 
-        return RayKV.through_dashboard(self.url, self._env, self._token)
+    @property
+    def token(self) -> str | None:
+        """The token given for the cluster (None: Ray's own, read where each call goes)."""
+        return self._token
 
 
 def package_name(uri: str) -> str:

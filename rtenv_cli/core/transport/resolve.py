@@ -300,8 +300,8 @@ def dashboard_gcs(url: str, env: Mapping[str, str] | None = None, token: str | N
         resp = client.request("GET", "/nodes", idempotent=True, params={"view": "summary"},
                               ok=lambda s: s == 200)  # noqa: PLR2004 - HTTP OK
         if resp.status_code in (401, 403):  # a token missing or refused
-            raise TransportError(f"the Ray dashboard at {url} refused the token (HTTP "
-                                 f"{resp.status_code})",
+            said = "requires a token" if resp.status_code == 401 else "refused the token"  # noqa: PLR2004
+            raise TransportError(f"the Ray dashboard at {url} {said} (HTTP {resp.status_code})",
                                  hint="set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
                                  "cluster's token")
         found = None
