@@ -8,9 +8,7 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from rtenv_cli.core.transport.resolve import resolve_address
 from rtenv_cli.core.trees.gc import collect
 from tests.core.rayplugin.conftest import PluginCluster
 from tests.core.rayplugin.test_trees_ray import make_tree, wait_ready
+from tests.support.fake_dashboard import SummaryDashboard, fake_dashboard, raylet, summary
 from tests.support.ports import free_port
 from tests.support.ray_head import ray_executable
 
@@ -84,38 +83,14 @@ def test_a_push_through_the_dashboard_takes_the_tree_path_and_an_edit_sends_only
     assert ours & set(plan.manifests_removed)
 
 
-class _Summary(BaseHTTPRequestHandler):
-    """A dashboard whose node summary names a GCS (`flags`): the head raylet's command line."""
-
-    flags = ""
-
-    def log_message(self, *_a: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        node = {"raylet": {"isHeadNode": True}, "cmdline": ["raylet", *self.flags.split()]}
-        body = json.dumps({"result": True, "data": {"summary": [node]}}).encode()
-        self.send_response(200 if self.path.startswith("/nodes?") else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
-def fake_dashboard() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Summary)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def dashboard() -> Iterator[str]:
+    with fake_dashboard() as url:
+        yield url
 
 
 def test_a_dashboard_whose_gcs_does_not_answer_or_is_another_clusters_keeps_the_zip_path(
-        plugin_cluster: PluginCluster, fake_dashboard: str) -> None:
+        plugin_cluster: PluginCluster, dashboard: str) -> None:
     wait_ready(plugin_cluster)
     real = plugin_cluster.head.gcs_port
     for flags, words in [
@@ -123,8 +98,8 @@ def test_a_dashboard_whose_gcs_does_not_answer_or_is_another_clusters_keeps_the_
             (f"--gcs-address=10.0.0.9:{free_port()} --cluster-id=ab12", "does not answer here"),
             # a port-forwarded dashboard beside another cluster's GCS on that port
             (f"--gcs-address=10.0.0.9:{real} --cluster-id=ab12", "another cluster answers")]:
-        _Summary.flags = flags
-        target = RayDashboardTarget(fake_dashboard, env={})
+        SummaryDashboard.reply = summary(raylet(flags))
+        target = RayDashboardTarget(dashboard, env={})
         kv, why, guarded = tree_path(target, "auto")
         assert (kv, guarded) == (None, False)
         assert why is not None

@@ -3,12 +3,8 @@ auto), decided by asking the real servers."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -23,6 +19,7 @@ from rtenv_cli.core.transport.resolve import (
     resolve_target,
 )
 from tests.support.agent import agent_process
+from tests.support.fake_dashboard import SummaryDashboard, fake_dashboard, raylet, summary
 from tests.support.ports import free_port
 
 
@@ -90,61 +87,29 @@ def test_ray_addresses_and_the_dashboards_gcs(ray_cluster) -> None:
     target.close()
 
 
-class _Dashboard(BaseHTTPRequestHandler):
-    """A dashboard's node summary: `reply` (status, body) to every GET, each path noted."""
-
-    reply: ClassVar[tuple[int, object]] = (404, {})
-    seen: ClassVar[list[str]] = []
-
-    def log_message(self, *_a: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.seen.append(self.path)
-        code, doc = self.reply
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture
 def dashboard() -> Iterator[str]:
-    _Dashboard.reply, _Dashboard.seen = (404, {}), []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with fake_dashboard() as url:
+        yield url
 
 
 def test_a_dashboards_gcs_is_read_from_its_head_raylets_flags(dashboard: str) -> None:
-    def node(head: bool, flags: str) -> dict[str, object]:
-        # Ray's summary: the raylet's argv, one flag holding a worker command line with spaces
-        return {"raylet": {"isHeadNode": head},
-                "cmdline": ["raylet", "--python_worker_command=python w.py --gcs-address="
-                            f"{flags}", f"--gcs-address={flags}", "--cluster-id=c1d2",
-                            "--cluster-id-hex=ffff"]}
-
-    _Dashboard.reply = (200, {"data": {"summary": [node(False, "10.0.0.8:7000"),
-                                                   node(True, "10.0.0.5:6380")]}})
+    SummaryDashboard.reply = summary(
+        raylet("--gcs-address=10.0.0.8:7000 --cluster-id=e5f6", head=False),
+        raylet("--gcs-address=10.0.0.5:6380 --cluster-id=c1d2"))
     found = dashboard_gcs(dashboard, {})
     # the port on the dashboard's host (the one this machine reaches), the head's first
     assert (found.address, found.advertised, found.cluster_id) == \
         ("127.0.0.1:6380", "10.0.0.5:6380", "c1d2")
-    assert _Dashboard.seen == ["/nodes?view=summary"]
-
+    assert SummaryDashboard.seen == ["/nodes?view=summary"]
 
 @pytest.mark.parametrize(("status", "error", "words"), [
     (401, TransportError, "requires a token"), (403, TransportError, "refused the token"),
     (404, UsageError, "cannot find the Ray GCS address")])
 def test_a_dashboard_that_names_no_gcs_is_said_at_once(
         dashboard: str, status: int, error: type[Exception], words: str) -> None:
-    _Dashboard.reply = (status, {})
+    SummaryDashboard.reply = (status, {})
     with pytest.raises(error, match=words):
         dashboard_gcs(dashboard, {}, wait_s=600)
-    assert len(_Dashboard.seen) == 1  # not asked again: only a head still starting is
+    assert len(SummaryDashboard.seen) == 1  # not asked again: only a head still starting is
