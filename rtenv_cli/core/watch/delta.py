@@ -39,14 +39,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str]) -> tuple[int, int]:
+def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str],
+               files: Mapping[str, str] | None = None) -> tuple[int, int]:
     """Upload the blobs `shas` of `snap` (one batch where the target takes batches); return
-    (count, bytes). A file edited after the snapshot read it is a ContentChanged."""
-    by_sha = {e.sha256: e for e in snap.files()}
+    (count, bytes). `files`: sha256 -> path of a file that has it, where the caller knows
+    (else every file of the snapshot is looked at). A file edited after the snapshot read it
+    is a ContentChanged."""
+    by_rel = files if files is not None else {e.sha256 or "": e.relpath for e in snap.files()}
     entries = []
     for sha in dict.fromkeys(shas):
-        entry = by_sha.get(sha)
-        if entry is None:
+        entry = snap.entries.get(by_rel.get(sha, ""))
+        if entry is None or entry.sha256 != sha:
             raise RtenvError(f"the target asked for blob {sha[:12]}… that is not in the manifest")
         entries.append((sha, entry))
     if not entries:
@@ -66,6 +69,53 @@ def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str]) -> tupl
                 raise ContentChanged(e.relpath) from exc
         raise
     return len(entries), sum(e.size for _sha, e in entries)
+
+
+@dataclass
+class Held:
+    """What a delta target holds of one source: the manifest last committed, as path ->
+    entry, and the paths of its directory entries."""
+
+    uri: str
+    entries: dict[str, dict[str, Any]]
+    dirs: set[str]
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> Held:
+        entries = {e["path"]: e for e in manifest["entries"]}
+        return cls(str(manifest["uri"]), entries, {p for p, e in entries.items() if e["is_dir"]})
+
+    def apply(self, uri: str, upsert: list[dict[str, Any]], remove: list[str]) -> None:
+        """The target committed `uri` as these changes to the manifest held."""
+        for path in remove:
+            self.entries.pop(path, None)
+            self.dirs.discard(path)
+        for entry in upsert:
+            self.entries[entry["path"]] = entry
+            (self.dirs.add if entry["is_dir"] else self.dirs.discard)(entry["path"])
+        self.uri = uri
+
+
+# Whether a save's manifest is worked out from the paths it touched (`changes`), not from the
+# whole tree's (`relative_manifest`): benchmarks/bench_watch.py's ablation rows turn it off.
+INCREMENTAL = True
+
+
+def changes(snap: Snapshot, held: Held) -> tuple[list[dict[str, Any]], list[str]]:
+    """(entries to upsert, paths to remove) that turn `held` into `snap.manifest()` now: only
+    the paths the snapshot touched since `held` was committed (`Snapshot.touched`) and the
+    directory entries (those of empty directories: few) are looked at, never every file."""
+    dirs = {e["path"]: e for e in snap.dir_entries()}
+    upsert, remove = [], []
+    for path in sorted(snap.touched | held.dirs | dirs.keys()):
+        new = dirs.get(path) or snap.file_entry(path)
+        old = held.entries.get(path)
+        if new is None:
+            if old is not None:
+                remove.append(path)
+        elif new is not old and new != old:
+            upsert.append(new)
+    return upsert, remove
 
 
 def relative_manifest(base: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
