@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.store import blobs as blobs_mod
 from rtenv_cli.core.store import delta
 from rtenv_cli.core.store.rayhash import verify_package
 from rtenv_cli.core.store.store import Store
@@ -278,6 +279,29 @@ def test_blob_batch_stores_each_verified_blob(tmp_path: Path) -> None:
     again = io.BytesIO(_record(blobs[1]) + _record(b"three"))  # known blobs are skipped
     assert store.put_blobs(again) == 2
     assert store.blob_path(hashlib.sha256(b"three").hexdigest()).read_bytes() == b"three"
+
+
+@pytest.mark.parametrize("count", [1, blobs_mod.FEW_BLOBS, blobs_mod.FEW_BLOBS + 3])
+def test_a_saves_few_blobs_are_synced_one_by_one_not_with_the_whole_file_system(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """A save's blob is durable by fsyncs of its file and its directory (a busy disk's other
+    pending writes are not its wait); a larger batch's rest by one syncfs."""
+    store = Store(tmp_path / "store")
+    synced: list[str] = []
+    flushed: list[Path] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(
+        f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    monkeypatch.setattr(blobs_mod, "sync_fs", flushed.append)
+    data = [f"blob {i}".encode() for i in range(count)]
+    assert store.put_blobs(io.BytesIO(b"".join(_record(b) for b in data))) == count
+    few = min(count, blobs_mod.FEW_BLOBS)
+    for b in data[:few]:
+        final = str(store.blob_path(hashlib.sha256(b).hexdigest()))
+        tmp = synced.index(next(s for s in synced if s.endswith("/blob")))
+        assert synced[tmp + 1] == str(Path(final).parent)  # its rename, then the next
+        del synced[:tmp + 2]
+    assert flushed == ([store.root] if count > few else [])
 
 
 @pytest.mark.parametrize("stream", [
