@@ -12,9 +12,9 @@
 - idle CPU of the watcher process while nothing changes (utime+stime from /proc over a window);
 - an `ablation:` row per fast path of the agent route, the same edits with it switched off in
   the watcher or the agent (`prelude`): the save's delta worked out from the whole tree's
-  manifest (watch/delta.py INCREMENTAL), the agent hashing and encoding every row of the
-  package (store/delta.py IN_PLACE), a save's blob synced with the whole file system
-  (store/blobs.py FEW_BLOBS).
+  manifest (watch/delta.py INCREMENTAL), blobs and manifest in two requests (ONE_REQUEST), the
+  agent hashing and encoding every row of the package (store/delta.py IN_PLACE), a save's blob
+  synced with the whole file system (store/blobs.py FEW_BLOBS).
 
 RTENV_BENCH_WATCH=agent runs the agent rows only (a few minutes); the Ray rows of the last full
 run are then kept in the results file as they were, their notes saying so.
@@ -153,6 +153,11 @@ ABLATIONS = (
      "import rtenv_cli.core.watch.delta as m; m.INCREMENTAL = False", "",
      "the watcher works out each save's manifest over every file and compares it with the "
      "last one (watch/delta.py INCREMENTAL off)"),
+    ("ablation: agent save -> published p50, blobs and manifest in two requests",
+     "import rtenv_cli.core.watch.delta as m; m.ONE_REQUEST = False", "",
+     "the watcher sends the blob (POST /api/blobs), then the manifest (POST "
+     "/api/manifests/commit): two round trips and two hops to the agent's worker threads "
+     "(watch/delta.py ONE_REQUEST off)"),
     ("ablation: agent save -> published p50, every row hashed and encoded by the agent", "",
      "import rtenv_cli.core.store.delta as m; m.IN_PLACE = False",
      "the agent copies and sorts the package's rows, XORs every digest and encodes every row "

@@ -10,14 +10,14 @@ describe it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.errors import RtenvError
 from rtenv_cli.core.transport.base import DeltaTarget
-from rtenv_cli.core.watch.snapshot import Snapshot
+from rtenv_cli.core.watch.snapshot import EntryState, Snapshot
 from rtenv_cli.core.watch.zipcache import ContentChanged
 
 _CHUNK = 1 << 20
@@ -45,6 +45,34 @@ def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str],
     (count, bytes). `files`: sha256 -> path of a file that has it, where the caller knows
     (else every file of the snapshot is looked at). A file edited after the snapshot read it
     is a ContentChanged."""
+    entries = _blob_entries(snap, shas, files)
+    if entries:
+        _sending(snap, entries, lambda: target.put_blobs(
+            [(sha, snap.root / e.relpath) for sha, e in entries]))
+    return len(entries), sum(e.size for _sha, e in entries)
+
+
+# Whether a save's blobs and manifest go in one request (target.publish), not two: bench_watch's
+# ablation rows turn it off.
+ONE_REQUEST = True
+
+
+def publish(snap: Snapshot, target: DeltaTarget, manifest: Mapping[str, Any],
+            shas: Iterable[str], files: Mapping[str, str]) -> int:
+    """The blobs `shas` (`files`: as for send_blobs) and the commit of `manifest`, in one
+    request where ONE_REQUEST; the blob bytes sent."""
+    if not ONE_REQUEST:
+        sent = send_blobs(snap, target, shas, files)[1]
+        target.commit_manifest(manifest)
+        return sent
+    entries = _blob_entries(snap, shas, files)
+    _sending(snap, entries, lambda: target.publish(
+        manifest, [(sha, snap.root / e.relpath) for sha, e in entries]))
+    return sum(e.size for _sha, e in entries)
+
+
+def _blob_entries(snap: Snapshot, shas: Iterable[str], files: Mapping[str, str] | None
+                  ) -> list[tuple[str, EntryState]]:
     by_rel = files if files is not None else {e.sha256 or "": e.relpath for e in snap.files()}
     entries = []
     for sha in dict.fromkeys(shas):
@@ -52,10 +80,15 @@ def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str],
         if entry is None or entry.sha256 != sha:
             raise RtenvError(f"the target asked for blob {sha[:12]}… that is not in the manifest")
         entries.append((sha, entry))
-    if not entries:
-        return 0, 0
+    return entries
+
+
+def _sending(snap: Snapshot, entries: list[tuple[str, EntryState]],
+             send: Callable[[], object]) -> None:
+    """`send()` the blobs `entries`; a failure because one of their files changed since the
+    snapshot read it is a ContentChanged naming it."""
     try:
-        target.put_blobs([(sha, snap.root / e.relpath) for sha, e in entries])
+        send()
     except (RtenvError, OSError) as exc:
         # The store refuses a blob whose bytes do not hash to `sha`: the file was edited after
         # the snapshot read it; or it is gone (deleted, renamed) before it could be read. Say
@@ -68,7 +101,6 @@ def send_blobs(snap: Snapshot, target: DeltaTarget, shas: Iterable[str],
             if now != sha:
                 raise ContentChanged(e.relpath) from exc
         raise
-    return len(entries), sum(e.size for _sha, e in entries)
 
 
 @dataclass

@@ -83,12 +83,11 @@ class DeltaPublisher:
                                                    snap.manifest())
                 upsert, remove = full["upsert"], full["remove"]
             files = {e["sha256"]: e["path"] for e in upsert if e["sha256"]}
-            try:
-                _count, sent = delta_mod.send_blobs(
-                    snap, self.target, [s for s in files if s not in src.known_blobs], files)
-                body = {"uri": snap.uri, "kind": snap.kind, "name": snap.name,
-                        "base": held.uri, "upsert": upsert, "remove": remove}
-                self.target.commit_manifest(body)
+            body = {"uri": snap.uri, "kind": snap.kind, "name": snap.name,
+                    "base": held.uri, "upsert": upsert, "remove": remove}
+            try:  # the blobs and the commit in one request (delta.publish)
+                sent = delta_mod.publish(snap, self.target, body,
+                                         [s for s in files if s not in src.known_blobs], files)
                 # grows over the session: reverting an edit sends no blob at all
                 src.known_blobs |= files.keys()
                 held.apply(snap.uri, upsert, remove)

@@ -79,8 +79,8 @@ def test_each_save_publishes_what_a_fresh_push_publishes(
     publisher = DeltaPublisher(target)
     publisher.push(src)
     sent: list[dict] = []
-    real_commit = target.commit_manifest
-    monkeypatch.setattr(target, "commit_manifest", lambda m: sent.append(m) or real_commit(m))
+    real_publish = target.publish
+    monkeypatch.setattr(target, "publish", lambda m, b: sent.append(m) or real_publish(m, b))
     if incremental:  # the tree's whole manifest is never worked out again
         monkeypatch.setattr(snap, "manifest", lambda: pytest.fail("whole manifest"))
     for i, step in enumerate(_steps(tree)):
@@ -108,15 +108,15 @@ def test_a_failed_commit_keeps_its_changes_for_the_next_push(
     publisher = DeltaPublisher(target)
     publisher.push(src)
     snap.update([_write(tree / "a.py", "a 2\n")])
-    real_commit = target.commit_manifest
+    real_publish = target.publish
 
-    def refused(_m: object) -> dict:
+    def refused(_m: object, _b: object) -> dict:
         raise delta.ContentChanged("a.py")
 
-    monkeypatch.setattr(target, "commit_manifest", refused)
+    monkeypatch.setattr(target, "publish", refused)
     with pytest.raises(delta.ContentChanged):
         publisher.push(src)
-    monkeypatch.setattr(target, "commit_manifest", real_commit)
+    monkeypatch.setattr(target, "publish", real_publish)
     snap.update([_write(tree / "b.py", "b 2\n")])
     publisher.push(src)
     uri, expected = _fresh_manifest(tree, tmp_path / "fresh")
