@@ -292,12 +292,11 @@ async def publish(request: Request) -> Response:
 
     def work() -> dict[str, Any]:
         head = reader.readline(32)
-        try:
-            size = int(head)
-        except ValueError:
+        if not head.rstrip(b"\n").isdigit():
             raise UsageError(f"the body does not start with its manifest's size ({head!r})",
-                             hint="'<size>\\n<manifest JSON>' then blob records") from None
-        if not 0 <= size <= limits.manifest_bytes:
+                             hint="'<size>\\n<manifest JSON>' then blob records")
+        size = int(head)
+        if size > limits.manifest_bytes:
             raise protocol.too_large(limits.manifest_bytes)
         body = reader.read(size)
         if len(body) != size:
