@@ -197,7 +197,8 @@ def test_an_added_file_takes_the_whole_path(tmp_path: Path) -> None:
     assert _members(store.package_file(uri2.removeprefix("gcs://"))) == _members(ray_zip)
 
 
-def test_an_edit_in_place_that_lies_is_rejected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_place", [False, True])
+def test_relative_commit_that_lies_is_rejected(tmp_path: Path, in_place: bool) -> None:
     src = make_tree(tmp_path / "src", {"a.py": "a\n", "b.py": "b\n"})
     uri1, _ = ray_package(src, tmp_path)
     store = Store(tmp_path / "store")
@@ -206,26 +207,15 @@ def test_an_edit_in_place_that_lies_is_rejected(tmp_path: Path) -> None:
     (src / "b.py").write_text("edited too\n")
     uri2, _ = ray_package(src, tmp_path)
     body = _relative(base, _manifest(src, uri2))
-    body["upsert"] = [e for e in body["upsert"] if e["path"] == "a.py"]  # b.py's edit unsent
+    # claims the new URI without sending the change: none of it, or b.py's (in place: the
+    # base's hash with a.py's digest replaced)
+    body["upsert"] = [e for e in body["upsert"] if in_place and e["path"] == "a.py"]
     man = delta.Manifest.parse(body)
-    store.put_blob(body["upsert"][0]["sha256"], src / "a.py")
-    assert delta._in_place(store, man) is not None
+    if in_place:
+        store.put_blob(body["upsert"][0]["sha256"], src / "a.py")
+        assert delta._in_place(store, man) is not None
     with pytest.raises(PackagingError, match="does not match"):
         delta.commit(store, man)
-    assert not store.has_package(uri2.removeprefix("gcs://"))
-
-
-def test_relative_commit_that_lies_is_rejected(tmp_path: Path) -> None:
-    src = make_tree(tmp_path / "src", {"a.py": "a\n", "b.py": "b\n"})
-    uri1, _ = ray_package(src, tmp_path)
-    store = Store(tmp_path / "store")
-    base = _commit_full(store, src, uri1)
-    (src / "a.py").write_text("edited\n")
-    uri2, _ = ray_package(src, tmp_path)
-    body = _relative(base, _manifest(src, uri2))
-    body["upsert"] = []  # claims the new URI without sending the change
-    with pytest.raises(PackagingError, match="does not match"):
-        delta.commit(store, delta.Manifest.parse(body))
     assert not store.has_package(uri2.removeprefix("gcs://"))
 
 
