@@ -30,6 +30,7 @@ from rtenv_cli.core.store.layout import Layout
 # cheaper per blob for many, dearer for one on a busy disk (bench_watch's ablation rows).
 FEW_BLOBS = 8
 
+
 class Blobs:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
