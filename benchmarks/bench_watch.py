@@ -190,7 +190,7 @@ def _watch_edits(store: Path, tree: Path, home: Path, n: int, first: int, *,
             _t, initial = w.next()
             cpu0 = _cpu(agent.pid) + w.cpu_seconds()
             times, events = _measure_edits(w, tree, n, first)
-            cpu = (_cpu(agent.pid) + w.cpu_seconds() - cpu0) / n
+            cpu = (_cpu(agent.pid) + w.cpu_seconds() - cpu0) / max(n, 1)
             idle = _idle_cpu(w, idle_s) if idle_s else 0.0
         finally:
             w.stop()
@@ -206,8 +206,11 @@ def _agent_rows(work: Path, tree: Path, *, files: int, total: int, n_edits: int,
     shared box the wall times are noisy: each row also says the CPU time both processes
     spent per edit, and an ablation passes when it costs more time or more CPU."""
     store = work / "agent-store"
-    times, events, first, cpu, idle = _watch_edits(store, tree, work / "home", n_edits, 0,
-                                                   idle_s=idle_s)
+    # the first push fills the store (and its index: SQLite checkpoints after it); then each
+    # configuration starts from that store, with the same kind of work before its edits
+    _t, _e, first, _c, idle = _watch_edits(store, tree, work / "home-first", 0, 0,
+                                           idle_s=idle_s)
+    times, events, _first, cpu, _idle = _watch_edits(store, tree, work / "home", n_edits, 0)
     sent = statistics.median(e["bytes_sent"] for e in events)
     p50 = statistics.median(times)
     load = f"; load average {os.getloadavg()[0]:.1f}"
@@ -228,7 +231,7 @@ def _agent_rows(work: Path, tree: Path, *, files: int, total: int, n_edits: int,
     ]
     for k, (metric, client, server, what) in enumerate(ABLATIONS):
         off, _events, _first, cpu_off, _idle = _watch_edits(
-            store, tree, work / f"home-{k}", n_edits, 1000 * (k + 1), client=client,
+            store, tree, work / f"home-{k}", n_edits, 1000 * (k + 2), client=client,
             server=server)
         q50 = statistics.median(off)
         rows.append(Row(B, metric, "s", q50, None,
