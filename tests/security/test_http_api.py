@@ -42,6 +42,12 @@ def _entry(**fields: Any) -> dict[str, Any]:
                          "sha256": SHA, **fields}]}
 
 
+def _framed(manifest: dict[str, Any] | str) -> bytes:
+    """`manifest` as POST /api/publish begins: its size, a newline, its JSON."""
+    text = (manifest if isinstance(manifest, str) else json.dumps(manifest)).encode()
+    return b"%d\n%s" % (len(text), text)
+
+
 # (method, path, body): a dict is sent as JSON, a str or bytes as is; the status expected
 ABUSE: list[tuple[str, str, Any, int]] = [
     # pid: only a positive int that fits is a pid (red-team 6)
@@ -91,6 +97,15 @@ ABUSE: list[tuple[str, str, Any, int]] = [
                    {**_entry(), "entries": "x"}, {**_entry(), "uri": 5}, {"kind": "working_dir"},
                    "{" * 3000)],
     ("POST", "/api/manifests", {**_entry(), "kind": "zip"}, 400),
+    # a save in one request: the same manifests, framed; then its blob records
+    *[("POST", "/api/publish", _framed(body), 400)
+      for body in (_entry(mode="x"), _entry(size=2**80), {**_entry(), "entries": "x"},
+                   {"kind": "working_dir"}, "{" * 3000)],
+    ("POST", "/api/publish", b"garbage\n{}", 400),
+    ("POST", "/api/publish", b"-1\n", 400),
+    ("POST", "/api/publish", b"%d\n" % (1 << 40), 413),
+    ("POST", "/api/publish", _framed(_entry()) + b"garbage header\n", 422),
+    ("POST", "/api/publish", _framed(_entry()) + f"{SHA} 99\nx".encode(), 422),
     ("POST", "/api/manifests", {**_entry(), "uri": "http://x"}, 422),
     # raw uploads and names
     ("PUT", "/api/packages/gcs/bad%20name%2A", b"zip", 422),

@@ -119,7 +119,7 @@ class WatchSession:
         kv, why, self.guarded = tree_path(target, via)
         if why:
             self.on_notice("note", why, None)
-        self._nodes = _nodes_check(target, via)
+        self._nodes = _nodes_check(target, via, kv)
         self._own_work_dir = work_dir is None  # made here: removed by close()
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
         self.hold_s = HOLD_S if chooses_pin(target) and kv is None else None
@@ -266,12 +266,10 @@ class WatchSession:
         nodes.last = ready
         if ready.ok == isinstance(self.publisher, TreePublisher) or joined:
             return False  # a node that just joined: its plugin announces itself a moment later
-        from rtenv_cli.core.transport.ray_kv import RayKV
-
         self.publisher.close(self.sources)
-        kv = RayKV(self.target.fork()) if ready.ok else None  # type: ignore[attr-defined]
+        kv = nodes.kv.fork() if ready.ok else None
         self.guarded = ready.guarded
-        self.hold_s = None if ready.ok else HOLD_S
+        self.hold_s = HOLD_S if chooses_pin(self.target) and kv is None else None
         self.publisher = publisher_for(self.target, self.work_dir,
                                        early_upload=self._early_upload, pin_s=self.hold_s, kv=kv)
         if not self._pin_s_given:
@@ -437,17 +435,29 @@ class _Nodes:
     checked: float = 0.0
 
 
-def _nodes_check(target: Target, via: str) -> _Nodes | None:
-    """Where the path is re-checked (`--via auto` to a Ray GCS): the first check compares the
-    cluster with what the path was chosen by."""
+def _nodes_check(target: Target, via: str, kv: Any) -> _Nodes | None:
+    """Where the path is re-checked (`--via auto` to a Ray cluster whose GCS answers here): a
+    connection of its own to the KV (`kv`: the one the path was chosen by, if the tree path);
+    the first check compares the cluster with what the path was chosen by."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
     from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
-
-    if via != "auto" or not isinstance(target, RayGcsTarget):
-        return None
     from rtenv_cli.core.transport.ray_kv import RayKV
     from rtenv_cli.core.trees.cluster import Readiness
 
-    return _Nodes(RayKV(target.fork()), Readiness({}, ()), time.monotonic())
+    if via != "auto":
+        return None
+    if kv is not None:
+        mine = kv.fork()
+    elif isinstance(target, RayGcsTarget):
+        mine = RayKV(target.fork())
+    elif isinstance(target, RayDashboardTarget):
+        try:  # the zip path with every node known (the GCS answers): it can change
+            mine = RayKV.through_dashboard(target.url, target.env, target.token)
+        except (RtenvError, OSError):  # no route to its GCS: the zip path for good
+            return None
+    else:
+        return None
+    return _Nodes(mine, Readiness({}, ()), time.monotonic())
 
 
 def _kept(uris: list[str], current: str) -> list[str]:

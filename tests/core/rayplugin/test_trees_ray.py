@@ -280,6 +280,12 @@ def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly
         assert any("zip path: 1 of 1 nodes do not load rtenv's plugin" in n
                    for n in zipped.notes), zipped.notes
         assert zipped.runtime_env["working_dir"].startswith("gcs://_ray_pkg_")
+        # through its dashboard: the same decision, the same note, Ray's same zip
+        dash = push(tree_src, address=bare.dashboard_url, env={}, base_dir=tree_src.parent)
+        assert dash.path == "zip"
+        assert any("zip path: 1 of 1 nodes do not load rtenv's plugin" in n
+                   for n in dash.notes), dash.notes
+        assert dash.runtime_env == zipped.runtime_env
         proc = bare.run_driver(f"""
 import ray
 ray.init(log_to_driver=False)
