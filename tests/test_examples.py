@@ -162,8 +162,10 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         shown = "\n".join(got.output)
         assert got.exit_code == step.exit_code, f"$ {step.command}\n{shown}"
         assert comparable(got.output) == comparable(step.output), f"$ {step.command}\n{shown}"
-    if folder == "slurm":  # the batch script stops every agent it started
+    if folder == "slurm":  # the batch script stops every agent it started, and they clean up
         assert all(_port_free(p) for p in agent_ports)
+        assert not list((box.root / ".rtenv-slurm/1.0/ready").iterdir())  # ready files gone
+        assert not list((tmp_path / "nodes").glob("node*/rtenv-agent-*"))  # stores removed
     if folder == "serve":  # the replica ran the pushed package; Serve left the head as it was
         assert head is not None
         deploy = yaml.safe_load((box.root / "deploy.yaml").read_text())
