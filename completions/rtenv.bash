@@ -7,7 +7,7 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
         " --color") return 0 ;;
         " validate --api"|" validate --base-dir"|" validate --fail-on"|" validate --glob"|" validate --ray-version"|" validate --format"|" validate -f") return 0 ;;
         " rules --format"|" rules -f") return 0 ;;
-        " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload") return 0 ;;
+        " agent --host"|" agent --port"|" agent --root"|" agent --token"|" agent --allow-file-root"|" agent --max-size"|" agent --max-age"|" agent --workers"|" agent --read-timeout"|" agent --max-connections"|" agent --max-body"|" agent --max-upload"|" agent --ready-file") return 0 ;;
         " run --runtime-env"|" run -r"|" run --base-dir"|" run --address"|" run --token"|" run --gpus"|" run --num-cpus"|" run --memory") return 0 ;;
         " push --to"|" push --address"|" push --token"|" push --stage-to"|" push --output"|" push -o"|" push --base-dir"|" push --via"|" push --on-change"|" push --quiet-ms"|" push --max-wait-ms"|" push --format"|" push -f") return 0 ;;
         " ls-files --kind"|" ls-files --exclude"|" ls-files -e"|" ls-files --format"|" ls-files -f") return 0 ;;
@@ -75,6 +75,7 @@ _rtenv() {
         " agent --max-connections") COMPREPLY=(); return ;;
         " agent --max-body") COMPREPLY=(); return ;;
         " agent --max-upload") COMPREPLY=(); return ;;
+        " agent --ready-file") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " run --runtime-env"|" run -r") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " run --base-dir") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         " run --address") COMPREPLY=(); return ;;
@@ -145,7 +146,7 @@ _rtenv() {
             "") COMPREPLY=($(compgen -W '--version -V --quiet -q --color --help -h' -- "$cur")) ;;
             " validate") COMPREPLY=($(compgen -W '--api --base-dir --strict --fail-on --resolve --glob --ray-version --format -f --show-info --verbose -v --help -h' -- "$cur")) ;;
             " rules") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
-            " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
+            " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --ready-file --help -h' -- "$cur")) ;;
             " run") COMPREPLY=($(compgen -W '--runtime-env -r --base-dir --address --token --gpus --num-cpus --memory --verbose -v --help -h' -- "$cur")) ;;
             " push") COMPREPLY=($(compgen -W '--to --address --token --stage-to --output -o --base-dir --dry-run -n --rtenv-envs --via --watch -w --once --on-change --poll --quiet-ms --max-wait-ms --verbose -v --format -f --help -h' -- "$cur")) ;;
             " ls-files") COMPREPLY=($(compgen -W '--kind --exclude -e --sizes -s --format -f --help -h' -- "$cur")) ;;
@@ -164,7 +165,7 @@ _rtenv() {
         "") COMPREPLY=($(compgen -W 'validate rules agent run push ls-files check-ignore explain cache ray-env doctor' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W 'RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE148 RTE149 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE183 RTE184 RTE185 RTE186 RTE190 RTE191 RTE192 RTE193 RTE194' -- "$cur")) ;;
-        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --help -h' -- "$cur")) ;;
+        " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --ready-file --help -h' -- "$cur")) ;;
         " run") COMPREPLY=($(compgen -c -- "$cur")) ;;
         " push") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " ls-files") COMPREPLY=($(compgen -f -- "$cur")) ;;

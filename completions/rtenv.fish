@@ -52,6 +52,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from agent' -l read-timeout -x -d '
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l max-connections -x -d 'Open connections at most (also kept under the process'\''s file descriptor limit); past it, the longest-stalled one is closed.'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l max-body -x -d 'Largest JSON request body (HTTP 413 above it).'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l max-upload -x -d 'Largest package upload (Ray'\''s GCS stores at most 512 MiB).'
+complete -c rtenv -n '__fish_seen_subcommand_from agent' -l ready-file -r -F -d 'Once the agent serves, write its URL (and a newline) to this file, atomically; the file is removed when the agent stops. A batch script waits for it instead of polling the port.'
 complete -c rtenv -n '__fish_seen_subcommand_from agent' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from run' -f
 complete -c rtenv -n '__fish_seen_subcommand_from run; and contains -- -- (commandline -opc)' -x -a '(__fish_complete_subcommand --commandline (__rtenv_after_dashdash))'

@@ -214,6 +214,7 @@ _rtenv_agent() {
         '--max-connections[Open connections at most (also kept under the process'\''s file descriptor limit); past it, the longest-stalled one is closed.]:value: ' \
         '--max-body[Largest JSON request body (HTTP 413 above it).]:value: ' \
         '--max-upload[Largest package upload (Ray'\''s GCS stores at most 512 MiB).]:value: ' \
+        '--ready-file[Once the agent serves, write its URL (and a newline) to this file, atomically; the file is removed when the agent stops. A batch script waits for it instead of polling the port.]:file:_files' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]'
 }
