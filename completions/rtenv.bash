@@ -13,7 +13,7 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
         " ls-files --kind"|" ls-files --exclude"|" ls-files -e"|" ls-files --format"|" ls-files -f") return 0 ;;
         " check-ignore --root"|" check-ignore --runtime-env"|" check-ignore -r"|" check-ignore --kind"|" check-ignore --exclude"|" check-ignore -e"|" check-ignore --format"|" check-ignore -f") return 0 ;;
         " explain --kind"|" explain --num-cpus"|" explain --gpus"|" explain --num-gpus"|" explain --resource"|" explain --gpu-vendor"|" explain --accelerator-type"|" explain --job-runtime-env"|" explain --app"|" explain --node-env"|" explain --node-env-file"|" explain --compare"|" explain --address"|" explain --format"|" explain -f") return 0 ;;
-        " cache ls --agent"|" cache ls --token"|" cache ls --address"|" cache ls --kind"|" cache ls --format"|" cache ls -f") return 0 ;;
+        " cache ls --agent"|" cache ls --token"|" cache ls --address"|" cache ls --kind"|" cache ls --use"|" cache ls --node"|" cache ls --only"|" cache ls --format"|" cache ls -f") return 0 ;;
         " cache gc --older-than"|" cache gc --keep-storage"|" cache gc --kind"|" cache gc --agent"|" cache gc --token"|" cache gc --address"|" cache gc --format"|" cache gc -f") return 0 ;;
         " cache purge --agent"|" cache purge --token"|" cache purge --address"|" cache purge --kind"|" cache purge --format"|" cache purge -f") return 0 ;;
         " ray-env --format"|" ray-env -f"|" ray-env --root"|" ray-env --max-size"|" ray-env --max-age"|" ray-env --check") return 0 ;;
@@ -119,11 +119,14 @@ _rtenv() {
         " cache ls --agent") COMPREPLY=(); return ;;
         " cache ls --token") COMPREPLY=(); return ;;
         " cache ls --address") COMPREPLY=(); return ;;
-        " cache ls --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache' -- "$cur")); return ;;
+        " cache ls --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache conda java_jars' -- "$cur")); return ;;
+        " cache ls --use") COMPREPLY=($(compgen -W 'in-use unused' -- "$cur")); return ;;
+        " cache ls --node") COMPREPLY=(); return ;;
+        " cache ls --only") COMPREPLY=($(compgen -W 'ray rtenv' -- "$cur")); return ;;
         " cache ls --format"|" cache ls -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         " cache gc --older-than") COMPREPLY=(); return ;;
         " cache gc --keep-storage") COMPREPLY=(); return ;;
-        " cache gc --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache' -- "$cur")); return ;;
+        " cache gc --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache conda java_jars' -- "$cur")); return ;;
         " cache gc --agent") COMPREPLY=(); return ;;
         " cache gc --token") COMPREPLY=(); return ;;
         " cache gc --address") COMPREPLY=(); return ;;
@@ -131,7 +134,7 @@ _rtenv() {
         " cache purge --agent") COMPREPLY=(); return ;;
         " cache purge --token") COMPREPLY=(); return ;;
         " cache purge --address") COMPREPLY=(); return ;;
-        " cache purge --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache' -- "$cur")); return ;;
+        " cache purge --kind") COMPREPLY=($(compgen -W 'working_dir py_modules pip uv package blob build-cache conda java_jars' -- "$cur")); return ;;
         " cache purge --format"|" cache purge -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         " ray-env --format"|" ray-env -f") COMPREPLY=($(compgen -W 'shell json yaml text' -- "$cur")); return ;;
         " ray-env --root") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -153,7 +156,7 @@ _rtenv() {
             " check-ignore") COMPREPLY=($(compgen -W '--verbose -v --non-matching -n --root --runtime-env -r --kind --exclude -e --format -f --help -h' -- "$cur")) ;;
             " explain") COMPREPLY=($(compgen -W '--kind --num-cpus --gpus --num-gpus --resource --gpu-vendor --accelerator-type --job-runtime-env --app --node-env --node-env-file --node-env-from-current --compare --show-secrets --gpu-map --no-gpu-map --verify --address --format -f --help -h' -- "$cur")) ;;
             " cache") COMPREPLY=($(compgen -W '--help -h' -- "$cur")) ;;
-            " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
+            " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --use --node --only --format -f --help -h' -- "$cur")) ;;
             " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
             " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
             " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;
@@ -172,7 +175,7 @@ _rtenv() {
         " check-ignore") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " explain") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " cache") COMPREPLY=($(compgen -W 'ls gc purge' -- "$cur")) ;;
-        " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --format -f --help -h' -- "$cur")) ;;
+        " cache ls") COMPREPLY=($(compgen -W '--agent --token --address --kind --use --node --only --format -f --help -h' -- "$cur")) ;;
         " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;

@@ -30,7 +30,7 @@ _rtenv_cache_purge() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to clean\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), whose nodes lose their old sessions'\'' caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--yes[Do not ask for confirmation.]' \
@@ -45,7 +45,7 @@ _rtenv_cache_gc() {
     _arguments -S \
         '--older-than[Remove unreferenced entries unused for this long (e.g. 24h, 7d). Default 24h when no --keep-storage is given.]:value: ' \
         '--keep-storage[Then remove least recently used unreferenced entries until the cache is at most this big (e.g. 20GB).]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to clean\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), whose nodes lose their old sessions'\'' caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
@@ -64,7 +64,10 @@ _rtenv_cache_ls() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to list\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), every node'\''s runtime_env caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
+        '--use[Only entries something holds (in-use\: a live reference or a fresh upload'\''s pin) or nothing holds (unused\: what `cache gc` may remove).]:value:(in-use unused)' \
+        '*--node[With --address of a Ray cluster\: only this node, by its ID (or a prefix of 4+ hex digits, as listed) or its IP address (repeatable).]:value: ' \
+        '--only[With --address of a Ray cluster\: only Ray'\''s own caches (ray) or only the environments rtenv'\''s plugin built and the trees its nodes hold (rtenv).]:value:(ray rtenv)' \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
         '--help[Show help and exit.]' \

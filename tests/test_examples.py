@@ -60,6 +60,8 @@ def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
         box.env["RAY_DASHBOARD_ADDRESS"] = head.dashboard_url  # `serve`'s default --address
         box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
                      (head.address, "127.0.0.1:6379")]
+        if "RTENV_HOME" in head.env:  # the plugin's store on the node, as the README sets it
+            box.subs.append((head.env["RTENV_HOME"], "/var/cache/rtenv"))
     return box
 
 
