@@ -76,7 +76,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from push' -l rtenv-envs -d 'Move `
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l via -x -d 'auto: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address) loads rtenv'\''s plugin, else Ray'\''s gcs:// zips, saying why; tree or zip: that path only.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l watch -s w -d 'Keep watching and re-push on every change until Ctrl-C.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l once -d 'With the watch engine: push once and exit.'
-complete -c rtenv -n '__fish_seen_subcommand_from push' -l on-change -x -d 'With --watch: run CMD after each push.'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l on-change -x -d 'With --watch/--once: run CMD (through the shell) after each push, in the background, one at a time: a newer push stops a CMD still running (SIGTERM to its process group) and runs it for the newest push. CMD gets RTENV_URI, RTENV_URIS (JSON), RTENV_RUNTIME_ENV (JSON), RTENV_PUSHED_FILE (that runtime_env as YAML) and RTENV_TRIGGER; its output goes to stderr; a failure is a warning and the watch goes on (--once waits for CMD and fails with it).'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l poll -d 'With --watch: poll instead of inotify.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l quiet-ms -x -d 'With --watch: quiet period for writes still open and bursts (a closed save is pushed at once).'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l max-wait-ms -x -d 'With --watch: push at the latest this long after the first event.'

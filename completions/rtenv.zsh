@@ -172,7 +172,7 @@ _rtenv_push() {
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \
-        '--on-change[With --watch\: run CMD after each push.]:value: ' \
+        '--on-change[With --watch/--once\: run CMD (through the shell) after each push, in the background, one at a time\: a newer push stops a CMD still running (SIGTERM to its process group) and runs it for the newest push. CMD gets RTENV_URI, RTENV_URIS (JSON), RTENV_RUNTIME_ENV (JSON), RTENV_PUSHED_FILE (that runtime_env as YAML) and RTENV_TRIGGER; its output goes to stderr; a failure is a warning and the watch goes on (--once waits for CMD and fails with it).]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
         '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \

@@ -286,10 +286,11 @@ def _wait_job(head: RayHead, uri: str, timeout: float = 120) -> dict[str, object
 @pytest.fixture
 def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
     box = _sandbox(tmp_path, "push-watch", ray_cluster)
-    box.env["TMPDIR"] = str(tmp_path)  # resubmit.sh keeps the last job's id there
     events = tmp_path / "events.jsonl"
-    command = ("rtenv push --watch examples/push-watch/runtime_env.yaml --format json "
-               "--on-change 'sh examples/push-watch/resubmit.sh'")
+    readme = (EXAMPLES / "push-watch" / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"```bash\n(rtenv push --watch .*?)\n```", readme, re.S)
+    assert shown, "examples/push-watch/README.md: no ```bash block with the watch command"
+    command = shown.group(1).replace("\\\n", " ") + " --format json"  # as the README runs it
     with events.open("w") as out, (tmp_path / "watch.err").open("w") as err:
         proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=box.root, env=box.env,
                                 stdout=out, stderr=err, start_new_session=True,
@@ -315,15 +316,25 @@ def _pushes(events: Path, n: int, timeout: float = 60) -> list[dict[str, object]
     raise AssertionError(f"fewer than {n} pushes after {timeout} s: {events.read_text()}")
 
 
+def _wait_text(path: Path, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert time.monotonic() < deadline, f"no {text!r} in {path} after {timeout} s"
+        time.sleep(0.2)
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
                                                  watch_session: tuple[Sandbox, Path]) -> None:
     box, events = watch_session
+    err = box.root.parent / "watch.err"
     [first] = _pushes(events, 1)
     job = _wait_job(ray_cluster, str(first["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.1 run=push-watch" in _job_logs(ray_cluster, job)
+    # `ray job submit` follows the job: its logs stream to the watch's stderr
+    _wait_text(err, "train: step=0.1 run=push-watch")
 
     train = box.root / "examples/push-watch/src/train.py"
     train.write_text(train.read_text().replace("STEP = 0.1", "STEP = 0.2"))
@@ -333,6 +344,8 @@ def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
     job = _wait_job(ray_cluster, str(second["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.2 run=push-watch" in _job_logs(ray_cluster, job)
+    _wait_text(err, "train: step=0.2 run=push-watch")
+    assert "warning" not in err.read_text()  # no command failed
 
 
 # -- CI -------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rtenv_cli.core.watch.session import PushEvent
 
-GRACE_S = 5.0  # from SIGTERM to SIGKILL
+GRACE_S = 10.0  # from SIGTERM to SIGKILL (as docker stop, watchexec)
 
 
 class ChangeCommand:
