@@ -30,6 +30,17 @@ def _read_json_line(proc: subprocess.Popen[str], timeout: float = 30) -> dict[st
     raise AssertionError("no JSON line in time")
 
 
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C the watch (SIGKILL its group if it has not ended within 20 s)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 def test_help_has_example() -> None:
     result = run_cli(["push", "--help"])
     assert result.exit_code == 0
@@ -171,12 +182,8 @@ def test_watch_publishes_a_closed_save_without_waiting_for_the_quiet_period(
         third = event()
         assert (third["added"], third["modified"]) == (1, 0)
         assert len({first["uri"], second["uri"], third["uri"]}) == 3
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _interrupt(proc)
 
 
 def test_watch_polling_variable_has_one_reader() -> None:
@@ -238,12 +245,8 @@ def test_on_change_runs_one_at_a_time_newest_first_and_a_failure_keeps_the_watch
         (src / "main.py").write_text("v3\n")  # the watch goes on after the failure
         third = _read_json_line(proc)["uri"]
         wait_for(lambda: logged()[-2:] == [f"start {third}", f"done {third}"])
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _interrupt(proc)
     err_text = err_path.read_text()
     assert f"--on-change command for {first} stopped: a newer push came" in err_text
     assert f"output of {first}" in err_text  # its output, on stderr as it came
