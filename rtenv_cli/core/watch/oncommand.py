@@ -29,12 +29,23 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rtenv_cli.core.watch.session import PushEvent
+
+class PushEvent(Protocol):
+    """What the command learns of a push (session.PushEvent: the session imports this module)."""
+
+    @property
+    def uri(self) -> str: ...
+    @property
+    def uris(self) -> Mapping[str, str]: ...
+    @property
+    def runtime_env(self) -> Mapping[str, Any]: ...
+    @property
+    def trigger(self) -> str: ...
+
 
 GRACE_S = 10.0  # from SIGTERM to SIGKILL (as docker stop, watchexec)
 
