@@ -109,8 +109,9 @@ def _serve_gone(head: RayHead, port: int, timeout: float = 30) -> bool:
 
 
 def _needs_plugin(folder: str) -> bool:
-    """A folder about rtenv's Ray plugin: its head loads it (`rtenv ray-env`)."""
-    return "rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
+    """A folder about rtenv's Ray plugin: its head loads it (its README runs `rtenv ray-env`;
+    a mere mention, as in the zip path's note, is not enough)."""
+    return "$ rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.fixture
