@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes, list_ray_nodes
 from tests.support.cli import run_cli
 from tests.support.ports import free_ports
 from tests.support.ray_head import RayHead, ray_executable, worker_port_base
+from tests.support.wait import until
 
 OLD = "session_2020-01-01_00-00-00_000000_1"
 
@@ -87,11 +87,11 @@ def _alive(head: RayHead) -> int:
 
 
 def _wait_alive(head: RayHead, count: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 90
-    while _alive(head) != count:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"the cluster did not reach {count} alive nodes")
-        time.sleep(0.5)
+    def alive() -> bool:
+        assert proc.poll() is None, f"the node exited ({proc.returncode}) before {count} alive"
+        return _alive(head) == count
+
+    until(alive, what=f"{count} alive nodes")
 
 
 @contextlib.contextmanager
