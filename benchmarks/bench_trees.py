@@ -198,7 +198,8 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
                     f"{ray['rss_gc']:.0f} MiB after {ray['settle_s']:.0f} s. Not a target: "
                     "the gcs_server runs under the jemalloc Ray preloads (dirty_decay_ms 10 s, "
                     "no background thread), which keeps freed pages until later GCS traffic "
-                    "ticks their arena; the rows below say what is measurable"))
+                    "ticks their arena (a head may choose otherwise: README, tree path); the "
+                    "row below says what holds"))
     flat = (two["rss_gc"] - one["rss_gc"]) * mib
     rows.append(Row("trees", "GCS memory after a second session + gc, above the first's "
                     "after gc", "MB", round(flat / 1e6, 1), None,
