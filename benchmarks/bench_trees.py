@@ -4,7 +4,8 @@ with Ray's own zip path, on a real 2-node Ray 2.60 cluster with the plugin loade
 Rows: re-push after a one-file edit of the 85 MB / 10k-file tree (a whole `rtenv push` process
 vs Ray's job-submit upload), bytes sent, node materialization after a one-file edit (the
 plugin's patch of a spare tree vs Ray's unzip of the package), the GCS's memory after 20 edits
-and after gc, and edit -> first line of the next `ray job submit`.
+and after gc (two sessions; Ray's zips through its own KV client in the same cycle; 4 MiB packs
+as an ablation on a fresh head), and edit -> first line of the next `ray job submit`.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
         return (s["rss20"] - s["rss0"]) * mib
 
     ray_grown = (ray["rss20"] - ray["rss0"]) * mib
+    load = f" (load average {os.getloadavg()[0]:.1f})"
     rows = [Row("trees", "GCS memory growth after a cold push + 20 one-file edits", "MB",
                 round(grown(one) / 1e6, 1), round(ray_grown / 1e6, 1),
                 "<= 1.2x the tree's distinct bytes", grown(one) <= 1.2 * distinct,
@@ -177,15 +179,16 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
                 f"{one['pack_bytes'] >> 10} KiB, 4 in flight; cold push {one['cold']:.2f} s "
                 f"({one['packs']} packs). Ray: its zip ({ray['zip_bytes'] / 1e6:.1f} MB) put "
                 f"under 21 URIs through its own KV client, as 21 saves store it, VmRSS "
-                f"{ray['rss0']:.0f} -> {ray['rss20']:.0f} MiB")]
+                f"{ray['rss0']:.0f} -> {ray['rss20']:.0f} MiB{load}")]
     rows.append(Row("trees", "ablation: GCS memory growth, 4 MiB packs (before)", "MB",
                     round(grown(old) / 1e6, 1), round(ray_grown / 1e6, 1),
                     "", None,
                     f"a fresh head, the same session with PACK_BYTES = 4 MiB: VmRSS "
                     f"{old['rss0']:.0f} -> {old['rss20']:.0f} MiB "
                     f"({grown(old) / distinct:.2f}x); cold push {old['cold']:.2f} s "
-                    f"({old['packs']} packs) against {one['cold']:.2f} s with "
-                    f"{one['pack_bytes'] >> 10} KiB packs (row above). The GCS holds each Put "
+                    f"({old['packs']} packs) against {two['cold']:.2f} s with "
+                    f"{two['pack_bytes'] >> 10} KiB packs (session 2: both with the home's "
+                    "digest cache warm, unlike session 1's). The GCS holds each Put "
                     "whole while it arrives; freed, those buffers stay in its jemalloc arenas"))
     above = (one["rss_gc"] - one["rss0"]) * mib
     ray_above = (ray["rss_gc"] - ray["rss0"]) * mib
