@@ -43,7 +43,12 @@ from rtenv_cli.core.trees.manifest import (
     load_local,
 )
 
-PACK_BYTES = 4 << 20
+# Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
+# preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
+# until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
+# with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
+# memory rows, and their ablation at 4 MiB).
+PACK_BYTES = 512 << 10
 PARALLEL = 4
 
 
