@@ -60,6 +60,8 @@ def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
         box.env["RAY_DASHBOARD_ADDRESS"] = head.dashboard_url  # `serve`'s default --address
         box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
                      (head.address, "127.0.0.1:6379")]
+        if "RTENV_HOME" in head.env:  # the plugin's store on the node, as the README sets it
+            box.subs.append((head.env["RTENV_HOME"], "/var/cache/rtenv"))
     return box
 
 
@@ -102,8 +104,9 @@ def _serve_gone(head: RayHead, port: int) -> bool:
 
 
 def _needs_plugin(folder: str) -> bool:
-    """A folder about rtenv's Ray plugin: its head loads it (`rtenv ray-env`)."""
-    return "rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
+    """A folder about rtenv's Ray plugin: its head loads it (its README runs `rtenv ray-env`;
+    a mere mention, as in the zip path's note, is not enough)."""
+    return "$ rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.fixture
@@ -157,8 +160,10 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         shown = "\n".join(got.output)
         assert got.exit_code == step.exit_code, f"$ {step.command}\n{shown}"
         assert comparable(got.output) == comparable(step.output), f"$ {step.command}\n{shown}"
-    if folder == "slurm":  # the batch script stops every agent it started
+    if folder == "slurm":  # the batch script stops every agent it started, and they clean up
         assert all(_port_free(p) for p in agent_ports)
+        assert not list((box.root / ".rtenv-slurm/1.0/ready").iterdir())  # ready files gone
+        assert not list((tmp_path / "nodes").glob("node*/rtenv-agent-*"))  # stores removed
     if folder == "serve":  # the replica ran the pushed package; Serve left the head as it was
         assert head is not None
         deploy = yaml.safe_load((box.root / "deploy.yaml").read_text())
@@ -279,10 +284,11 @@ def _wait_job(head: RayHead, uri: str) -> dict[str, object]:
 @pytest.fixture
 def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
     box = _sandbox(tmp_path, "push-watch", ray_cluster)
-    box.env["TMPDIR"] = str(tmp_path)  # resubmit.sh keeps the last job's id there
     events = tmp_path / "events.jsonl"
-    command = ("rtenv push --watch examples/push-watch/runtime_env.yaml --format json "
-               "--on-change 'sh examples/push-watch/resubmit.sh'")
+    readme = (EXAMPLES / "push-watch" / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"```bash\n(rtenv push --watch .*?)\n```", readme, re.S)
+    assert shown, "examples/push-watch/README.md: no ```bash block with the watch command"
+    command = shown.group(1).replace("\\\n", " ") + " --format json"  # as the README runs it
     with events.open("w") as out, (tmp_path / "watch.err").open("w") as err:
         proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=box.root, env=box.env,
                                 stdout=out, stderr=err, start_new_session=True,
@@ -306,15 +312,22 @@ def _pushes(events: Path, n: int) -> list[dict[str, object]]:
     return until(lines, what=lambda: f"{n} pushes: {events.read_text()}")
 
 
+def _wait_text(path: Path, text: str) -> None:
+    until(lambda: text in path.read_text(), what=f"{text!r} in {path}")
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
                                                  watch_session: tuple[Sandbox, Path]) -> None:
     box, events = watch_session
+    err = box.root.parent / "watch.err"
     [first] = _pushes(events, 1)
     job = _wait_job(ray_cluster, str(first["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.1 run=push-watch" in _job_logs(ray_cluster, job)
+    # `ray job submit` follows the job: its logs stream to the watch's stderr
+    _wait_text(err, "train: step=0.1 run=push-watch")
 
     train = box.root / "examples/push-watch/src/train.py"
     train.write_text(train.read_text().replace("STEP = 0.1", "STEP = 0.2"))
@@ -324,6 +337,8 @@ def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
     job = _wait_job(ray_cluster, str(second["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.2 run=push-watch" in _job_logs(ray_cluster, job)
+    _wait_text(err, "train: step=0.2 run=push-watch")
+    assert "warning" not in err.read_text()  # no command failed
 
 
 # -- CI -------------------------------------------------------------------------------------------

@@ -81,6 +81,14 @@ class ValidateReport:
             return 1
         return 0
 
+    def consumers(self) -> dict[str, int]:
+        """How many files each tool reads (`consumer`), in the order the files come."""
+        out: dict[str, int] = {}
+        for f in self.files:
+            name = consumer(f.kind, self.api)
+            out[name] = out.get(name, 0) + 1
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"api": self.api, "valid": self.valid, "exit_code": self.exit_code,
                 "summary": {"files": len(self.files),
@@ -183,6 +191,18 @@ def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text:
     for check in _rule_modules():
         diags.extend(check(ctx))
     return diags, result
+
+
+# the tool that reads each form of file (FileReport.kind, spec/forms.py); a plain runtime_env
+# (or one under a lone `runtime_env:` key) is read by the entry point --api names
+CONSUMERS = {"job": "ray job submit", "serve": "serve deploy",
+             "kuberay": "kubectl apply (KubeRay)", "anyscale-job": "anyscale job submit",
+             "anyscale-service": "anyscale service deploy"}
+
+
+def consumer(kind: str, api: str) -> str:
+    """Who reads a file of form `kind`: `rtenv validate`'s summary names it."""
+    return CONSUMERS.get(kind) or ("ray job submit" if api == "job-submit" else "ray.init")
 
 
 def _api_name(api: str) -> str:
