@@ -117,10 +117,10 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
     real = b._prepare
     calls = {"n": 0}
 
-    def edit_during(e, compress):
+    def edit_during(e, compress, *rest):
         calls["n"] += 1
         os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
-        return real(e, compress)
+        return real(e, compress, *rest)
 
     monkeypatch.setattr(b, "_prepare", edit_during)
     with pytest.raises(PackagingError, match="kept changing"):
@@ -218,10 +218,10 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
     root = _many(tmp_path / "src", 600)
     real = build._prepare
 
-    def failing(e: object, compress: bool) -> object:
+    def failing(e: object, compress: bool, *rest: bool) -> object:
         if getattr(e, "relpath", "") == "d1/m400.py":
             raise PackagingError("cannot read d1/m400.py: simulated")
-        return real(e, compress)  # type: ignore[arg-type]
+        return real(e, compress, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(build, "_prepare", failing)  # forked workers inherit it
     with pytest.raises(PackagingError, match="simulated"):
