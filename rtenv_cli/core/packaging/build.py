@@ -13,11 +13,15 @@ hashes the files, not the zip, so the method is ours to choose per member:
   it when the stored package would not fit the target's upload limit (`fits_stored`: Ray's
   100 MiB through the dashboard, 512 MiB to the GCS), where it turns a refusal into a push.
 Each file is read once: Ray's digest,
-sha256, crc32 and deflate come from the same bytes, in worker processes (batches of small files)
-or threads. A worker writes its batch's members (local header and data, as zipfile would) into
-a batch file, and the main thread copies each batch into the zip in order with one
-`copy_file_range` (no payload crosses a pipe) and keeps the central directory; members of the
-source's previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
+sha256, crc32 and deflate come from the same bytes (the digests only where the caller or the
+digest cache does not have them: HASH_ONCE), in batches of small files. Stored members are made
+by threads that hand the batch's bytes back in memory, and the main thread appends them in order
+(THREADS_FOR_STORED); deflated ones by forked workers, each writing its batch's members (local
+header and data, as zipfile would) into a batch file that the main thread copies into the zip
+with one `copy_file_range` (no payload crosses a pipe). Either way only the main thread writes
+the zip (workers writing into it in place contend for the file's lock: more CPU on many small
+files, as branch `build` measured) and keeps the central directory; members of the source's
+previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
 stat changed while we packaged it forces a rebuild, so no zip is ever published under a URI
 that does not match its content.
 
