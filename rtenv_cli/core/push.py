@@ -25,9 +25,10 @@ from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 # A tree with files the digest cache lacks is zipped in the pass that hashes them (module doc).
-# False: hashed first, zipped once the target is known to lack it (cold.json: "ablation: push
-# hashing before zipping, ..."); a push of a package the target has costs a zip written for
-# nothing this way, on a cold digest cache only.
+# False: hashed first, zipped once the target is known to lack it, for the ablation rows, e.g.
+# cold.json: "ablation: push hashing before zipping, 10k files/200 MB random". The cost of one
+# pass: a push of a package the target has already, from a cold digest cache, writes a zip for
+# nothing.
 ONE_PASS = True
 
 

@@ -278,8 +278,8 @@ _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its fi
 # work per file is a read, crc32 and the hashes, which release the GIL, and forked workers cost
 # more CPU than they save (the fork, the pickled results, a scratch file written and copied
 # again). Deflate holds the GIL longer: deflated packages keep the forked workers. False: stored
-# members go through forked workers and scratch batches too (cold.json: "ablation: hash+zip in
-# forked workers, ...").
+# members go through forked workers and scratch batches too, for the ablation rows, e.g.
+# cold.json: "ablation: hash+zip in forked workers, 10k files/200 MB random".
 THREADS_FOR_STORED = True
 
 
@@ -572,7 +572,8 @@ def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - inte
 
 # Files whose digests build_scan is given (push hashed the tree to ask the target for its URI
 # first) or finds in the digest cache are read for their members, not hashed again. False: the
-# zip pass hashes every file it reads (cold.json: "ablation: push hashing twice, ...").
+# zip pass hashes every file it reads, for the ablation rows, e.g.
+# cold.json: "ablation: push hashing twice, 10k files/200 MB random".
 HASH_ONCE = True
 
 
