@@ -55,6 +55,7 @@ assert ZIP_PUSH != RTENV_PUSH
 FORKED = "import rtenv_cli.core.packaging.build as m; m.THREADS_FOR_STORED = False\n"
 HASH_FIRST = "import rtenv_cli.core.push as m; m.ONE_PASS = False\n"
 HASH_TWICE = HASH_FIRST + "import rtenv_cli.core.packaging.build as b; b.HASH_ONCE = False\n"
+IN_MEMORY = "import rtenv_cli.core.trees.publish as m; m.SPOOL = False\n"
 # deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
 # this link: packaging/build.py stores unless the target's limit needs it)
 DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
@@ -178,27 +179,34 @@ def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[s
 
 
 def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
-               ray: Row | None) -> Row:
-    """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree."""
+               ray: Row | None) -> list[Row]:
+    """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree,
+    and its ablation."""
     before = _load()
-    ours = []
+    ours, memory = [], []
     for i in range(_repeat(shape)):
-        _delete_trees(gcs)
-        ours.append(_ours(TREE_PUSH, gcs, tree, work, env=env, name=f"tree{i}"))
-        assert ours[-1]["path"] == "tree", ours[-1]
-        assert ours[-1]["packs"] > 0, ours[-1]
+        for runs, code in ((ours, TREE_PUSH), (memory, IN_MEMORY + TREE_PUSH)):
+            _delete_trees(gcs)
+            runs.append(_ours(code, gcs, tree, work, env=env, name=f"tree{i}"))
+            assert runs[-1]["path"] == "tree", runs[-1]
+            assert runs[-1]["packs"] > 0, runs[-1]
     _delete_trees(gcs)
     load = f"load avg {before} -> {_load()} on 2 cores"
-    o = _median([x["total"] for x in ours])
+    o, m = _median([x["total"] for x in ours]), _median([x["total"] for x in memory])
     r = ray.ray if ray is not None else None
     ray_cpu = ray.notes.split("vs Ray ", 1)[1].split(";")[0] if ray is not None else "-"
-    return Row("cold", f"push to the GCS as a tree, {shape.name}", "s", round(o, 3), r,
-               f">= {TARGET}x faster than Ray", r / o >= TARGET if r is not None else None,
-               f"median of {len(ours)}; `rtenv push --address <gcs>` (the tree path: every node "
-               f"loads rtenv's plugin) in a fresh process, {ours[0]['packs']} packs, "
-               f"{ours[0]['bytes'] / 1e6:.0f} MB sent; Ray column: its driver push of the same "
-               "tree (row above)" + ("" if ray is not None else " (over its 512 MiB limit)")
-               + f"; CPU s {_cpu(ours)} vs Ray {ray_cpu}; {load}")
+    return [Row("cold", f"push to the GCS as a tree, {shape.name}", "s", round(o, 3), r,
+                f">= {TARGET}x faster than Ray", r / o >= TARGET if r is not None else None,
+                f"median of {len(ours)}; `rtenv push --address <gcs>` (the tree path: every node "
+                f"loads rtenv's plugin) in a fresh process, {ours[0]['packs']} packs, "
+                f"{ours[0]['bytes'] / 1e6:.0f} MB sent; Ray column: its driver push of the same "
+                "tree (row above)" + ("" if ray is not None else " (over its 512 MiB limit)")
+                + f"; CPU s {_cpu(ours)} vs Ray {ray_cpu}; {load}"),
+            Row("cold", f"ablation: tree push with in-memory puts, {shape.name}", "s",
+                round(m, 3), r, f"slower than {o:.3f} s (spooled packs)", m > o,
+                f"median of {len(memory)}; trees/publish.SPOOL off: every pack framed through "
+                f"h2 in memory instead of sent from a spool file by sendfile: {m - o:+.3f} s; "
+                f"CPU s {_cpu(memory)} vs {_cpu(ours)}; {load}")]
 
 
 def _carried(measured: list[scaling.Shape]) -> list[Row]:
@@ -249,8 +257,8 @@ def run(quick: bool) -> list[Row]:
                 pushed = _push(shape, tree, work, head.address, env=env, uri=ray_cold["uri"])
                 ray_push = pushed[0]
                 rows.extend(pushed)
-            rows.append(_tree_push(shape, tree, work, head.address, env=env, ray=ray_push))
-            print(rows[-4:], flush=True, file=sys.stderr)
+            rows.extend(_tree_push(shape, tree, work, head.address, env=env, ray=ray_push))
+            print(rows[-6:], flush=True, file=sys.stderr)
     finally:
         head.stop()
         shutil.rmtree(work, ignore_errors=True)
