@@ -53,8 +53,7 @@ assert ZIP_PUSH != RTENV_PUSH
 
 # the ablations: one fast path switched off each (its module's switch)
 FORKED = "import rtenv_cli.core.packaging.build as m; m.THREADS_FOR_STORED = False\n"
-HASH_FIRST = "import rtenv_cli.core.push as m; m.ONE_PASS = False\n"
-HASH_TWICE = HASH_FIRST + "import rtenv_cli.core.packaging.build as b; b.HASH_ONCE = False\n"
+HASH_TWICE = "import rtenv_cli.core.packaging.build as m; m.HASH_ONCE = False\n"
 IN_MEMORY = "import rtenv_cli.core.trees.publish as m; m.SPOOL = False\n"
 # deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
 # this link: packaging/build.py stores unless the target's limit needs it)
@@ -131,13 +130,12 @@ def _ours(code: str, gcs: str, tree: Path, work: Path, *, env: dict[str, str], n
 
 def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
           uri: str) -> list[Row]:
-    runs: dict[str, list[dict]] = {k: [] for k in ("ray", "ours", "first", "twice", "deflate")}
+    runs: dict[str, list[dict]] = {k: [] for k in ("ray", "ours", "twice", "deflate")}
     before = _load()
     for i in range(_repeat(shape)):
         _delete(gcs, uri)
         runs["ray"].append(child(RAY_DRIVER_PUSH, gcs, str(tree), env=env))
-        for key, code in (("ours", ZIP_PUSH), ("first", HASH_FIRST + ZIP_PUSH),
-                          ("twice", HASH_TWICE + ZIP_PUSH)) + (
+        for key, code in (("ours", ZIP_PUSH), ("twice", HASH_TWICE + ZIP_PUSH)) + (
                 (("deflate", DEFLATE + ZIP_PUSH),) if shape.content == "text" else ()):
             _delete(gcs, uri)
             runs[key].append(_ours(code, gcs, tree, work, env=env, name=f"{key}{i}"))
@@ -151,21 +149,14 @@ def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[s
                 f">= {TARGET}x faster than Ray", r / o >= TARGET,
                 f"median of {len(runs['ours'])} pairs; Ray: driver path (ray.init's hash + zip "
                 "+ KV put); rtenv: `rtenv push --address <gcs> --via zip` in a fresh process, "
-                f"one pass, streamed put; zip {runs['ours'][0]['zip_bytes'] / 1e6:.0f} MB; "
+                f"streamed put; zip {runs['ours'][0]['zip_bytes'] / 1e6:.0f} MB; "
                 f"CPU s {_cpu(runs['ours'])} vs Ray {_cpu(runs['ray'])}; {load}"),
-            Row("cold", f"ablation: push hashing before zipping, {shape.name}", "s",
-                round(med["first"], 3), round(r, 3), f"slower than {o:.3f} s (one pass)",
-                med["first"] > o,
-                f"push.ONE_PASS off: a hashing pass, then the zip pass (reads every file twice; "
-                f"hashes once): {med['first'] - o:+.3f} s; CPU s {_cpu(runs['first'])} vs "
-                f"{_cpu(runs['ours'])}; {load}"),
             Row("cold", f"ablation: push hashing twice, {shape.name}", "s",
-                round(med["twice"], 3), round(r, 3),
-                f"slower than {med['first']:.3f} s (hashing before zipping)",
-                med["twice"] > med["first"],
-                "push.ONE_PASS and build.HASH_ONCE off: the zip pass hashes again what the "
-                f"hashing pass hashed (the code before): {med['twice'] - med['first']:+.3f} s; "
-                f"CPU s {_cpu(runs['twice'])} vs {_cpu(runs['first'])}; {load}")]
+                round(med["twice"], 3), round(r, 3), f"slower than {o:.3f} s (hashing once)",
+                med["twice"] > o,
+                "build.HASH_ONCE off: the zip pass hashes again what push's URI check hashed "
+                f"(the code before): {med['twice'] - o:+.3f} s; CPU s {_cpu(runs['twice'])} vs "
+                f"{_cpu(runs['ours'])}; {load}")]
     if runs["deflate"]:
         d = med["deflate"]
         rows.append(Row("cold", f"ablation: push with deflate, {shape.name}", "s",

@@ -2,10 +2,7 @@
 target lacks, and return the runtime_env with local paths replaced by URIs.
 
 The URI is computed from the scan and the digest cache first; only when the target lacks it is
-the zip built and sent, so an unchanged tree costs stats plus one existence check. A tree the
-digest cache does not know whole (a cold push, an edit) is instead zipped at once, its URI
-hashed from the same reads as the members (one read of each file, not a hashing pass and then
-a zip pass), and the zip dropped if the target has that URI already (ONE_PASS).
+the zip built and sent, so an unchanged tree costs stats plus one existence check.
 """
 
 from __future__ import annotations
@@ -23,13 +20,6 @@ from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
-
-# A tree with files the digest cache lacks is zipped in the pass that hashes them (module doc).
-# False: hashed first, zipped once the target is known to lack it, for the ablation rows, e.g.
-# cold.json: "ablation: push hashing before zipping, 10k files/200 MB random". The cost of one
-# pass: a push of a package the target has already, from a cold digest cache, writes a zip for
-# nothing.
-ONE_PASS = True
 
 
 @dataclass(frozen=True)
@@ -232,10 +222,8 @@ def _check_collisions(found: list[tuple[PackagePlan, str]]) -> None:
         seen[uri] = plan
 
 
-def _scan(plan: PackagePlan, env: Mapping[str, str], progress: Progress | None = None,
-          zip_for: Target | None = None) -> tuple[Any, str, Any, Any]:
-    """(scan, Ray's URI, digests, None), or with `zip_for` (the zip path's target) and files
-    the digest cache lacks, (scan, URI, None, the package zipped for it): see ONE_PASS."""
+def _scan(plan: PackagePlan, env: Mapping[str, str],
+          progress: Progress | None = None) -> tuple[Any, str, Any]:
     from rtenv_cli.core.packaging.hashing import (
         digest_entries,
         file_source_kind,
@@ -245,7 +233,7 @@ def _scan(plan: PackagePlan, env: Mapping[str, str], progress: Progress | None =
     from rtenv_cli.core.packaging.walk import scan_package
 
     if plan.source.is_file() and file_source_kind(plan.source, plan.kind) != "py":  # type: ignore[arg-type]
-        return None, package_uri(plan.source, kind=plan.kind), None, None  # type: ignore[arg-type]
+        return None, package_uri(plan.source, kind=plan.kind), None  # type: ignore[arg-type]
     scan = scan_package(plan.source, kind=plan.kind,  # type: ignore[arg-type]
                         excludes=plan.excludes, env=env)
     if scan.root_excluded:
@@ -253,25 +241,14 @@ def _scan(plan: PackagePlan, env: Mapping[str, str], progress: Progress | None =
 
         build_package(plan.source, kind=plan.kind, excludes=plan.excludes,  # type: ignore[arg-type]
                       env=env)  # raises the explanation
-    if zip_for is not None and not scan.single_file:
-        from rtenv_cli.core.packaging.build import build_scan, cached_digests, fits_stored
-        from rtenv_cli.core.paths import rtenv_home
-
-        known = cached_digests(scan, True)
-        if len(known) < len(scan.entries):
-            compress = fits_stored(scan, zip_for.layout, zip_for.max_upload_bytes) is False
-            with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as advance:
-                built = build_scan(scan, dest_dir=rtenv_home() / "build", layout=zip_for.layout,
-                                   on_progress=advance, digests=known, compress=compress)
-            return scan, built.uri, None, built
     # a cold tree is read whole to hash it (the digest cache makes a warm one cost stats)
     with _progress(progress, f"hashing {plan.field}", scan.total_bytes) as advance:
         digests = digest_entries(scan.entries, on_progress=advance)
     if scan.single_file:
         from rtenv_cli.core.packaging.hashing import package_uri as _pu
 
-        return scan, _pu(plan.source, kind=plan.kind), digests, None  # type: ignore[arg-type]
-    return scan, scan_uri(scan, digests), digests, None
+        return scan, _pu(plan.source, kind=plan.kind), digests  # type: ignore[arg-type]
+    return scan, scan_uri(scan, digests), digests
 
 
 def _progress(progress: Progress | None, label: str, total: int
@@ -284,16 +261,13 @@ def _progress(progress: Progress | None, label: str, total: int
 def _publish(  # noqa: PLR0917 - internal helper, one call site
         plan: PackagePlan, scan: Any, uri: str, target: Target, stage: Target | None,
              env: Mapping[str, str], progress: Progress | None,
-             digests: Any = None, built: Any = None) -> tuple[str, int | None, bool, bool, str]:
-    """(published uri, zip bytes, uploaded, staged, target label). `built`: the package, when
-    `_scan` zipped it (removed here either way)."""
+             digests: Any = None) -> tuple[str, int | None, bool, bool, str]:
+    """(published uri, zip bytes, uploaded, staged, target label)."""
     from rtenv_cli.core.packaging.build import build_scan, fits_stored
     from rtenv_cli.core.packaging.sizes import offenders
     from rtenv_cli.core.paths import rtenv_home
 
     if target.exists(uri):
-        if built is not None:
-            built.path.unlink(missing_ok=True)
         return target.published_uri(uri), None, False, False, target.label
     if scan is None:  # a wheel or a local archive: sent as is
         with _progress(progress, f"uploading {plan.field}", plan.source.stat().st_size) as adv:
@@ -302,10 +276,9 @@ def _publish(  # noqa: PLR0917 - internal helper, one call site
     dest = rtenv_home() / "build"
     # stored as Ray stores it, unless it would not fit: deflate is what makes it fit
     compress = fits_stored(scan, target.layout, target.max_upload_bytes) is False
-    if built is None:
-        with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
-            built = build_scan(scan, dest_dir=dest, layout=target.layout, on_progress=adv,
-                               digests=digests, compress=compress)
+    with _progress(progress, f"packaging {plan.field}", scan.total_bytes) as adv:
+        built = build_scan(scan, dest_dir=dest, layout=target.layout, on_progress=adv,
+                           digests=digests, compress=compress)
     try:
         limit = target.max_upload_bytes
         if limit is not None and built.zip_bytes > limit:
@@ -407,33 +380,16 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
         require_source(plan)
     if not plans:
         notes.append("no local working_dir or py_modules: nothing to package")
-    kv, why, guarded = (None, None, False) if dry_run or target is None or not plans else \
-        tree_path(target, trees)
-    zip_for = target if kv is None and not dry_run and ONE_PASS else None
-    scanned: list[tuple[PackagePlan, Any, str, Any, Any]] = []
-    try:
-        for p in plans:
-            scanned.append((p, *_scan(p, env, progress, zip_for)))
-        _check_collisions([(p, uri) for p, _s, uri, _d, _b in scanned])
-        return _publish_scanned(data, scanned, target=target, dry_run=dry_run,
-                                stage_to=stage_to, env=env, progress=progress, sizes=sizes,
-                                notes=[*notes, why] if why else notes, kv=kv, guarded=guarded)
-    finally:
-        for *_r, built in scanned:
-            if built is not None:  # zipped by _scan: uploaded, or not needed, or failed
-                built.path.unlink(missing_ok=True)
-
-
-def _publish_scanned(
-        data: Mapping[str, Any], scanned: list[tuple[PackagePlan, Any, str, Any, Any]], *,
-        target: Target | None, dry_run: bool, stage_to: Target | None, env: dict[str, str],
-        progress: Progress | None, sizes: bool, notes: list[str], kv: Any,
-        guarded: bool) -> PushResult:
-    plans = [p for p, *_r in scanned]
+    scanned = [(p, *_scan(p, env, progress)) for p in plans]
+    _check_collisions([(p, uri) for p, _s, uri, _d in scanned])
     out = copy.deepcopy(dict(data))
     outcomes: list[PackageOutcome] = []
+    kv, why, guarded = (None, None, False) if dry_run or target is None or not plans else \
+        tree_path(target, trees)
+    if why:
+        notes.append(why)
     moved: dict[str, Any] = {}
-    for plan, scan, uri, digests, built in scanned:
+    for plan, scan, uri, digests in scanned:
         if kv is not None and scan is not None:
             from rtenv_cli.core.trees.publish import publish_scan
 
@@ -469,7 +425,7 @@ def _publish_scanned(
             continue
         published, zip_bytes, uploaded, staged, where = _publish(plan, scan, uri, target,
                                                                  stage_to, env, progress,
-                                                                 digests, built)
+                                                                 digests)
         _set(out, plan.json_path, published)
         outcomes.append(PackageOutcome(plan.field, str(plan.source), published, uri, count,
                                        total, zip_bytes, uploaded, where, staged, tree, py_dirs,

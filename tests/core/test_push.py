@@ -97,39 +97,3 @@ def test_the_placeholder_uri_is_defined_once() -> None:
                if re.search(r"_ray_pkg_0{16}", p.read_text())]
     assert spelled == ["core/spec/model.py"]
     assert re.fullmatch(r"gcs://_ray_pkg_0{16}\.zip", PLACEHOLDER_URI)
-
-
-def test_a_cold_push_reads_each_file_once_and_a_present_package_leaves_no_zip(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tree the digest cache does not know is hashed in the pass that zips it (push.ONE_PASS):
-    one read per file. Pushed again from a cold cache to a target that has it, nothing is sent
-    and the zip made for nothing is gone (only zipreuse's copy of the last build stays, under
-    build/last/, as after any build)."""
-    import builtins
-    from collections import Counter
-
-    src = tmp_path / "src"
-    for i in range(40):
-        (src / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
-        (src / f"d{i % 4}" / f"m{i}.py").write_text(f"V = {i}\n" * (i * 100 + 1))
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    opened: Counter[str] = Counter()
-    real_open = builtins.open
-
-    def counting(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
-        if str(file).startswith(str(src)) and "b" in mode and "w" not in mode:
-            opened[str(file)] += 1
-        return real_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(builtins, "open", counting)
-    target = FileTarget((tmp_path / "shared").as_uri())
-    first = push(src, target=target, cwd=tmp_path)
-    monkeypatch.setattr(builtins, "open", real_open)
-    assert first.packages[0].uploaded
-    assert len(opened) == 40
-    assert set(opened.values()) == {1}
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home2"))
-    again = push(src, target=target, cwd=tmp_path)
-    assert not again.packages[0].uploaded
-    assert again.runtime_env == first.runtime_env
-    assert [p.name for p in (tmp_path / "home2" / "build").iterdir() if p.is_file()] == []

@@ -573,11 +573,12 @@ def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - inte
 # Files whose digests build_scan is given (push hashed the tree to ask the target for its URI
 # first) or finds in the digest cache are read for their members, not hashed again. False: the
 # zip pass hashes every file it reads, for the ablation rows, e.g.
-# cold.json: "ablation: push hashing twice, 10k files/200 MB random".
+# cold.json: "ablation: push hashing twice, 10k files/200 MB random". (Hashing in the zip pass
+# instead, one read per file and no hashing pass, did not pay: push's URI check first stays.)
 HASH_ONCE = True
 
 
-def cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes, str | None]]:
+def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes, str | None]]:
     """Digests known without reading a file: directories and specials (name only) and the
     digest cache's hits."""
     out: dict[str, tuple[bytes, str | None]] = {
@@ -603,7 +604,7 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     know are taken as they are. `compress`: deflate what shrinks (else all stored, as Ray)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     slot = f"{scan.kind}:{layout}" + (":deflate" if compress else "")
-    known = dict(digests) if digests is not None else cached_digests(scan, use_cache)
+    known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
     zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, compress,
@@ -684,5 +685,5 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
                          hint="stop the process writing them, or exclude them", path=str(source))
 
 
-__all__ = ["BuiltPackage", "build_package", "build_scan", "cached_digests", "entry_digest",
-           "fits_stored", "hashed_not_zipped", "stored_size", "write_package_zip", "zip_time"]
+__all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "fits_stored",
+           "hashed_not_zipped", "stored_size", "write_package_zip", "zip_time"]
