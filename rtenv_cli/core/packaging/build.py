@@ -236,22 +236,21 @@ def _stream(zf: Any, info: Any, e: Entry, compress: bool,
     deflate = compress and _compressible(e.fspath, e.size)
     info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
     ZipAppender.set_level(info, 1)
-    sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
-    sha256 = hashlib.sha256()
+    hashes = (hashlib.sha1(e.relpath.encode()),  # noqa: S324 - Ray's content hash scheme
+              hashlib.sha256()) if digest else ()
     try:
         with open(e.fspath, "rb") as src, zf.open(
                 info, "w", force_zip64=e.size > _FORCE_ZIP64) as dst:
             while chunk := src.read(_CHUNK):
-                if digest:
-                    sha1.update(chunk)
-                    sha256.update(chunk)
+                for h in hashes:
+                    h.update(chunk)
                 dst.write(chunk)
         s = os.stat(e.fspath)
     except OSError as exc:
         raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}",
                              path=e.fspath) from exc
     changed = (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns)
-    return (changed, sha1.digest(), sha256.hexdigest()) if digest else (changed, b"", "")
+    return (changed, hashes[0].digest(), hashes[1].hexdigest()) if hashes else (changed, b"", "")
 
 
 def _stat_key(e: Entry) -> tuple[int, int, int, int]:
