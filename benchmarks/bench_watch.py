@@ -9,7 +9,15 @@
   `JobSubmissionClient._upload_working_dir_if_needed` (full hash + zip + PUT) for the same edit;
   both on the tree minus `data/` (83 MB): the dashboard refuses bodies over 100 MiB; target
   p50 < 150 ms to the cluster;
-- idle CPU of the watcher process while nothing changes (utime+stime from /proc over a window).
+- idle CPU of the watcher process while nothing changes (utime+stime from /proc over a window);
+- an `ablation:` row per fast path of the agent route, the same edits with it switched off in
+  the watcher or the agent (`prelude`): the save's delta worked out from the whole tree's
+  manifest (watch/delta.py INCREMENTAL), blobs and manifest in two requests (ONE_REQUEST), the
+  agent hashing and encoding every row of the package (store/delta.py IN_PLACE), a save's blob
+  synced with the whole file system (store/blobs.py FEW_BLOBS).
+
+RTENV_BENCH_WATCH=agent runs the agent rows only (a few minutes); the Ray rows of the last full
+run are then kept in the results file as they were, their notes saying so.
 
 The tree has bench_push's shape: 9,500 text files of 0.3-8 KB, 440 random files of
 40-160 KB, 60 random files of about 1.9 MB, 413 directories.
@@ -77,12 +85,15 @@ def make_tree(root: Path, *, files: int = 10_000, scale: float = 1.0) -> int:
 class Watcher:
     """`rtenv push --watch ... --format json` as a child process; JSON lines on a queue."""
 
-    def __init__(self, path: Path, address: str, home: Path, via: str = "auto") -> None:
+    def __init__(self, path: Path, address: str, home: Path, via: str = "auto",
+                 prelude: str = "") -> None:
+        """`prelude` (Python) runs first, e.g. to switch off a fast path for an ablation row."""
         env = dict(os.environ, RTENV_HOME=str(home), RAY_USAGE_STATS_ENABLED="0",
                    **bytecode_env())
+        args = ["push", "--watch", str(path), "--format", "json", "--address", address,
+                "--via", via]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rtenv_cli", "push", "--watch", str(path), "--format", "json",
-             "--address", address, "--via", via], stdout=subprocess.PIPE,
+            _argv(args, prelude), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.lines: Queue[tuple[float, dict[str, Any]]] = Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -100,8 +111,7 @@ class Watcher:
             raise RuntimeError(f"no push event within {timeout} s {err}") from None
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
+        return _cpu(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -111,6 +121,150 @@ class Watcher:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+
+
+def _argv(args: list[str], prelude: str) -> list[str]:
+    if not prelude:
+        return [sys.executable, "-m", "rtenv_cli", *args]
+    return [sys.executable, "-c", f"{prelude}\nfrom rtenv_cli.cli.main import main\n"
+            f"main({args!r})"]
+
+
+def _agent(root: Path, port: int, prelude: str = "") -> subprocess.Popen[bytes]:
+    """`rtenv agent` on `root` (`prelude`: as for Watcher)."""
+    from tests.support.ports import wait_for_port
+
+    proc = subprocess.Popen(_argv(["agent", "--port", str(port), "--root", str(root),
+                                   "--no-token"], prelude), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, timeout=60)
+    return proc
+
+
+def _stop_agent(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+# (metric, the watcher's prelude, the agent's prelude, what is off)
+ABLATIONS = (
+    ("ablation: agent save -> published p50, the delta from the tree's whole manifest",
+     "import rtenv_cli.core.watch.delta as m; m.INCREMENTAL = False", "",
+     "the watcher works out each save's manifest over every file and compares it with the "
+     "last one (watch/delta.py INCREMENTAL off)"),
+    ("ablation: agent save -> published p50, blobs and manifest in two requests",
+     "import rtenv_cli.core.watch.delta as m; m.ONE_REQUEST = False", "",
+     "the watcher sends the blob (POST /api/blobs), then the manifest (POST "
+     "/api/manifests/commit): two round trips and two hops to the agent's worker threads "
+     "(watch/delta.py ONE_REQUEST off)"),
+    ("ablation: agent save -> published p50, every row hashed and encoded by the agent", "",
+     "import rtenv_cli.core.store.delta as m; m.IN_PLACE = False",
+     "the agent copies and sorts the package's rows, XORs every digest and encodes every row "
+     "(store/delta.py IN_PLACE off)"),
+    ("ablation: agent save -> published p50, a save's blob synced with the file system", "",
+     "import rtenv_cli.core.store.blobs as m; m.FEW_BLOBS = 0",
+     "the agent makes a save's blob durable by syncfs, as a first push's thousands "
+     "(store/blobs.py FEW_BLOBS 0)"),
+)
+
+
+def _cpu(pid: int) -> float:
+    """utime+stime of a process so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _watch_edits(store: Path, tree: Path, home: Path, n: int, first: int, *,
+                 client: str = "", server: str = "", idle_s: float = 0
+                 ) -> tuple[list[float], list[dict[str, Any]], dict[str, Any], float, float]:
+    """An agent on `store` and a watcher of `tree` (their preludes `server`, `client`): `n`
+    edits numbered from `first`; (times, events, the initial push's event, CPU seconds per
+    edit of both processes, the watcher's idle CPU share over `idle_s`)."""
+    from tests.support.ports import free_port
+
+    port = free_port()
+    agent = _agent(store, port, server)
+    try:
+        w = Watcher(tree, f"http://127.0.0.1:{port}", home, prelude=client)
+        try:
+            _t, initial = w.next()
+            cpu0 = _cpu(agent.pid) + w.cpu_seconds()
+            times, events = _measure_edits(w, tree, n, first)
+            cpu = (_cpu(agent.pid) + w.cpu_seconds() - cpu0) / max(n, 1)
+            idle = _idle_cpu(w, idle_s) if idle_s else 0.0
+        finally:
+            w.stop()
+    finally:
+        _stop_agent(agent)
+    return times, events, initial, cpu, idle
+
+
+def _agent_rows(work: Path, tree: Path, *, files: int, total: int, n_edits: int,
+                idle_s: float) -> list[Row]:
+    """The agent rows: the watch with every fast path, its ablations (one agent and watcher
+    each, on the same store: their initial push sends no blob), the client's share. On a
+    shared box the wall times are noisy: each row also says the CPU time both processes
+    spent per edit, and an ablation passes when it costs more time or more CPU."""
+    store = work / "agent-store"
+    # the first push fills the store (and its index: SQLite checkpoints after it); then each
+    # configuration starts from that store, with the same kind of work before its edits
+    _t, _e, first, _c, idle = _watch_edits(store, tree, work / "home-first", 0, 0,
+                                           idle_s=idle_s)
+    times, events, _first, cpu, _idle = _watch_edits(store, tree, work / "home", n_edits, 0)
+    sent = statistics.median(e["bytes_sent"] for e in events)
+    p50 = statistics.median(times)
+    load = f"; load average {os.getloadavg()[0]:.1f}"
+    rows = [
+        Row(B, f"agent: save -> published p50 ({files} files, {total / 1e6:.0f} MB)",
+            "s", p50, None, "< 0.1 s", p50 < 0.1,
+            f"p90 {_pct(times, 0.9):.3f} s over {n_edits} edits, from the write to the "
+            "push event; the save's close ends the wait (no quiet period); one request "
+            "with the blob and a manifest of changes worked out from the paths the save "
+            "touched; the agent commits from the base's hash and stored rows; agent + "
+            f"watcher CPU {cpu * 1e3:.1f} ms per edit; initial push "
+            f"{first['elapsed_ms'] / 1000:.2f} s" + load),
+        Row(B, "agent: bytes sent per one-file edit", "bytes", sent, total,
+            "< 1% of package bytes", sent < 0.01 * total,
+            f"{100 * sent / total:.3f}% of {total} B (the changed manifest entries + 1 blob)"),
+        Row(B, "watcher idle CPU (no changes)", "% of a core", 100 * idle, None, "< 2%",
+            idle < 0.02, f"utime+stime over {idle_s:.0f} s, rtenv's inotify watcher"),
+    ]
+    for k, (metric, client, server, what) in enumerate(ABLATIONS):
+        off, _events, _first, cpu_off, _idle = _watch_edits(
+            store, tree, work / f"home-{k}", n_edits, 1000 * (k + 2), client=client,
+            server=server)
+        q50 = statistics.median(off)
+        rows.append(Row(B, metric, "s", q50, None,
+                        f"slower than {p50:.3f} s or more CPU than {cpu * 1e3:.1f} ms per "
+                        "edit (with it)", q50 > p50 or cpu_off > cpu,
+                        f"p90 {_pct(off, 0.9):.3f} s over {n_edits} edits; agent + watcher "
+                        f"CPU {cpu_off * 1e3:.1f} ms per edit; {what}" + load))
+    client = _client_share(tree, n_edits)
+    rows.append(Row(B, "agent: client-side work per edit p50 (confirm, URI, manifest, blob)",
+                    "s", statistics.median(client), None, "", None,
+                    "server calls answered in memory; the rest of the agent latency above is "
+                    "the HTTP call and the agent's commit (the blob and the manifest written "
+                    "and synced; no zip built)"))
+    return rows
+
+
+def _kept_rows(metrics: set[str]) -> list[Row]:
+    """The rows of the last results file but `metrics` (RTENV_BENCH_WATCH=agent)."""
+    from benchmarks.common import RESULTS_DIR
+
+    path = RESULTS_DIR / f"{B}.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    rows = []
+    for r in data["rows"]:
+        if r["metric"] in metrics or r["metric"].startswith(("agent", "ablation: agent",
+                                                                "watcher idle")):
+            continue
+        note = f" [kept from the run of {data['measured_at']}]"
+        rows.append(Row(B, r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
+                        r["passed"], r["notes"].split(" [kept from")[0] + note))
+    return rows
 
 
 def _edit(root: Path, i: int) -> Path:
@@ -196,10 +350,11 @@ def child_json(code: str, *args: str) -> dict[str, Any]:
 
 def _client_share(tree: Path, n: int) -> list[float]:
     """Client-side cost of one edit as `push --watch` pays it after the first push (stat/digest
-    confirm, URI, manifest as changes to the last one, blob read, JSON), with the server calls
-    answered in memory."""
-    from rtenv_cli.core.watch.delta import push_delta, relative_manifest, send_blobs
+    confirm, URI, manifest of changes, blob read, JSON), with the server calls answered in
+    memory."""
+    from rtenv_cli.core.watch.publish import DeltaPublisher
     from rtenv_cli.core.watch.snapshot import Snapshot
+    from rtenv_cli.core.watch.sources import Source
 
     class Memory:
         def __init__(self) -> None:
@@ -218,26 +373,27 @@ def _client_share(tree: Path, n: int) -> list[float]:
             json.dumps(manifest)  # what requests would serialise
             return {"uri": manifest["uri"]}
 
+        def publish(self, manifest: dict[str, Any], blobs: list[tuple[str, Path]]
+                    ) -> dict[str, Any]:
+            self.put_blobs(blobs)
+            return self.commit_manifest(manifest)
+
     snap = Snapshot(tree)
     snap.full_scan()
-    target = Memory()
-    push_delta(snap, target)
-    last = snap.manifest()
+    src = Source("working_dir", snap)
+    publisher = DeltaPublisher(Memory())  # type: ignore[arg-type]
+    publisher.push(src)
     times = []
     for i in range(n):
         path = _edit(tree, 5000 + i)
         start = time.perf_counter()
         snap.update([str(path)])
-        manifest = snap.manifest()
-        send_blobs(snap, target, [e.sha256 for e in snap.files() if e.sha256 not in target.have])
-        target.commit_manifest(relative_manifest(last, manifest))
-        last = manifest
+        publisher.push(src)
         times.append(time.perf_counter() - start)
     return times
 
 
-def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements
-    from tests.support.ports import free_port, wait_for_port
+def run(quick: bool) -> list[Row]:
     from tests.support.ray_head import ray_head
 
     work = Path(tempfile.mkdtemp(prefix="rtenv-bench-watch-"))
@@ -249,43 +405,10 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         tree = work / "tree"
         total = make_tree(tree, files=files, scale=scale)
         # -- rtenv agent, delta protocol, full tree --------------------------------------------
-        port = free_port()
-        agent = subprocess.Popen([sys.executable, "-m", "rtenv_cli", "agent", "--port", str(port),
-                                  "--root", str(work / "agent-store"), "--no-token"],
-                                 start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(port, timeout=60)
-            w = Watcher(tree, f"http://127.0.0.1:{port}", work / "home")
-            try:
-                _t, first = w.next()
-                times, events = _measure_edits(w, tree, n_edits)
-                idle = _idle_cpu(w, idle_s)
-            finally:
-                w.stop()
-        finally:
-            os.killpg(agent.pid, signal.SIGTERM)
-            agent.wait(timeout=30)
-        sent = statistics.median(e["bytes_sent"] for e in events)
-        p50 = statistics.median(times)
-        rows += [
-            Row(B, f"agent: save -> published p50 ({files} files, {total / 1e6:.0f} MB)",
-                "s", p50, None, "< 0.1 s", p50 < 0.1,
-                f"p90 {_pct(times, 0.9):.3f} s over {n_edits} edits, from the write to the "
-                "push event; the save's close ends the wait (no quiet period); initial push "
-                f"{first['elapsed_ms'] / 1000:.2f} s"),
-            Row(B, "agent: bytes sent per one-file edit", "bytes", sent, total,
-                "< 1% of package bytes", sent < 0.01 * total,
-                f"{100 * sent / total:.3f}% of {total} B (the changed manifest entries + 1 blob)"),
-            Row(B, "watcher idle CPU (no changes)", "% of a core", 100 * idle, None, "< 2%",
-                idle < 0.02, f"utime+stime over {idle_s:.0f} s, rtenv's inotify watcher"),
-        ]
-        client = _client_share(tree, n_edits)
-        rows.append(Row(B, "agent: client-side work per edit p50 (confirm, URI, manifest, blob)",
-                        "s", statistics.median(client), None, "",
-                        None, "server calls answered in memory; the rest of the agent latency "
-                        "above is the quiet period, HTTP and the agent's commit (Ray URI from "
-                        "per-entry digests, manifest written; no zip rebuilt)"))
+        rows += _agent_rows(work, tree, files=files, total=total, n_edits=n_edits,
+                            idle_s=idle_s)
+        if os.environ.get("RTENV_BENCH_WATCH") == "agent":
+            return rows + _kept_rows({r.metric for r in rows})
         # -- Ray head: whole zips, tree minus data/ (under the 100 MiB HTTP limit) --------------
         env_file = work / "runtime_env.yaml"
         env_file.write_text(f"working_dir: {tree}\nexcludes: [data]\n")

@@ -72,7 +72,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from push' -l output -s o -r -F -d 
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l base-dir -r -F -d 'Resolve relative paths in the runtime_env against this directory. Default: the current directory, as `ray job submit` does.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l dry-run -s n -d 'Show what would happen; change nothing.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l rtenv-envs -d 'Move `pip:`/`uv:` into `rtenv:` so the nodes build it with rtenv'\''s Ray plugin (`rtenv ray-env`); conda and the like are refused.'
-complete -c rtenv -n '__fish_seen_subcommand_from push' -l via -x -d 'auto: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address) loads rtenv'\''s plugin, else Ray'\''s gcs:// zips, saying why; tree or zip: that path only.'
+complete -c rtenv -n '__fish_seen_subcommand_from push' -l via -x -d 'auto: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address, or dashboard URL through the GCS it names) loads rtenv'\''s plugin, else Ray'\''s gcs:// zips, saying why; tree or zip: that path only.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l watch -s w -d 'Keep watching and re-push on every change until Ctrl-C.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l once -d 'With the watch engine: push once and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from push' -l on-change -x -d 'With --watch: run CMD after each push.'

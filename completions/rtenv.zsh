@@ -165,7 +165,7 @@ _rtenv_push() {
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--rtenv-envs[Move `pip\:`/`uv\:` into `rtenv\:` so the nodes build it with rtenv'\''s Ray plugin (`rtenv ray-env`); conda and the like are refused.]' \
-        '--via[auto\: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address) loads rtenv'\''s plugin, else Ray'\''s gcs\:// zips, saying why; tree or zip\: that path only.]:value: ' \
+        '--via[auto\: content-addressed trees (a save sends the changed files) where every node of the Ray cluster (GCS address, or dashboard URL through the GCS it names) loads rtenv'\''s plugin, else Ray'\''s gcs\:// zips, saying why; tree or zip\: that path only.]:value: ' \
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \

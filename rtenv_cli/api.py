@@ -113,8 +113,9 @@ def push(source: str | os.PathLike[str] | None = None, *, to: str | None = None,
     embedded local store; TOKEN overrides the target's own token variable. STAGE_TO takes what
     is over the target's upload limit. OUTPUTS are files the caller writes (never packaged).
     RTENV_ENVS moves `pip`/`uv` into the `rtenv` field (built by rtenv's Ray plugin). VIA: `auto`
-    publishes content-addressed trees (the `rtenv` field) to a Ray GCS whose every node loads
-    rtenv's plugin, else Ray's zips; `tree` insists on trees, `zip` on zips.
+    publishes content-addressed trees (the `rtenv` field) to a Ray cluster (its GCS, or the GCS
+    its dashboard names) whose every node loads rtenv's plugin, else Ray's zips; `tree` insists
+    on trees, `zip` on zips.
     The result's `runtime_env` has the URIs in place of local paths; each `PackageOutcome` says
     its URI, file count, bytes and whether it was `uploaded`.
     """

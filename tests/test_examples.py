@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.support.examples import (
 )
 from tests.support.ports import free_port
 from tests.support.ray_head import RayHead
+from tests.support.wait import until
 
 FOLDERS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "README.md").exists())
 # files in examples/ that are not runtime_envs, Serve configs or job specs
@@ -96,14 +96,9 @@ def _serve_shutdown(head: RayHead) -> None:
         pass
 
 
-def _serve_gone(head: RayHead, port: int, timeout: float = 30) -> bool:
-    """Whether, within `timeout`, every Serve actor is dead and its HTTP port closed."""
-    deadline = time.monotonic() + timeout
-    while not (all(s == "DEAD" for s in _serve_actors(head).values()) and _port_free(port)):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.5)
-    return True
+def _serve_gone(head: RayHead, port: int) -> bool:
+    """Whether every Serve actor is dead and its HTTP port closed."""
+    return all(s == "DEAD" for s in _serve_actors(head).values()) and _port_free(port)
 
 
 def _needs_plugin(folder: str) -> bool:
@@ -153,7 +148,7 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
                      for i, p in enumerate(agent_ports)]
     serve_port = _serve_on_free_port(box) if folder == "serve" else 0
     if serve_port and head is not None:  # a failed step must not leave Serve on the shared head
-        request.addfinalizer(lambda: _serve_gone(head, serve_port, 0) or _serve_shutdown(head))
+        request.addfinalizer(lambda: _serve_gone(head, serve_port) or _serve_shutdown(head))
     results = [box.run(step.command) for step in steps]
     if UPDATE:
         readme.write_text(write_block_outputs(text, results), encoding="utf-8")
@@ -171,7 +166,8 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         package = app["runtime_env"]["working_dir"].removeprefix("gcs://").removesuffix(".zip")
         [answer] = [r for r in results if r.command.startswith("curl ")]
         assert answer.output == [f"hello from serve, from package {package}"]
-        assert _serve_gone(head, serve_port), _serve_actors(head)
+        until(lambda: _serve_gone(head, serve_port),
+              what=lambda: f"Serve gone from the head: {_serve_actors(head)}")
 
 
 def _two_free_ports() -> list[int]:
@@ -266,17 +262,18 @@ def _job_logs(head: RayHead, job: dict[str, object]) -> str:
         return str(json.load(resp)["logs"])
 
 
-def _wait_job(head: RayHead, uri: str, timeout: float = 120) -> dict[str, object]:
+def _wait_job(head: RayHead, uri: str) -> dict[str, object]:
     """The job submitted with working_dir `uri`, once it has finished."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def finished() -> dict[str, object] | None:
         for job in _jobs(head):
             env = job.get("runtime_env") or {}
             if isinstance(env, dict) and env.get("working_dir") == uri \
                     and job["status"] in {"SUCCEEDED", "FAILED", "STOPPED"}:
                 return job
-        time.sleep(0.5)
-    raise AssertionError(f"no finished job with working_dir {uri} after {timeout} s")
+        return None
+
+    return until(finished, what=f"a finished job with working_dir {uri}")
 
 
 @pytest.fixture
@@ -301,14 +298,12 @@ def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbo
             proc.wait(timeout=10)
 
 
-def _pushes(events: Path, n: int, timeout: float = 60) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
-        if len(lines) >= n:
-            return lines
-        time.sleep(0.2)
-    raise AssertionError(f"fewer than {n} pushes after {timeout} s: {events.read_text()}")
+def _pushes(events: Path, n: int) -> list[dict[str, object]]:
+    def lines() -> list[dict[str, object]] | None:
+        found = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+        return found if len(found) >= n else None
+
+    return until(lines, what=lambda: f"{n} pushes: {events.read_text()}")
 
 
 @pytest.mark.ray

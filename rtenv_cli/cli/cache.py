@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rtenv_cli.cli.options import DryRunOpt, FormatOpt, TextJson, YesOpt, address_option
 from rtenv_cli.render.output import Output
+
+if TYPE_CHECKING:
+    from rtenv_cli.core.transport.resolve import Address
 
 cache_app = typer.Typer(
     name="cache", no_args_is_help=True, rich_markup_mode=None,
@@ -127,38 +130,37 @@ def _clean(out: Output, *, agent: str | None, token: str | None, address: str | 
     out.result(result, render_gc)
 
 
-def _with_tree_refs(listing: Any, where: object) -> Any:
-    """`listing` with the nodes' tree references (`r:` keys), read through a GCS address."""
-    from rtenv_cli.core.transport.resolve import AddressKind
-
-    if getattr(where, "kind", None) is not AddressKind.GCS:
-        return listing
+def _with_tree_refs(listing: Any, where: Address) -> Any:
+    """`listing` with the nodes' tree references (`r:` keys), read through the cluster's GCS
+    (a dashboard's: as it names it); without them when that GCS does not answer here."""
     import dataclasses
 
-    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.transport.ray_kv import NoGcsRoute, RayKV
     from rtenv_cli.core.trees.gc import tree_refs
 
-    kv = RayKV.connect(where.value)  # type: ignore[attr-defined]
+    try:
+        kv = RayKV.of_address(where)
+    except NoGcsRoute:
+        return listing
     try:
         return dataclasses.replace(listing, tree_refs=tree_refs(kv))
     finally:
         kv.close()
 
 
-def _gc_trees(out: Output, where: object, *, dry_run: bool, purge: bool) -> None:
+def _gc_trees(out: Output, where: Address, *, dry_run: bool, purge: bool) -> None:
     """The cluster's KV: trees (rtenv push's tree path) that no live worker holds and no push
-    of the grace period (10 min; none with purge) names. Needs the GCS address."""
-    from rtenv_cli.core.transport.resolve import AddressKind
-
-    if getattr(where, "kind", None) is not AddressKind.GCS:
-        out.message("note: trees in the cluster's KV are collected through the GCS address "
-                    "(--address <head>:6379)")
-        return
-    from rtenv_cli.core.transport.ray_kv import RayKV
+    of the grace period (10 min; none with purge) names. Through the cluster's GCS (a
+    dashboard's: as it names it)."""
+    from rtenv_cli.core.transport.ray_kv import NoGcsRoute, RayKV
     from rtenv_cli.core.trees.gc import GRACE_S, collect
     from rtenv_cli.render.units import human_bytes
 
-    kv = RayKV.connect(where.value)  # type: ignore[attr-defined]
+    try:
+        kv = RayKV.of_address(where)
+    except NoGcsRoute as exc:
+        out.message(f"note: trees in the cluster's KV were not collected: {exc.message}")
+        return
     try:
         done = collect(kv, grace_s=0 if purge else GRACE_S, dry_run=dry_run)
     finally:

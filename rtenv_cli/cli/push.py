@@ -43,8 +43,9 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         "rtenv's Ray plugin (`rtenv ray-env`); conda and the like are refused.")] = False,
     via: Annotated[str, typer.Option(
         "--via", metavar="auto|tree|zip", help="auto: content-addressed trees (a save sends "
-        "the changed files) where every node of the Ray cluster (GCS address) loads rtenv's "
-        "plugin, else Ray's gcs:// zips, saying why; tree or zip: that path only.")] = "auto",
+        "the changed files) where every node of the Ray cluster (GCS address, or dashboard URL "
+        "through the GCS it names) loads rtenv's plugin, else Ray's gcs:// zips, saying why; "
+        "tree or zip: that path only.")] = "auto",
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching and re-push on "
                                         "every change until Ctrl-C.")] = False,
     once: Annotated[bool, typer.Option("--once", help="With the watch engine: push once and "

@@ -430,6 +430,8 @@ def _publish_all(data: Mapping[str, Any], base_dir: Path, *, target: Target | No
         outcomes.append(PackageOutcome(plan.field, str(plan.source), published, uri, count,
                                        total, zip_bytes, uploaded, where, staged, tree, py_dirs,
                                        warns))
+    if kv is not None and kv.target is not target:
+        kv.close()  # a dashboard's GCS, opened for the tree path
     if plans:
         out.pop("excludes", None)  # applied here; Ray ignores it for URIs
     if moved:
@@ -458,23 +460,32 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
 
     if mode == "zip":
         return None, None, False
-    if not isinstance(target, RayGcsTarget):
-        if mode == "tree" or isinstance(target, RayDashboardTarget):
-            why = (f"zip path: {target.label} is not a Ray GCS address; the tree path "
-                   "(content-addressed files through rtenv's plugin) needs --address "
-                   "<head>:6379")
-            if mode == "tree":
-                raise ConfigError(why.removeprefix("zip path: "),
-                                  hint="pass the head's GCS address, or --via auto")
-            return None, why, False
-        return None, None, False
-    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.transport.ray_kv import NoGcsRoute, RayKV
     from rtenv_cli.core.trees.cluster import readiness
 
-    kv = RayKV(target)
+    if isinstance(target, RayDashboardTarget):
+        # the KV through the GCS the dashboard names: its own API cannot read it (ray_kv.py)
+        try:
+            kv = RayKV.through_dashboard(target.url, target.env, target.token)
+        except NoGcsRoute as exc:
+            why = f"zip path: the tree path needs the cluster's GCS: {exc.message}"
+            if mode == "tree":
+                raise ConfigError(why.removeprefix("zip path: "),
+                                  hint=exc.hint or "pass the head's GCS address") from None
+            return None, why, False
+    elif isinstance(target, RayGcsTarget):
+        kv = RayKV(target)
+    else:
+        if mode == "tree":
+            raise ConfigError(f"{target.label} is not a Ray cluster; the tree path (content-"
+                              "addressed files through rtenv's plugin) needs one",
+                              hint="pass the head's GCS address or dashboard URL, or --via auto")
+        return None, None, False
     ready = readiness(kv)
     if ready.ok:
         return kv, None, ready.guarded
+    if kv.target is not target:
+        kv.close()
     if mode == "tree":
         raise ConfigError(f"--via tree: {ready.why_not()}",
                           hint="load the plugin on every node, or push with --via auto")

@@ -7,7 +7,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests  # noqa: TID253 - tests are not on the CLI's startup path
@@ -15,6 +14,7 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 from tests.support.agent import agent_process
 from tests.support.cli import run_cli, run_process
 from tests.support.procs import stop_group
+from tests.support.wait import until
 
 
 def test_help_shows_systemd_and_slurm() -> None:
@@ -142,16 +142,9 @@ def test_the_token_reaches_workers_without_the_environment(tmp_path: Path) -> No
                   env={"RTENV_AGENT_TOKEN": secret})
     try:
         url = _listening_url(proc)
-        deadline = time.monotonic() + 60
-        while True:  # workers answer once they have started
-            try:
-                if requests.get(f"{url}/api/agent", timeout=5,
-                                headers={"Authorization": f"Bearer {secret}"}).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "the workers never answered"
-            time.sleep(0.2)
+        until(lambda: requests.get(f"{url}/api/agent", timeout=5,
+                                   headers={"Authorization": f"Bearer {secret}"}).ok,
+              what="the workers to answer", retry_on=(requests.RequestException,))
         assert requests.get(f"{url}/api/agent", timeout=10).status_code == 401
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                   text=True, check=False).stdout.split()

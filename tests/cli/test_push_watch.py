@@ -9,25 +9,26 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from tests.core.watch.helpers import wait_for
 from tests.support.cli import default_signals, run_cli
+from tests.support.wait import until
 
 KEYS = {"uri", "added", "modified", "removed", "bytes_sent", "elapsed_ms", "trigger"}
 
 
-def _read_json_line(proc: subprocess.Popen[str], timeout: float = 30) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
+def _read_json_line(proc: subprocess.Popen[str]) -> dict[str, object]:
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line:
-            return dict(json.loads(line))
-        if proc.poll() is not None:
+    stdout = proc.stdout
+
+    def line() -> str:
+        text = stdout.readline()
+        if not text and proc.poll() is not None:
             raise AssertionError(f"exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
-    raise AssertionError("no JSON line in time")
+        return text
+
+    return dict(json.loads(until(line, what="a JSON line from the watch")))
 
 
 def test_help_has_example() -> None:

@@ -80,6 +80,15 @@ SCHEMA: dict[str, Any] = {
             "responses": {"200": _json({"type": "object", "properties": {
                 "uri": {"type": "string"}, "package_bytes": {"type": "integer"}}}),
                 **_ERRORS}}},
+        "/api/publish": {"post": {
+            "summary": "A save in one request: '<size>\\n' and that many bytes of manifest "
+                       "JSON (a whole manifest, or base + upsert + remove), then blob records "
+                       "as /api/blobs takes them; the blobs are stored, then the manifest "
+                       "committed as /api/manifests/commit does",
+            "requestBody": _RAW_BODY,
+            "responses": {"200": _json({"type": "object", "properties": {
+                "uri": {"type": "string"}, "package_bytes": {"type": "integer"}}}),
+                **_ERRORS}}},
         "/download/{cap}/{name}": {"get": {
             "summary": "A package as a remote zip for Ray's nodes (one top-level directory, "
                        "which Ray strips); `cap` is an HMAC of the name under the agent's token, "

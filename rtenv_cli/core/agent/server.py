@@ -251,6 +251,17 @@ async def blob(request: Request) -> Response:
     return Response(status_code=200)
 
 
+async def _bounded(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The request's body, refused (413) once it passes `limit` (its Content-Length, checked
+    by the caller, may be absent: a chunked body)."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise protocol.too_large(limit)
+        yield chunk
+
+
 async def blobs(request: Request) -> Response:
     from starlette.concurrency import run_in_threadpool
 
@@ -259,18 +270,42 @@ async def blobs(request: Request) -> Response:
     state = _state(request)
     limit = state.config.limits.blob_bytes
     protocol.check_length(request.headers.get("content-length"), limit)
-
-    async def bounded() -> AsyncIterator[bytes]:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise protocol.too_large(limit)
-            yield chunk
-
     # each record goes straight into its blob's temp file: the batch is on disk once
-    count = await run_in_threadpool(state.store.put_blobs, BodyReader(bounded()))
+    count = await run_in_threadpool(state.store.put_blobs, BodyReader(_bounded(request, limit)))
     return _json({"stored": count})
+
+
+async def publish(request: Request) -> Response:
+    """A save in one request (`protocol.publish_body`): its manifest, checked before anything
+    is stored, then the blobs as `/api/blobs` stores them, then the commit of
+    `/api/manifests/commit`; all in one worker thread."""
+    from starlette.concurrency import run_in_threadpool
+
+    from rtenv_cli.core.agent.bodyreader import BodyReader
+    from rtenv_cli.core.store import delta
+
+    state = _state(request)
+    limits = state.config.limits
+    limit = limits.manifest_bytes + limits.blob_bytes
+    protocol.check_length(request.headers.get("content-length"), limit)
+    reader = BodyReader(_bounded(request, limit))
+
+    def work() -> dict[str, Any]:
+        head = reader.readline(32)
+        if not head.rstrip(b"\n").isdigit():
+            raise UsageError(f"the body does not start with its manifest's size ({head!r})",
+                             hint="'<size>\\n<manifest JSON>' then blob records")
+        size = int(head)
+        if size > limits.manifest_bytes:
+            raise protocol.too_large(limits.manifest_bytes)
+        body = reader.read(size)
+        if len(body) != size:
+            raise UsageError(f"the manifest was cut short ({len(body)} of {size} bytes)")
+        man = delta.Manifest.parse(protocol.parse_json(body, "Manifest"))
+        state.store.put_blobs(reader)
+        return delta.commit(state.store, man)
+
+    return _json(await run_in_threadpool(work))
 
 
 def env_args(data: dict[str, Any], client: str, config: AgentConfig) -> dict[str, Any]:
@@ -402,6 +437,7 @@ def routes() -> list[Route]:
         Route("/api/packages/gcs/{name}", put_package, methods=["PUT"]),
         Route("/api/manifests", manifests, methods=["POST"]),
         Route("/api/manifests/commit", commit, methods=["POST"]),
+        Route("/api/publish", publish, methods=["POST"]),
         Route("/api/blobs", blobs, methods=["POST"]),
         Route("/api/blobs/{sha}", blob, methods=["PUT"]),
         Route("/api/envs", create_env, methods=["POST"]),

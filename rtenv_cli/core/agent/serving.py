@@ -156,7 +156,11 @@ class _ReadGuard:
 
 def _guarded_class() -> type:
     """`_ReadGuard` over uvicorn's httptools protocol; built on first use so that importing
-    this module does not import uvicorn."""
+    this module does not import uvicorn. No public setting of uvicorn does its work (see the
+    module's docstring); what it buys and costs beside uvicorn's own protocol:
+    serving.json: "ablation: requests answered of 10, 150 silent connections, no guard",
+    serving.json: "ablation: of 30 stalled connections, open 5 s later, no guard" and
+    serving.json: "ablation: agent CPU per cache hit, no guard"."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     # named and placed so that pickle finds it here (worker processes get it by name)

@@ -19,8 +19,8 @@ from rtenv_cli.core.lint.context import (
     set_literal_hint,
 )
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
 from rtenv_cli.core.spec.loader import LoadedDoc, Positions, load_bytes, load_path
+from rtenv_cli.core.spec.pipeline import Api, PipelineResult, run_pipeline
 
 if TYPE_CHECKING:
     from rtenv_cli.core.spec.forms import Site
@@ -307,7 +307,7 @@ def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Drop the stand-in URIs of local packages that were not hashed (over Ray's limits)."""
     if value is None:
         return None
-    from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
+    from rtenv_cli.core.spec.package_stage import PLACEHOLDER_URI
 
     out = dict(value)
     if out.get("working_dir") == PLACEHOLDER_URI:

@@ -24,12 +24,14 @@ from rtenv_cli.core.store.rayhash import ContentMismatchError, content_named, ve
 from rtenv_cli.core.store.zips import prefixed_copy, zip_manifest
 
 _RECENT_MANIFESTS = 4  # kept parsed in memory: the bases of the next edits
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # as json.dumps(..., separators=...)
 
 
 class Packages:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._manifests: dict[str, dict[str, Any]] = {}  # a few recent ones, the bases of edits
+        self._rows_text: dict[str, list[str]] = {}  # the JSON of their entries, where known
         self._guard = threading.Lock()
         self._in_use: tuple[tuple[Any, ...], frozenset[str]] | None = None
 
@@ -105,7 +107,9 @@ class Packages:
 
     def forget(self, name: str) -> None:
         """Delete whatever files the package has (its entry is already gone from the index)."""
-        self._manifests.pop(name, None)
+        with self._guard:
+            self._manifests.pop(name, None)
+            self._rows_text.pop(name, None)
         for path in self._files(name):
             if path.exists():
                 path.unlink()
@@ -155,9 +159,12 @@ class Packages:
             hint="a package name stands for its content: upload the new content under a new "
             "name (`rtenv push` names packages by their hash, as Ray does)")
 
-    def put_manifest(self, name: str, doc: dict[str, Any]) -> Entry:
+    def put_manifest(self, name: str, doc: dict[str, Any], *,
+                     like: tuple[str, Sequence[int]] | None = None) -> Entry:
         """Publish a verified manifest (written in tmp/, synced, renamed into place: a kill
-        mid-write leaves recovery a tmp/ dir to remove); blobs it names are kept by gc."""
+        mid-write leaves recovery a tmp/ dir to remove); blobs it names are kept by gc.
+        `like`: (base, indices) when `doc`'s entries are those of the manifest `base` but at
+        `indices`: the text of the others is reused (`_encode`)."""
         layout = self.layout
         key = f"package:{name}"
         with layout.locks.lock(key):
@@ -165,11 +172,11 @@ class Packages:
                 return entry
             final = layout.manifest_path(name)
             with layout.scratch(key) as work:
-                write_synced(work / "manifest.json",
-                             json.dumps(doc, separators=(",", ":")).encode())
+                text, rows = self._encode(doc, like)
+                write_synced(work / "manifest.json", text)
                 os.rename(work / "manifest.json", final)
                 fsync_dir(final.parent)
-            self._remember(name, doc)
+            self._remember(name, doc, rows)
             return self._index(name, f"manifests/{name}.json")
 
     def _index(self, name: str, rel: str) -> Entry:
@@ -200,11 +207,35 @@ class Packages:
         self._remember(name, doc)
         return doc
 
-    def _remember(self, name: str, doc: dict[str, Any]) -> None:
+    def _encode(self, doc: dict[str, Any], like: tuple[str, Sequence[int]] | None
+                ) -> tuple[bytes, list[str]]:
+        """`json.dumps(doc, separators=(",", ":"))` and the text of each of its entries: those
+        of the manifest `like` names are reused where its text is kept (an edit's commit then
+        encodes the rows it changed, not the tree's: bench_watch's ablation rows)."""
+        entries = doc["entries"]
+        with self._guard:
+            kept = self._rows_text.get(like[0]) if like is not None else None
+        if like is not None and kept is not None and len(kept) == len(entries):
+            rows = list(kept)
+            for i in like[1]:
+                rows[i] = _ENCODE(entries[i])
+        else:
+            rows = [_ENCODE(row) for row in entries]
+        head = _ENCODE({k: v for k, v in doc.items() if k != "entries"})
+        # the entries last, as json.dumps writes the doc (commit builds it in that order)
+        sep = "," if len(head) > 2 else ""  # noqa: PLR2004 - "{}"
+        text = f'{head[:-1]}{sep}"entries":[{",".join(rows)}]}}'
+        return text.encode(), rows
+
+    def _remember(self, name: str, doc: dict[str, Any], rows: list[str] | None = None) -> None:
         with self._guard:
             self._manifests[name] = doc
             while len(self._manifests) > _RECENT_MANIFESTS:
                 self._manifests.pop(next(iter(self._manifests)))
+            if rows is not None:
+                self._rows_text[name] = rows
+            for gone in [n for n in self._rows_text if n not in self._manifests]:
+                del self._rows_text[gone]
 
     def blobs_in_use(self) -> frozenset[str]:
         """Every blob a published manifest names (gc must keep them)."""

@@ -183,9 +183,12 @@ class Store:
     def load_manifest(self, name: str) -> dict[str, Any] | None:
         return self.packages.load_manifest(name)
 
-    def put_manifest(self, name: str, doc: dict[str, Any], size_bytes: int) -> Entry:
+    def put_manifest(self, name: str, doc: dict[str, Any], size_bytes: int, *,
+                     like: tuple[str, Sequence[int]] | None = None) -> Entry:
+        """`like`: (a manifest's name, indices) when `doc`'s entries are that manifest's but
+        at those indices (its stored text is then reused: Packages.put_manifest)."""
         del size_bytes  # the files are counted as blobs; the package is its manifest
-        return self.packages.put_manifest(name, doc)
+        return self.packages.put_manifest(name, doc, like=like)
 
     def blobs_in_use(self) -> frozenset[str]:
         return self.packages.blobs_in_use()

@@ -57,6 +57,11 @@ class DeltaTarget(Protocol):
 
     def commit_manifest(self, manifest: Mapping[str, Any]) -> dict[str, Any]: ...
 
+    def publish(self, manifest: Mapping[str, Any], blobs: list[tuple[str, Path]]
+                ) -> dict[str, Any]:
+        """`put_blobs(blobs)` then `commit_manifest(manifest)`, in one request where it can."""
+        ...
+
 
 @runtime_checkable
 class RemoteServing(Protocol):

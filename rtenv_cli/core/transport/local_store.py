@@ -59,3 +59,11 @@ class LocalStoreTarget:
         from rtenv_cli.core.store import delta
 
         return delta.commit(self.store, delta.Manifest.parse(manifest))
+
+    def publish(self, manifest: Mapping[str, Any], blobs: list[tuple[str, Path]]
+                ) -> dict[str, Any]:
+        from rtenv_cli.core.store import delta
+
+        parsed = delta.Manifest.parse(manifest)  # refused before anything is stored
+        self.put_blobs(blobs)
+        return delta.commit(self.store, parsed)

@@ -166,6 +166,15 @@ class RayDashboardTarget:
     def published_uri(self, uri: str) -> str:
         return uri
 
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self._env
+
+    @property
+    def token(self) -> str | None:
+        """The token given for the cluster (None: Ray's own, read where each call goes)."""
+        return self._token
+
 
 def package_name(uri: str) -> str:
     """`_ray_pkg_<hash>.zip` of a gcs:// URI; any other URI cannot go to a Ray cluster."""

@@ -263,49 +263,81 @@ def given_address(address: str | None, env: Mapping[str, str]) -> str | None:
 
 def gcs_address_of_dashboard(url: str, env: Mapping[str, str] | None = None,
                              wait_s: float = 10.0) -> str:
-    """The GCS address of the cluster whose dashboard is `url`: the port the head's raylet was
-    started with (`--gcs-address=`, in the dashboard's node summary), on the dashboard's host
-    (the one this machine reaches; the GCS listens on every interface by default)."""
+    """The GCS address of the cluster whose dashboard is `url` (see `dashboard_gcs`)."""
+    return dashboard_gcs(url, env, wait_s=wait_s).address
+
+
+@dataclass(frozen=True)
+class DashboardGcs:
+    """What a Ray dashboard tells of its cluster's GCS."""
+
+    address: str  # host:port: the GCS port on the dashboard's host (the one this machine reaches)
+    advertised: str  # the head raylet's `--gcs-address` (how the cluster's nodes reach it)
+    cluster_id: str  # hex, the head raylet's `--cluster-id` (the GCS's GetClusterId)
+
+
+def dashboard_gcs(url: str, env: Mapping[str, str] | None = None, token: str | None = None,
+                  wait_s: float = 10.0) -> DashboardGcs:
+    """The GCS of the cluster whose dashboard is `url`, from the head raylet's command line in the
+    dashboard's node summary (`GET /nodes?view=summary`: each node's `cmdline`), where Ray's own
+    local discovery (services._find_address_from_flag) reads `--gcs-address=`. No documented
+    dashboard route names the GCS (`/api/v0/nodes` and `/api/v0/cluster_metadata` do not). The
+    port is taken on the dashboard's host; the raylet's own host is the cluster's view of it (a
+    pod's IP, say). `token` (else Ray's, read for `url`) goes to the dashboard. A summary
+    without command lines yet (a head that just started) is asked again for up to `wait_s`."""
     import time
     from urllib.parse import urlsplit
 
     from rtenv_cli.core.transport.ray_dashboard import load_token
 
-    token = load_token(os.environ if env is None else env, to=url)
+    if token is None:
+        token = load_token(os.environ if env is None else env, to=url)
     client = http.HttpClient(url, "Ray dashboard", timeouts=probe_timeouts())
     if token:
         client.headers["Authorization"] = f"Bearer {token}"
     deadline = time.monotonic() + wait_s
-    port = None
-    while port is None:
-        try:
-            resp = client.request("GET", "/nodes", idempotent=True,
-                                  params={"view": "summary"})
-            port = _gcs_port(resp.json()["data"]["summary"])
-        except (TransportError, KeyError, TypeError, AttributeError):  # not ready, not Ray's
-            port = None
-        if port is None:
-            if time.monotonic() > deadline:
-                raise UsageError(f"cannot find the Ray GCS address from the dashboard at {url}",
-                                 hint="give the head's GCS address instead, e.g. --address "
-                                 "<head>:6379 (`ray status` on the head prints it)")
-            time.sleep(0.5)
+    while True:
+        resp = client.request("GET", "/nodes", idempotent=True, params={"view": "summary"},
+                              ok=lambda s: s == 200)  # noqa: PLR2004 - HTTP OK
+        if resp.status_code in (401, 403):  # a token missing or refused
+            said = "requires a token" if resp.status_code == 401 else "refused the token"  # noqa: PLR2004
+            raise TransportError(f"the Ray dashboard at {url} {said} (HTTP {resp.status_code})",
+                                 hint="set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
+                                 "cluster's token")
+        found = None
+        with contextlib.suppress(TransportError, KeyError, TypeError, AttributeError):
+            found = _gcs_flags(resp.json()["data"]["summary"])
+        if found is not None:
+            break
+        # a head that just started (no command lines yet, or a 5xx) is asked again
+        if time.monotonic() > deadline or (resp.status_code != 200  # noqa: PLR2004
+                                           and resp.status_code < 500):  # noqa: PLR2004
+            raise UsageError(f"cannot find the Ray GCS address from the dashboard at {url} "
+                             f"(HTTP {resp.status_code} to GET /nodes?view=summary)",
+                             hint="give the head's GCS address instead, e.g. --address "
+                             "<head>:6379 (`ray status` on the head prints it)")
+        time.sleep(0.5)
+    advertised, cluster_id = found
+    port = advertised.rpartition(":")[2]
     host = urlsplit(url).hostname or "127.0.0.1"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return DashboardGcs(f"[{host}]:{port}" if ":" in host else f"{host}:{port}", advertised,
+                        cluster_id)
 
 
-def _gcs_port(summary: list[dict[str, Any]]) -> int | None:
-    """The GCS port named on a raylet's command line (head first): the node summary carries
-    each raylet's `cmdline`, where Ray's own local discovery (services._find_address_from_flag)
-    reads `--gcs-address=`."""
+def _gcs_flags(summary: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(`--gcs-address`, `--cluster-id`) of the first raylet command line naming both, the
+    head's first (each node's summary carries its raylet's `cmdline`)."""
     nodes = sorted(summary, key=lambda n: not (n.get("raylet") or {}).get("isHeadNode"))
     for node in nodes:
+        flags: dict[str, str] = {}
         for arg in node.get("cmdline") or []:
             for word in str(arg).split(" "):
-                if word.startswith("--gcs-address="):
-                    _host, _, port = word.partition("=")[2].rpartition(":")
-                    if port.isdigit():
-                        return int(port)
+                name, eq, value = word.partition("=")
+                if eq and name in ("--gcs-address", "--cluster-id"):
+                    flags.setdefault(name, value)
+        address, cluster_id = flags.get("--gcs-address", ""), flags.get("--cluster-id", "")
+        if address.rpartition(":")[2].isdigit() and cluster_id:
+            return address, cluster_id
     return None
 
 

@@ -43,13 +43,18 @@ from rtenv_cli.core.trees.manifest import (
     load_local,
 )
 
-PACK_BYTES = 4 << 20
+# Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
+# preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
+# until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
+# with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
+# memory rows, and their ablation at 4 MiB).
+PACK_BYTES = 512 << 10
 PARALLEL = 4
-# A pack of this many bytes or more is spooled to a temporary file as it is read and sent from
-# there by sendfile (RayKV.put_file); smaller ones (a re-push's edits) go in memory. SPOOL False:
-# every pack in memory, through h2's framing, for the ablation rows, e.g.
+# A pack of this many bytes or more (half a full one) is spooled to a temporary file as it is
+# read and sent from there by sendfile (RayKV.put_file); smaller ones (a re-push's edits) go in
+# memory. SPOOL False: every pack in memory, through h2's framing, for the ablation rows, e.g.
 # cold.json: "ablation: tree push with in-memory puts, 10k files/200 MB random".
-SPOOL_BYTES = 1 << 20
+SPOOL_BYTES = PACK_BYTES // 2
 SPOOL = True
 
 

@@ -68,30 +68,41 @@ class DeltaPublisher:
 
     def push(self, src: Source) -> int:
         snap = src.snap
-        manifest = snap.manifest()
-        if src.known_blobs and src.last_manifest is not None:
+        held = src.last_manifest
+        if src.known_blobs and held is not None:
             # Blobs committed earlier in this session are on the target: send only new ones,
-            # then the manifest as changes to the last one (bytes in proportion to the edit).
-            # A gc in between makes the commit fail with missing blobs, an agent that lost the
-            # base says so: the full protocol below then recovers.
-            new = [e.sha256 for e in snap.files()
-                   if e.sha256 and e.sha256 not in src.known_blobs]
-            try:
-                _count, sent = delta_mod.send_blobs(snap, self.target, new)
-                body = delta_mod.relative_manifest(src.last_manifest, manifest)
-                self.target.commit_manifest(body)
+            # then the manifest as changes to the last one (bytes and work in proportion to
+            # the edit: the paths the snapshot touched since, delta.changes). A gc in between
+            # makes the commit fail with missing blobs, an agent that lost the base says so:
+            # the full protocol below then recovers.
+            if delta_mod.INCREMENTAL:
+                upsert, remove = delta_mod.changes(snap, held)
+            else:
+                full = delta_mod.relative_manifest({"uri": held.uri,
+                                                    "entries": list(held.entries.values())},
+                                                   snap.manifest())
+                upsert, remove = full["upsert"], full["remove"]
+            files = {e["sha256"]: e["path"] for e in upsert if e["sha256"]}
+            body = {"uri": snap.uri, "kind": snap.kind, "name": snap.name,
+                    "base": held.uri, "upsert": upsert, "remove": remove}
+            try:  # the blobs and the commit in one request (delta.publish)
+                sent = delta_mod.publish(snap, self.target, body,
+                                         [s for s in files if s not in src.known_blobs], files)
                 # grows over the session: reverting an edit sends no blob at all
-                src.known_blobs |= {e.sha256 for e in snap.files() if e.sha256}
-                src.last_manifest = manifest
+                src.known_blobs |= files.keys()
+                held.apply(snap.uri, upsert, remove)
+                snap.touched.clear()
                 return sent + len(json.dumps(body))
             except ContentChanged:
                 src.known_blobs = set()
                 raise
             except RtenvError:
                 src.known_blobs = set()
+        manifest = snap.manifest()
         result = delta_mod.push_delta(snap, self.target, manifest)
         src.known_blobs = {e.sha256 for e in snap.files() if e.sha256}
-        src.last_manifest = manifest
+        src.last_manifest = delta_mod.Held.of(manifest)
+        snap.touched.clear()
         return result.bytes_sent
 
     def prepare(self, src: Source) -> None:

@@ -130,6 +130,12 @@ class Snapshot:
     links: dict[str, str] = field(default_factory=dict)
     _manifest_memo: dict[str, tuple[Any, dict[str, Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
+    # paths whose entry was added, replaced or removed since a publisher last cleared it (a
+    # delta publisher's changes since its last push: watch/delta.py's `changes`)
+    touched: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _shape: int = field(default=0, init=False, repr=False, compare=False)  # +1: a path added/gone
+    _leaf_memo: tuple[int, list[str]] | None = field(default=None, init=False, repr=False,
+                                                     compare=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).absolute()
@@ -222,6 +228,8 @@ class Snapshot:
         for key in old_keys:
             if key not in found:
                 gone = self.entries.pop(key)
+                self.touched.add(key)
+                self._shape += 1
                 self.acc = fold(self.acc, gone.digest)
                 if not gone.is_dir:
                     removed.append(key)
@@ -244,8 +252,11 @@ class Snapshot:
                     modified.append(rel)
             elif not is_dir:
                 added.append(rel)
+            if old is None or old.is_dir != is_dir:
+                self._shape += 1
             self.acc = fold(self.acc, new.digest)
             self.entries[rel] = new
+            self.touched.add(rel)
         return Change(tuple(sorted(added)), tuple(sorted(modified)), tuple(sorted(removed)))
 
     def full_scan(self) -> Change:
@@ -339,34 +350,56 @@ class Snapshot:
 
     # -- package layout ------------------------------------------------------------------------
     def leaf_dirs(self) -> list[str]:
-        """Directories with no packaged entry below them (they need their own zip entry)."""
+        """Directories with no packaged entry below them (they need their own zip entry);
+        worked out again only when a path was added or removed since."""
+        if self._leaf_memo is not None and self._leaf_memo[0] == self._shape:
+            return list(self._leaf_memo[1])
         # every ancestor of an entry is itself an entry, so immediate parents are enough
         parents = {rel.rsplit("/", 1)[0] if "/" in rel else "." for rel in self.entries
                    if rel != "."}
-        return sorted(r for r, e in self.entries.items()
-                      if e.is_dir and r not in parents and r != ".") + (
+        leaves = sorted(r for r, e in self.entries.items()
+                        if e.is_dir and r not in parents and r != ".") + (
             ["."] if "." in self.entries and "." not in parents else [])
+        self._leaf_memo = (self._shape, leaves)
+        return list(leaves)
 
     def manifest(self) -> dict[str, Any]:
         """The delta protocol's manifest; entry dicts are reused while their entry is unchanged
         (so comparing two manifests is mostly identity checks: see delta.relative_manifest)."""
-        from rtenv_cli.core.packaging.build import is_empty_dir, zip_time
-
         memo = self._manifest_memo
         fresh: dict[str, tuple[Any, dict[str, Any]]] = {}
         entries: list[dict[str, Any]] = []
         for e in sorted(self.files(), key=lambda e: e.relpath):
             hit = memo.get(e.relpath)
             if hit is None or hit[0] is not e:
-                hit = (e, {"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777,
-                           "size": e.size, "sha256": e.sha256,
-                           "zip_time": zip_time(e.mtime_ns)})
+                hit = (e, _file_entry(e))
             fresh[e.relpath] = hit
             entries.append(hit[1])
+        entries += self.dir_entries()
+        self._manifest_memo = fresh
+        return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}
+
+    def file_entry(self, rel: str) -> dict[str, Any] | None:
+        """The manifest entry of the file `rel` (the same dict while its entry is unchanged);
+        None when `rel` is not a packaged file."""
+        e = self.entries.get(rel)
+        if e is None or e.is_dir:
+            return None
+        hit = self._manifest_memo.get(rel)
+        if hit is None or hit[0] is not e:
+            hit = (e, _file_entry(e))
+            self._manifest_memo[rel] = hit
+        return hit[1]
+
+    def dir_entries(self) -> list[dict[str, Any]]:
+        """The manifest's directory entries: Ray zips a directory only when it is empty on disk
+        (its children may all be ignored); its stat now, as the zip `rtenv push` would write
+        has it. The root is always hashed: listed only when it is zipped ("./", an empty
+        package)."""
+        from rtenv_cli.core.packaging.build import is_empty_dir, zip_time
+
+        entries = []
         for rel in self.leaf_dirs():
-            # Ray zips a directory only when it is empty on disk (its children may all be
-            # ignored); its stat now, as the zip `rtenv push` would write has it. The root is
-            # always hashed: listed only when it is zipped ("./", an empty package)
             path = self.root / rel
             try:
                 st, empty = path.stat(), is_empty_dir(path)
@@ -379,5 +412,11 @@ class Snapshot:
                                 # only a zipped directory has a date (an ignored child's
                                 # churn must not change the entry of one that is not)
                                 "zip_time": zip_time(st.st_mtime_ns) if st and empty else None})
-        self._manifest_memo = fresh
-        return {"uri": self.uri, "kind": self.kind, "name": self.name, "entries": entries}
+        return entries
+
+
+def _file_entry(e: EntryState) -> dict[str, Any]:
+    from rtenv_cli.core.packaging.build import zip_time
+
+    return {"path": e.relpath, "is_dir": False, "mode": e.mode & 0o7777, "size": e.size,
+            "sha256": e.sha256, "zip_time": zip_time(e.mtime_ns)}

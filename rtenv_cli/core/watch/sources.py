@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import ConfigError, UnsupportedError
 from rtenv_cli.core.push import (
@@ -23,6 +23,9 @@ from rtenv_cli.core.watch.filters import is_dependency_file
 from rtenv_cli.core.watch.snapshot import Snapshot
 from rtenv_cli.core.watch.zipcache import BuiltZip
 
+if TYPE_CHECKING:
+    from rtenv_cli.core.watch.delta import Held
+
 
 @dataclass
 class Source:
@@ -35,7 +38,7 @@ class Source:
     prepared: BuiltZip | None = None
     # a delta target's state: the blobs it holds, and the manifest it holds as `pushed`
     known_blobs: set[str] = field(default_factory=set)
-    last_manifest: dict[str, Any] | None = None
+    last_manifest: Held | None = None
     # a tree target's state: the rtenv-tree:// URI of the manifest published as `pushed`
     tree_uri: str | None = None
 

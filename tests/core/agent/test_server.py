@@ -4,10 +4,10 @@ tokens, tampered uploads, one build for concurrent creates, SIGKILL mid-build.""
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,8 +19,9 @@ from rtenv_cli.core.agent.openapi import SCHEMA
 from rtenv_cli.core.agent.server import AgentConfig
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
-from tests.support.agent import AgentProc, agent_process, until
+from tests.support.agent import AgentProc, agent_process
 from tests.support.packages import make_tree, ray_package
+from tests.support.wait import until
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
 
@@ -61,8 +62,8 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
                         timeout=10).status_code == 422
     # the hung-up upload's temp file goes once the agent sees the connection close
-    until("the truncated upload's temp file removed",
-           lambda: not any((agent.root / "tmp").iterdir()))
+    until(lambda: not any((agent.root / "tmp").iterdir()),
+          what="the truncated upload's temp file removed")
     assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
     assert not (agent.root / "blobs" / sha[:2] / sha).exists()
     assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
@@ -159,17 +160,113 @@ def test_delta_protocol_over_http(agent: AgentProc, tmp_path: Path) -> None:
     assert target.exists(uri)
 
 
-def test_delta_batch_and_relative_commit_over_http(agent: AgentProc, tmp_path: Path) -> None:
+def manifest_of(src: Path, uri: str) -> dict:
+    entries = []
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        entries.append({"path": path.relative_to(src).as_posix(), "is_dir": False,
+                        "mode": 0o644, "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest()})
+    return {"uri": uri, "kind": "working_dir", "name": None, "entries": entries}
+
+
+def _zip_members(data: bytes | Path) -> dict[str, bytes]:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}
+
+
+def test_a_save_is_published_in_one_request(agent: AgentProc, tmp_path: Path) -> None:
+    """POST /api/publish: the manifest, then the blobs, stored and committed in one request;
+    a manifest the agent refuses stores nothing, a bad record commits nothing."""
     from rtenv_cli.core.watch.delta import relative_manifest
 
-    def manifest_of(src: Path, uri: str) -> dict:
-        entries = []
-        for path in sorted(p for p in src.rglob("*") if p.is_file()):
-            data = path.read_bytes()
-            entries.append({"path": path.relative_to(src).as_posix(), "is_dir": False,
-                            "mode": 0o644, "size": len(data),
-                            "sha256": hashlib.sha256(data).hexdigest()})
-        return {"uri": uri, "kind": "working_dir", "name": None, "entries": entries}
+    src = make_tree(tmp_path / "wd", {"a.py": "A = 1\n", "b.py": "B = 1\n"})
+    for path in src.iterdir():
+        path.chmod(0o644)
+    uri1, _ = ray_package(src, tmp_path)
+    first = manifest_of(src, uri1)
+    target = AgentTarget(agent.url)
+    calls: list[str] = []
+    real_call = target.http.call
+    target.http.call = lambda method, path, **kw: calls.append(path) or real_call(  # type: ignore[method-assign]
+        method, path, **kw)
+    blobs = [(e["sha256"], src / e["path"]) for e in first["entries"]]
+    assert target.publish(first, blobs)["uri"] == uri1
+    (src / "a.py").write_text("A = 'edited'\n")
+    uri2, ray_zip = ray_package(src, tmp_path)
+    body = relative_manifest(first, manifest_of(src, uri2))
+    assert target.publish(body, [(body["upsert"][0]["sha256"], src / "a.py")])["uri"] == uri2
+    assert calls == ["/api/publish", "/api/publish"]
+    got = requests.get(f"{agent.url}/api/packages/gcs/{uri2.removeprefix('gcs://')}"
+                       "?download=1", timeout=30)
+    assert _zip_members(got.content) == _zip_members(ray_zip)
+
+    blob = b"C = 1\n"
+    sha = hashlib.sha256(blob).hexdigest()
+    record = f"{sha} {len(blob)}\n".encode() + blob
+    manifest = json.dumps({**first, "uri": "gcs://_ray_pkg_0123456789abcdef.zip"}).encode()
+    for raw, status in ((b"5\n{not}" + record, 400),  # not JSON
+                        (b"%d\n" % (1 << 40) + record, 413),  # over the manifest limit
+                        (b"99\n{}", 400),  # cut short
+                        (b"%d\n" % len(manifest) + manifest + record[:-2], 422)):  # truncated
+        reply = requests.post(f"{agent.url}/api/publish", data=raw, timeout=30)
+        assert reply.status_code == status, (raw[:40], reply.text)
+        assert reply.json()["error"]["message"]
+    assert AgentTarget(agent.url).missing_blobs({**first, "entries": [
+        {"path": "c.py", "is_dir": False, "mode": 0o644, "size": len(blob), "sha256": sha}]}
+    ) == [sha]  # nothing stored by the refused requests
+    assert not target.exists("gcs://_ray_pkg_0123456789abcdef.zip")
+
+
+def test_a_save_to_an_agent_without_the_one_request_route_takes_two(tmp_path: Path) -> None:
+    """An older agent answers 404 to POST /api/publish: the blobs and the commit go as two
+    requests, and go so from then on."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Older(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            if self.headers.get("Transfer-Encoding") == "chunked":
+                while (size := int(self.rfile.readline(), 16)):
+                    self.rfile.read(size + 2)
+                self.rfile.readline()
+            else:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            found = self.path != "/api/publish"
+            body = (json.dumps({"uri": "gcs://_ray_pkg_0123456789abcdef.zip"}).encode()
+                    if found else b"Not Found")
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Older)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "a.py").write_text("A = 1\n")
+        blob = [(hashlib.sha256(b"A = 1\n").hexdigest(), tmp_path / "a.py")]
+        target = AgentTarget(f"http://127.0.0.1:{server.server_address[1]}")
+        for _ in range(2):
+            assert target.publish({"uri": "gcs://_ray_pkg_0123456789abcdef.zip",
+                                   "entries": []}, blob)["uri"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["/api/publish", "/api/blobs", "/api/manifests/commit",
+                    "/api/blobs", "/api/manifests/commit"]
+
+
+def test_delta_batch_and_relative_commit_over_http(agent: AgentProc, tmp_path: Path) -> None:
+    from rtenv_cli.core.watch.delta import relative_manifest
 
     src = make_tree(tmp_path / "wd", {f"m{i}.py": f"X = {i}\n" for i in range(50)})
     for path in src.iterdir():
@@ -309,10 +406,7 @@ def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
         pool = ThreadPoolExecutor(1)
         pending = pool.submit(client.get_or_create, {"pip": [f"slowpkg @ file://{slow}"]},
                               holder="slow")
-        deadline = time.monotonic() + 60
-        while not (slow / "slow_backend.py.started").exists():
-            assert time.monotonic() < deadline, "the slow build never started"
-            time.sleep(0.05)
+        until((slow / "slow_backend.py.started").exists, what="the slow build to start")
         assert list((root / "tmp").iterdir())  # mid-build: only in tmp/
         agent.kill()
         with pytest.raises(TransportError):

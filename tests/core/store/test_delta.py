@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.store import blobs as blobs_mod
 from rtenv_cli.core.store import delta
 from rtenv_cli.core.store.rayhash import verify_package
 from rtenv_cli.core.store.store import Store
@@ -101,17 +104,118 @@ def test_relative_commit_equals_ray_for_the_edited_tree(tmp_path: Path) -> None:
     assert _members(store.package_file(name)) == _members(ray_zip)
 
 
-def test_relative_commit_that_lies_is_rejected(tmp_path: Path) -> None:
+def _in_place_edits(tmp_path: Path, store: Store, *, in_place: bool,
+                    monkeypatch: pytest.MonkeyPatch,
+                    after_first: Callable[[], None] = lambda: None) -> list[bytes]:
+    """Three commits of one tree: whole, then two edits of files in place (in the second, one
+    file's mode and date change but not its content, so its digest is the base's); each
+    stored manifest's bytes."""
+    monkeypatch.setattr(delta, "IN_PLACE", in_place)
+    src = make_tree(tmp_path / "src", {"a.py": "a\n", "s/b.py": "b\n", "s/t/c.txt": "c"})
+    (src / "hollow").mkdir()
+    uri, _ = ray_package(src, tmp_path)
+    base = _commit_full(store, src, uri)
+    out = [store.manifest_path(uri.removeprefix("gcs://")).read_bytes()]
+    after_first()
+    for edit in ("edit", "chmod"):
+        if edit == "edit":
+            (src / "s/b.py").write_text("b edited\n")
+            (src / "a.py").write_text("a edited\n")
+        else:
+            (src / "s/t/c.txt").write_text("c edited")
+            (src / "a.py").chmod(0o600)
+            os.utime(src / "a.py", (0, 1_000_000_000))
+        uri, ray_zip = ray_package(src, tmp_path)
+        new = _manifest(src, uri)
+        man = delta.Manifest.parse(_relative(base, new))
+        assert len(man.upsert) == 2
+        assert not man.remove
+        _put_missing(store, man, src, new)
+        assert delta.commit(store, man)["uri"] == uri
+        name = uri.removeprefix("gcs://")
+        assert _members(store.package_file(name)) == _members(ray_zip)
+        out.append(store.manifest_path(name).read_bytes())
+        base = new
+    return out
+
+
+def _put_missing(store: Store, man: delta.Manifest, src: Path, new: dict) -> None:
+    for sha in delta.missing(store, man):
+        store.put_blob(sha, next(src / e["path"] for e in new["entries"]
+                                 if e.get("sha256") == sha))
+
+
+def _spy_encode(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The `like` of each manifest the store encodes."""
+    likes: list[object] = []
+    real = store.packages._encode
+    monkeypatch.setattr(store.packages, "_encode",
+                        lambda doc, like: likes.append(like) or real(doc, like))
+    return likes
+
+
+def test_an_edit_in_place_is_published_as_the_whole_path_publishes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-place path (the base's hash, its rows and their stored text, the changed rows
+    only) writes the very manifest the whole path writes, without hashing or copying every
+    row."""
+    fast_store = Store(tmp_path / "fast" / "store")
+    fast_likes = _spy_encode(fast_store, monkeypatch)
+
+    def no_whole_path() -> None:
+        monkeypatch.setattr(delta, "ray_acc", lambda *_a: pytest.fail("hashed every row"))
+        monkeypatch.setattr(delta, "_rows", lambda *_a: pytest.fail("copied every row"))
+
+    fast = _in_place_edits(tmp_path / "fast", fast_store, in_place=True,
+                           monkeypatch=monkeypatch, after_first=no_whole_path)
+    monkeypatch.undo()
+    whole_store = Store(tmp_path / "whole" / "store")
+    whole_likes = _spy_encode(whole_store, monkeypatch)
+    whole = _in_place_edits(tmp_path / "whole", whole_store, in_place=False,
+                            monkeypatch=monkeypatch)
+    assert fast == whole
+    assert whole_likes == [None, None, None]
+    assert fast_likes[0] is None
+    assert all(like is not None for like in fast_likes[1:])
+    for text in fast:
+        assert text == json.dumps(json.loads(text), separators=(",", ":")).encode()
+
+
+def test_an_added_file_takes_the_whole_path(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a.py": "a\n", "s/b.py": "b\n"})
+    uri1, _ = ray_package(src, tmp_path)
+    store = Store(tmp_path / "store")
+    base = _commit_full(store, src, uri1)
+    make_tree(src, {"s/new/c.py": "c\n"})  # a new file and a new directory Ray hashes
+    (src / "a.py").write_text("a edited\n")
+    uri2, ray_zip = ray_package(src, tmp_path)
+    new = _manifest(src, uri2)
+    man = delta.Manifest.parse(_relative(base, new))
+    assert delta._in_place(store, man) is None
+    _put_missing(store, man, src, new)
+    assert delta.commit(store, man)["uri"] == uri2
+    assert _members(store.package_file(uri2.removeprefix("gcs://"))) == _members(ray_zip)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_relative_commit_that_lies_is_rejected(tmp_path: Path, in_place: bool) -> None:
     src = make_tree(tmp_path / "src", {"a.py": "a\n", "b.py": "b\n"})
     uri1, _ = ray_package(src, tmp_path)
     store = Store(tmp_path / "store")
     base = _commit_full(store, src, uri1)
     (src / "a.py").write_text("edited\n")
+    (src / "b.py").write_text("edited too\n")
     uri2, _ = ray_package(src, tmp_path)
     body = _relative(base, _manifest(src, uri2))
-    body["upsert"] = []  # claims the new URI without sending the change
+    # claims the new URI without sending the change: none of it, or b.py's (in place: the
+    # base's hash with a.py's digest replaced)
+    body["upsert"] = [e for e in body["upsert"] if in_place and e["path"] == "a.py"]
+    man = delta.Manifest.parse(body)
+    if in_place:
+        store.put_blob(body["upsert"][0]["sha256"], src / "a.py")
+        assert delta._in_place(store, man) is not None
     with pytest.raises(PackagingError, match="does not match"):
-        delta.commit(store, delta.Manifest.parse(body))
+        delta.commit(store, man)
     assert not store.has_package(uri2.removeprefix("gcs://"))
 
 
@@ -165,6 +269,29 @@ def test_blob_batch_stores_each_verified_blob(tmp_path: Path) -> None:
     again = io.BytesIO(_record(blobs[1]) + _record(b"three"))  # known blobs are skipped
     assert store.put_blobs(again) == 2
     assert store.blob_path(hashlib.sha256(b"three").hexdigest()).read_bytes() == b"three"
+
+
+@pytest.mark.parametrize("count", [1, blobs_mod.FEW_BLOBS, blobs_mod.FEW_BLOBS + 3])
+def test_a_saves_few_blobs_are_synced_one_by_one_not_with_the_whole_file_system(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """A save's blob is durable by fsyncs of its file and its directory (a busy disk's other
+    pending writes are not its wait); a larger batch's rest by one syncfs."""
+    store = Store(tmp_path / "store")
+    synced: list[str] = []
+    flushed: list[Path] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(
+        f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    monkeypatch.setattr(blobs_mod, "sync_fs", flushed.append)
+    data = [f"blob {i}".encode() for i in range(count)]
+    assert store.put_blobs(io.BytesIO(b"".join(_record(b) for b in data))) == count
+    few = min(count, blobs_mod.FEW_BLOBS)
+    for b in data[:few]:
+        final = str(store.blob_path(hashlib.sha256(b).hexdigest()))
+        tmp = synced.index(next(s for s in synced if s.endswith("/blob")))
+        assert synced[tmp + 1] == str(Path(final).parent)  # its rename, then the next
+        del synced[:tmp + 2]
+    assert flushed == ([store.root] if count > few else [])
 
 
 @pytest.mark.parametrize("stream", [

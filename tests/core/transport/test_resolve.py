@@ -3,6 +3,7 @@ auto), decided by asking the real servers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
 from rtenv_cli.core.transport.resolve import (
     AddressKind,
     auto_address,
+    dashboard_gcs,
     gcs_address_of_dashboard,
     resolve_address,
     resolve_target,
 )
 from tests.support.agent import agent_process
+from tests.support.fake_dashboard import SummaryDashboard, fake_dashboard, raylet, summary
 from tests.support.ports import free_port
 
 
@@ -82,3 +85,31 @@ def test_ray_addresses_and_the_dashboards_gcs(ray_cluster) -> None:
                                          "RAY_TMPDIR": str(ray_cluster.temp_dir)})
     assert isinstance(target, RayGcsTarget)
     target.close()
+
+
+
+@pytest.fixture
+def dashboard() -> Iterator[str]:
+    with fake_dashboard() as url:
+        yield url
+
+
+def test_a_dashboards_gcs_is_read_from_its_head_raylets_flags(dashboard: str) -> None:
+    SummaryDashboard.reply = summary(
+        raylet("--gcs-address=10.0.0.8:7000 --cluster-id=e5f6", head=False),
+        raylet("--gcs-address=10.0.0.5:6380 --cluster-id=c1d2"))
+    found = dashboard_gcs(dashboard, {})
+    # the port on the dashboard's host (the one this machine reaches), the head's first
+    assert (found.address, found.advertised, found.cluster_id) == \
+        ("127.0.0.1:6380", "10.0.0.5:6380", "c1d2")
+    assert SummaryDashboard.seen == ["/nodes?view=summary"]
+
+@pytest.mark.parametrize(("status", "error", "words"), [
+    (401, TransportError, "requires a token"), (403, TransportError, "refused the token"),
+    (404, UsageError, "cannot find the Ray GCS address")])
+def test_a_dashboard_that_names_no_gcs_is_said_at_once(
+        dashboard: str, status: int, error: type[Exception], words: str) -> None:
+    SummaryDashboard.reply = (status, {})
+    with pytest.raises(error, match=words):
+        dashboard_gcs(dashboard, {}, wait_s=600)
+    assert len(SummaryDashboard.seen) == 1  # not asked again: only a head still starting is

@@ -153,6 +153,26 @@ def test_large_packs_are_spooled_through_a_file_and_build_the_same_tree(
     assert list((tmp_path / "spool").iterdir()) == []  # every spool file removed
 
 
+def test_small_files_go_to_the_cluster_in_puts_of_at_most_512_kib(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GCS receives each KV put whole and its allocator keeps the buffers it frees
+    (publish.PACK_BYTES): a cold push packs small files into puts of at most 512 KiB; a
+    larger file goes alone."""
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(48):
+        (src / f"f{i}.bin").write_bytes(os.urandom(64 << 10))
+    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+    kv = MemoryKV()
+    publish(kv, src, tmp_path / "home")
+    packs = sorted(len(v) for k, v in kv.data.items() if k.startswith("p:"))
+    assert packs[-1] == 1 << 20
+    assert len(packs) > 2
+    assert max(packs[:-1]) <= 512 << 10
+    assert sum(packs) == 4 << 20
+
+
 def test_a_spare_a_worker_wrote_into_is_not_patched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kv, src, first, node = published(tmp_path, monkeypatch)

@@ -129,17 +129,17 @@ def test_ignored_and_temp_files_do_not_push(tree: Path, store: LocalStoreTarget)
 
 def test_edits_during_a_push_are_picked_up(tree: Path, store: LocalStoreTarget,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    original = store.commit_manifest
+    original = store.publish  # a save's blobs and commit (one request to an agent)
     edited = []
 
-    def slow_commit(manifest):  # type: ignore[no-untyped-def]
+    def slow_commit(manifest, blobs):  # type: ignore[no-untyped-def]
         if not edited:
             edited.append(True)
             (tree / "pkg" / "util.py").write_text("X = 'during push'\n")
-        return original(manifest)
+        return original(manifest, blobs)
 
     with Running(tree, store) as run:
-        monkeypatch.setattr(store, "commit_manifest", slow_commit)
+        monkeypatch.setattr(store, "publish", slow_commit)
         (tree / "main.py").write_text("edit 1\n")
         run.next_event(1)
         ev = run.next_event(2)
