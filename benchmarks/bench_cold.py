@@ -4,27 +4,60 @@ Ray in one run: rtenv vs Ray 2.60's own packaging.
 Per shape, each in fresh processes (warm page cache, empty digest and zip caches for rtenv),
 alternating Ray and rtenv, median of REPEAT:
 - hash+zip: Ray's `get_uri_for_directory` + `create_package` vs rtenv's `build_package`;
-- push to the GCS address of a real head: Ray's driver path (`upload_working_dir_if_needed`, as
-  `ray.init` uploads) vs `rtenv push --address <gcs>` in-process, the package deleted from the
-  GCS before each run (so every run uploads). Shapes whose stored zip passes Ray's 512 MiB GCS
-  limit have no push row.
+- push to the GCS address of a real head whose node loads rtenv's plugin: Ray's driver path
+  (`upload_working_dir_if_needed`, as `ray.init` uploads) vs `rtenv push --address <gcs>`
+  in-process, on the zip path (`--via zip`: Ray's gcs:// zip, byte-identical) and on the tree
+  path (what `rtenv push --address` does by default on such a cluster: packs and a manifest in
+  the GCS KV, trees/publish.py), the package (or every pack and manifest) deleted from the GCS
+  before each run, so every run uploads. Shapes whose stored zip passes Ray's 512 MiB GCS limit
+  have no zip push rows (Ray refuses them).
+- ablation rows: each fast path of the cold zip path switched off by its module switch.
+
+RTENV_BENCH_SHAPES (scaling.py) measures some shapes only; the rows of the other shapes are then
+carried over from the results file, marked with the run they come from.
 
 Target (issue 23): cold push >= 1.2x faster than Ray on every shape.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import scaling
-from benchmarks.bench_push import RTENV_PUSH, child, cold_pairs
-from benchmarks.common import RAY_DRIVER_PUSH, Row
+from benchmarks.bench_push import RTENV_COLD, RTENV_PUSH, _drop_outputs, child, cold_pairs
+from benchmarks.common import RAY_DRIVER_PUSH, RESULTS_DIR, Row
 
 TARGET = 1.2
 GCS_LIMIT = 512 * 1024 * 1024
+
+# rtenv push on the plugin-enabled head: the zip path asked for, or the tree path
+ZIP_PUSH = RTENV_PUSH.replace("target=resolve_target(None, sys.argv[1]))",
+                              "target=resolve_target(None, sys.argv[1]), trees='zip')")
+TREE_PUSH = """
+import json, sys, time
+t0 = time.perf_counter()
+from rtenv_cli.core.push import push
+from rtenv_cli.core.transport.resolve import resolve_target
+r = push(sys.argv[2], target=resolve_target(None, sys.argv[1]), trees="tree")
+p = r.packages[0]
+print(json.dumps({"uri": p.ray_uri, "total": time.perf_counter() - t0, "path": r.path,
+                  "bytes": p.bytes_sent, "packs": p.tree["packs_sent"]}))
+"""
+assert ZIP_PUSH != RTENV_PUSH
+
+# the ablations: one fast path switched off each (its module's switch)
+FORKED = "import rtenv_cli.core.packaging.build as m; m.THREADS_FOR_STORED = False\n"
+HASH_TWICE = "import rtenv_cli.core.packaging.build as m; m.HASH_ONCE = False\n"
+IN_MEMORY = "import rtenv_cli.core.trees.publish as m; m.SPOOL = False\n"
+# deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
+# this link: packaging/build.py stores unless the target's limit needs it)
+DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
 
 
 def _repeat(shape: scaling.Shape) -> int:
@@ -35,14 +68,39 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def _hash_zip(shape: scaling.Shape, tree: Path, work: Path) -> tuple[Row, dict]:
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _cpu(runs: list[dict]) -> str:
+    """The median CPU seconds of `runs`' processes (user + sys, their workers included, and
+    their imports: Ray's `import ray` among them): what a loaded box cannot distort."""
+    return f"{_median([x['cpu_s'] for x in runs]):.2f}"
+
+
+def _hash_zip(shape: scaling.Shape, tree: Path, work: Path) -> tuple[list[Row], dict]:
+    before = _load()
     rays, ours = cold_pairs(tree, work, _repeat(shape))
+    forked = []
+    for i in range(_repeat(shape)):
+        forked.append(child(FORKED + RTENV_COLD, str(tree), str(work),
+                            env={"RTENV_HOME": str(work / f"forked{i}")}))
+        _drop_outputs(work)
+        shutil.rmtree(work / f"forked{i}", ignore_errors=True)
+    load = f"load avg {before} -> {_load()} on 2 cores"
     o, r = _median([x["total"] for x in ours]), _median([x["total"] for x in rays])
+    f = _median([x["total"] for x in forked])
     zipped = ours[0]["zip_bytes"] / 1e6
-    return Row("cold", f"hash+zip, {shape.name}", "s", round(o, 3), round(r, 3),
-               f">= {TARGET}x faster than Ray", r / o >= TARGET,
-               f"median of {len(ours)} pairs, fresh processes; same URI; zip {zipped:.0f} MB "
-               f"(Ray {rays[0]['zip_bytes'] / 1e6:.0f} MB)"), rays[0]
+    return [Row("cold", f"hash+zip, {shape.name}", "s", round(o, 3), round(r, 3),
+                f">= {TARGET}x faster than Ray", r / o >= TARGET,
+                f"median of {len(ours)} pairs, fresh processes; same URI; zip {zipped:.0f} MB "
+                f"(Ray {rays[0]['zip_bytes'] / 1e6:.0f} MB); CPU s {_cpu(ours)} vs Ray "
+                f"{_cpu(rays)}; {load}"),
+            Row("cold", f"ablation: hash+zip in forked workers, {shape.name}", "s",
+                round(f, 3), round(r, 3), f"slower than {o:.3f} s (threads)", f > o,
+                f"median of {len(forked)}; stored members prepared by forked workers through "
+                f"scratch batches (build.THREADS_FOR_STORED): {f - o:+.3f} s; CPU s "
+                f"{_cpu(forked)} vs {_cpu(ours)}; {load}")], rays[0]
 
 
 def _delete(gcs: str, uri: str) -> None:
@@ -51,69 +109,153 @@ def _delete(gcs: str, uri: str) -> None:
     GcsClient(address=gcs).internal_kv_del(uri.encode(), False, None)
 
 
-# the ablation: deflate what shrinks, as if the package did not fit stored (what deflate costs
-# or buys on this link: packaging/build.py stores unless the target's limit needs it)
-DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
+def _delete_trees(gcs: str) -> None:
+    """Every pack, index and manifest rtenv's pushes left in the GCS (the plugin's node
+    announcements stay)."""
+    from rtenv_cli.core.transport.ray_kv import RayKV
+
+    kv = RayKV.connect(gcs, env={})
+    try:
+        for prefix in ("m:", "t:", "x:", "p:"):
+            kv.delete(prefix, by_prefix=True)
+    finally:
+        kv.close()
+
+
+def _ours(code: str, gcs: str, tree: Path, work: Path, *, env: dict[str, str], name: str) -> dict:
+    out = child(code, gcs, str(tree), env={**env, "RTENV_HOME": str(work / name)})
+    shutil.rmtree(work / name, ignore_errors=True)
+    return out
 
 
 def _push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
           uri: str) -> list[Row]:
-    rays, ours, deflated = [], [], []
+    runs: dict[str, list[dict]] = {k: [] for k in ("ray", "ours", "twice", "deflate")}
+    before = _load()
     for i in range(_repeat(shape)):
         _delete(gcs, uri)
-        rays.append(child(RAY_DRIVER_PUSH, gcs, str(tree), env=env))
-        _delete(gcs, uri)
-        ours.append(child(RTENV_PUSH, gcs, str(tree),
-                          env={**env, "RTENV_HOME": str(work / f"push{i}")}))
-        shutil.rmtree(work / f"push{i}", ignore_errors=True)
-        assert ours[-1]["uploaded"], ours[-1]
-        if shape.content == "text":
+        runs["ray"].append(child(RAY_DRIVER_PUSH, gcs, str(tree), env=env))
+        for key, code in (("ours", ZIP_PUSH), ("twice", HASH_TWICE + ZIP_PUSH)) + (
+                (("deflate", DEFLATE + ZIP_PUSH),) if shape.content == "text" else ()):
             _delete(gcs, uri)
-            deflated.append(child(DEFLATE + RTENV_PUSH, gcs, str(tree),
-                                  env={**env, "RTENV_HOME": str(work / f"deflate{i}")}))
-            shutil.rmtree(work / f"deflate{i}", ignore_errors=True)
+            runs[key].append(_ours(code, gcs, tree, work, env=env, name=f"{key}{i}"))
+            assert runs[key][-1]["uploaded"], runs[key][-1]
     _delete(gcs, uri)
-    assert ours[0]["uri"] == rays[0]["uri"] == uri
-    o, r = _median([x["total"] for x in ours]), _median([x["total"] for x in rays])
+    load = f"load avg {before} -> {_load()} on 2 cores"
+    assert runs["ours"][0]["uri"] == runs["ray"][0]["uri"] == uri
+    med = {k: _median([x["total"] for x in v]) for k, v in runs.items() if v}
+    o, r = med["ours"], med["ray"]
     rows = [Row("cold", f"push to the GCS, {shape.name}", "s", round(o, 3), round(r, 3),
                 f">= {TARGET}x faster than Ray", r / o >= TARGET,
-                f"median of {len(ours)} pairs; Ray: driver path (ray.init's hash + zip + KV "
-                "put); rtenv: `rtenv push --address <gcs>` in a fresh process, streamed put; "
-                f"zip {ours[0]['zip_bytes'] / 1e6:.0f} MB")]
-    if deflated:
-        d = _median([x["total"] for x in deflated])
+                f"median of {len(runs['ours'])} pairs; Ray: driver path (ray.init's hash + zip "
+                "+ KV put); rtenv: `rtenv push --address <gcs> --via zip` in a fresh process, "
+                f"streamed put; zip {runs['ours'][0]['zip_bytes'] / 1e6:.0f} MB; "
+                f"CPU s {_cpu(runs['ours'])} vs Ray {_cpu(runs['ray'])}; {load}"),
+            Row("cold", f"ablation: push hashing twice, {shape.name}", "s",
+                round(med["twice"], 3), round(r, 3), f"slower than {o:.3f} s (hashing once)",
+                med["twice"] > o,
+                "build.HASH_ONCE off: the zip pass hashes again what push's URI check hashed "
+                f"(the code before): {med['twice'] - o:+.3f} s; CPU s {_cpu(runs['twice'])} vs "
+                f"{_cpu(runs['ours'])}; {load}")]
+    if runs["deflate"]:
+        d = med["deflate"]
         rows.append(Row("cold", f"ablation: push with deflate, {shape.name}", "s",
                         round(d, 3), round(r, 3), f"slower than {o:.3f} s (stored)", d > o,
-                        f"text deflated: zip {deflated[0]['zip_bytes'] / 1e6:.0f} MB; what "
-                        f"deflate costs on this loopback link: {d - o:+.3f} s per push (it "
+                        f"text deflated: zip {runs['deflate'][0]['zip_bytes'] / 1e6:.0f} MB; "
+                        f"what deflate costs on this loopback link: {d - o:+.3f} s per push (it "
                         "pays only where the link is slower than deflate saves bytes, or "
-                        "where the stored package would not fit)"))
+                        f"where the stored package would not fit); CPU s "
+                        f"{_cpu(runs['deflate'])} vs {_cpu(runs['ours'])}; {load}"))
     return rows
 
 
-def run(quick: bool) -> list[Row]:
-    import sys
+def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
+               ray: Row | None) -> list[Row]:
+    """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree,
+    and its ablation."""
+    before = _load()
+    ours, memory = [], []
+    for i in range(_repeat(shape)):
+        for runs, code in ((ours, TREE_PUSH), (memory, IN_MEMORY + TREE_PUSH)):
+            _delete_trees(gcs)
+            runs.append(_ours(code, gcs, tree, work, env=env, name=f"tree{i}"))
+            assert runs[-1]["path"] == "tree", runs[-1]
+            assert runs[-1]["packs"] > 0, runs[-1]
+    _delete_trees(gcs)
+    load = f"load avg {before} -> {_load()} on 2 cores"
+    o, m = _median([x["total"] for x in ours]), _median([x["total"] for x in memory])
+    r = ray.ray if ray is not None else None
+    ray_cpu = ray.notes.split("vs Ray ", 1)[1].split(";")[0] if ray is not None else "-"
+    return [Row("cold", f"push to the GCS as a tree, {shape.name}", "s", round(o, 3), r,
+                f">= {TARGET}x faster than Ray", r / o >= TARGET if r is not None else None,
+                f"median of {len(ours)}; `rtenv push --address <gcs>` (the tree path: every node "
+                f"loads rtenv's plugin) in a fresh process, {ours[0]['packs']} packs, "
+                f"{ours[0]['bytes'] / 1e6:.0f} MB sent; Ray column: its driver push of the same "
+                "tree (row above)" + ("" if ray is not None else " (over its 512 MiB limit)")
+                + f"; CPU s {_cpu(ours)} vs Ray {ray_cpu}; {load}"),
+            Row("cold", f"ablation: tree push with in-memory puts, {shape.name}", "s",
+                round(m, 3), r, f"slower than {o:.3f} s (spooled packs)", m > o,
+                f"median of {len(memory)}; trees/publish.SPOOL off: every pack framed through "
+                f"h2 in memory instead of sent from a spool file by sendfile: {m - o:+.3f} s; "
+                f"CPU s {_cpu(memory)} vs {_cpu(ours)}; {load}")]
 
+
+def _carried(measured: list[scaling.Shape]) -> list[Row]:
+    """The rows of the shapes this run did not measure (RTENV_BENCH_SHAPES), from the results
+    file, marked with their run."""
+    names = {s.name for s in measured}
+    try:
+        old = json.loads((RESULTS_DIR / "cold.json").read_text())
+    except (OSError, ValueError):
+        return []
+    when = old.get("measured_at", "?")
+    out = []
+    for row in old.get("rows", []):
+        shape = row["metric"].rsplit(", ", 1)[-1]
+        if ", " in row["metric"] and shape not in names:
+            row.pop("ratio", None)
+            notes = row["notes"] if row["notes"].startswith("(run of") else \
+                f"(run of {when}) {row['notes']}"
+            out.append(Row(**{**row, "notes": notes}))
+    return out
+
+
+def run(quick: bool) -> list[Row]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.support.ray_head import ray_head
+    from rtenv_cli.core.rayplugin.setup import ray_env_vars
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.cluster import readiness
+    from tests.support.ray_head import RayHead
 
     work = Path(tempfile.mkdtemp(prefix="rtenv-bench-cold-"))
     rows: list[Row] = []
+    shapes = scaling.shapes(quick=quick)
+    repo = str(Path(__file__).resolve().parent.parent)
+    head = RayHead(env={**ray_env_vars(root=work / "node-home"), "PYTHONPATH": repo}).start()
     try:
-        with ray_head() as head:
-            env = {k: v for k, v in head.client_env().items() if k != "RAY_ADDRESS"}
-            for shape in scaling.shapes(quick=quick):
-                tree = scaling.make(shape)
-                row, ray_cold = _hash_zip(shape, tree, work)
-                rows.append(row)
-                print(row, flush=True, file=sys.stderr)
-                if ray_cold["zip_bytes"] < GCS_LIMIT:
-                    rows.extend(_push(shape, tree, work, head.address, env=env,
-                                      uri=ray_cold["uri"]))
-                    print(rows[-2:], flush=True, file=sys.stderr)
+        kv = RayKV.connect(head.address, env={})
+        while not readiness(kv).ok:  # the plugin announces itself once the agent built it
+            time.sleep(0.2)
+        kv.close()
+        env = {k: v for k, v in head.client_env().items() if k != "RAY_ADDRESS"}
+        for shape in shapes:
+            tree = scaling.make(shape)
+            hz, ray_cold = _hash_zip(shape, tree, work)
+            rows.extend(hz)
+            print(hz, flush=True, file=sys.stderr)
+            ray_push = None
+            if ray_cold["zip_bytes"] < GCS_LIMIT:
+                pushed = _push(shape, tree, work, head.address, env=env, uri=ray_cold["uri"])
+                ray_push = pushed[0]
+                rows.extend(pushed)
+            rows.extend(_tree_push(shape, tree, work, head.address, env=env, ray=ray_push))
+            print(rows[-6:], flush=True, file=sys.stderr)
     finally:
+        head.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if not quick and os.environ.get(scaling.BIG_ENV) != "1":
+    if not quick and os.environ.get(scaling.SHAPES_ENV):
+        rows += _carried(shapes)
+    elif not quick and os.environ.get(scaling.BIG_ENV) != "1":
         rows.append(Row("cold", "1 GB shapes", "", None, None, "", None,
                         f"not measured in this run (set {scaling.BIG_ENV}=1)"))
     return rows

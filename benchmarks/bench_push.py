@@ -139,6 +139,7 @@ def child(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     data = json.loads(next(ln for ln in reversed(lines) if ln.startswith("{")))
     _tag, hwm, children = next(ln for ln in reversed(lines) if ln.startswith("MEM ")).split()
     data["peak_rss_mib"] = int(hwm) / 1024
+    data["cpu_s"] = res["cpu_s"]
     data["worker_peak_rss_mib"] = int(children) / 1024
     return data
 

@@ -97,8 +97,8 @@ def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
     elapsed = time.perf_counter() - start
     out = proc.stdout.read() if proc.stdout else ""
     err = proc.stderr.read() if proc.stderr else ""
-    return {"seconds": elapsed, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024,
+    return {"seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
+            "cpu_s": usage.ru_utime + usage.ru_stime,  # with its waited-for children's
             "returncode": os.waitstatus_to_exitcode(status), "stdout": out, "stderr": err}
 
 

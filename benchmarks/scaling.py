@@ -3,7 +3,9 @@
 text). Trees are deterministic (seeded by their shape) and kept under the temp dir for re-runs.
 
 The 1 GB shapes take minutes per run on a 2-core box: they are built and measured only with
-RTENV_BENCH_BIG=1.
+RTENV_BENCH_BIG=1. RTENV_BENCH_SHAPES=<slug>,... measures only those shapes (a slug is
+`<files>-<bytes>-<content>`, e.g. 1000-200000000-text; a prefix such as `10000-` matches every
+shape that starts with it), for a quick look at the shapes a change touches.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "ray", "task", "actor", "import", "d
          "self", "value", "numpy", "train", "model", "batch", "=", "(", ")", ":", "\n",
          "for", "in", "range", "if", "else", "print", "config", "dataset", "loss"]
 BIG_ENV = "RTENV_BENCH_BIG"
+SHAPES_ENV = "RTENV_BENCH_SHAPES"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Shape:
 
 def shapes(*, quick: bool = False) -> list[Shape]:
     """The set, smallest first (quick: the 20 MB shapes only); 1 GB shapes only when
-    RTENV_BENCH_BIG=1."""
+    RTENV_BENCH_BIG=1; only those RTENV_BENCH_SHAPES names, when set (module doc)."""
     out = []
     for content in ("text", "random"):
         for files in (1_000, 10_000, 50_000):
@@ -55,7 +58,10 @@ def shapes(*, quick: bool = False) -> list[Shape]:
     if quick:
         return [s for s in out if s.total_bytes == 20 * 10**6]
     big = os.environ.get(BIG_ENV) == "1"
-    return sorted((s for s in out if big or not s.big), key=lambda s: (s.total_bytes, s.files))
+    only = [w for w in os.environ.get(SHAPES_ENV, "").split(",") if w]
+    return sorted((s for s in out if (big or not s.big)
+                   and (not only or any(s.slug.startswith(w) for w in only))),
+                  key=lambda s: (s.total_bytes, s.files))
 
 
 def _text(rng: random.Random, size: int) -> bytes:

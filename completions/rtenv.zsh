@@ -30,7 +30,7 @@ _rtenv_cache_purge() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to clean\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), whose nodes lose their old sessions'\'' caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
         '--dry-run[Show what would happen; change nothing.]' \
         '-n[Show what would happen; change nothing.]' \
         '--yes[Do not ask for confirmation.]' \
@@ -45,7 +45,7 @@ _rtenv_cache_gc() {
     _arguments -S \
         '--older-than[Remove unreferenced entries unused for this long (e.g. 24h, 7d). Default 24h when no --keep-storage is given.]:value: ' \
         '--keep-storage[Then remove least recently used unreferenced entries until the cache is at most this big (e.g. 20GB).]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to clean\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), whose nodes lose their old sessions'\'' caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
@@ -64,7 +64,10 @@ _rtenv_cache_ls() {
         '--agent[URL of an rtenv agent. Default\: the embedded store.]:value: ' \
         '--token[Bearer token for the agent.]:value: ' \
         '--address[What to list\: a Ray cluster (its GCS host\:6379, its dashboard http\://host\:8265, or auto for the one `ray start` started here), every node'\''s runtime_env caches; or an rtenv agent URL. Default\: the embedded store.]:value: ' \
-        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache)' \
+        '*--kind[Only entries of this kind (repeatable).]:value:(working_dir py_modules pip uv package blob build-cache conda java_jars)' \
+        '--use[Only entries something holds (in-use\: a live reference or a fresh upload'\''s pin) or nothing holds (unused\: what `cache gc` may remove).]:value:(in-use unused)' \
+        '*--node[With --address of a Ray cluster\: only this node, by its ID (or a prefix of 4+ hex digits, as listed) or its IP address (repeatable).]:value: ' \
+        '--only[With --address of a Ray cluster\: only Ray'\''s own caches (ray) or only the environments rtenv'\''s plugin built and the trees its nodes hold (rtenv).]:value:(ray rtenv)' \
         '--format[Output format.]:value:(text json)' \
         '-f[Output format.]:value:(text json)' \
         '--help[Show help and exit.]' \
@@ -169,7 +172,7 @@ _rtenv_push() {
         '--watch[Keep watching and re-push on every change until Ctrl-C.]' \
         '-w[Keep watching and re-push on every change until Ctrl-C.]' \
         '--once[With the watch engine\: push once and exit.]' \
-        '--on-change[With --watch\: run CMD after each push.]:value: ' \
+        '--on-change[With --watch/--once\: run CMD (through the shell) after each push, in the background, one at a time\: a newer push stops a CMD still running (SIGTERM to its process group) and runs it for the newest push. CMD gets RTENV_URI, RTENV_URIS (JSON), RTENV_RUNTIME_ENV (JSON), RTENV_PUSHED_FILE (that runtime_env as YAML) and RTENV_TRIGGER; its output goes to stderr; a failure is a warning and the watch goes on (--once waits for CMD and fails with it).]:value: ' \
         '--poll[With --watch\: poll instead of inotify.]' \
         '--quiet-ms[With --watch\: quiet period for writes still open and bursts (a closed save is pushed at once).]:value: ' \
         '--max-wait-ms[With --watch\: push at the latest this long after the first event.]:value: ' \
@@ -214,6 +217,7 @@ _rtenv_agent() {
         '--max-connections[Open connections at most (also kept under the process'\''s file descriptor limit); past it, the longest-stalled one is closed.]:value: ' \
         '--max-body[Largest JSON request body (HTTP 413 above it).]:value: ' \
         '--max-upload[Largest package upload (Ray'\''s GCS stores at most 512 MiB).]:value: ' \
+        '--ready-file[Once the agent serves, write its URL (and a newline) to this file, atomically; the file is removed when the agent stops. A batch script waits for it instead of polling the port.]:file:_files' \
         '--help[Show help and exit.]' \
         '-h[Show help and exit.]'
 }

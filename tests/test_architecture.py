@@ -112,8 +112,10 @@ def test_no_import_cycles_between_modules() -> None:
 # and the agent's HTTP server (`agent`) stands on all three. No upward edge is allowed.
 BASE = {"errors", "paths", "units", "fsutil", "config"}
 ALLOWED = {
-    "spec": BASE,
     "packaging": BASE,
+    # Ray's submit path replayed (spec/pipeline.py) packages local dirs as Ray does: its URIs
+    # are packaging's, so packaging sits below spec and never imports it
+    "spec": BASE | {"packaging"},
     "store": BASE | {"spec", "packaging"},
     "transport": BASE | {"store"},
     "trees": BASE | {"store", "transport"},

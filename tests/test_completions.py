@@ -86,7 +86,10 @@ def test_the_app_has_the_choices_this_test_relies_on() -> None:
     assert index[("validate", "--format")] == ["text", "json", "github", "sarif"]
     assert index[("explain", "--format")] == ["text", "json", "dotenv", "shell"]
     assert index[("cache ls", "--kind")] == ["working_dir", "py_modules", "pip", "uv",
-                                             "package", "blob", "build-cache"]
+                                             "package", "blob", "build-cache", "conda",
+                                             "java_jars"]
+    assert index[("cache ls", "--use")] == ["in-use", "unused"]
+    assert index[("cache ls", "--only")] == ["ray", "rtenv"]
     assert index[("ls-files", "--kind")] == ["working_dir", "py_module"]
     assert index[("ray-env", "--format")] == ["shell", "json", "yaml", "text"]
 

@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.support.examples import (
 )
 from tests.support.ports import free_port
 from tests.support.ray_head import RayHead
+from tests.support.wait import until
 
 FOLDERS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "README.md").exists())
 # files in examples/ that are not runtime_envs, Serve configs or job specs
@@ -60,6 +60,8 @@ def _sandbox(tmp_path: Path, folder: str, head: RayHead | None) -> Sandbox:
         box.env["RAY_DASHBOARD_ADDRESS"] = head.dashboard_url  # `serve`'s default --address
         box.subs += [(head.dashboard_url, "http://127.0.0.1:8265"),
                      (head.address, "127.0.0.1:6379")]
+        if "RTENV_HOME" in head.env:  # the plugin's store on the node, as the README sets it
+            box.subs.append((head.env["RTENV_HOME"], "/var/cache/rtenv"))
     return box
 
 
@@ -96,19 +98,15 @@ def _serve_shutdown(head: RayHead) -> None:
         pass
 
 
-def _serve_gone(head: RayHead, port: int, timeout: float = 30) -> bool:
-    """Whether, within `timeout`, every Serve actor is dead and its HTTP port closed."""
-    deadline = time.monotonic() + timeout
-    while not (all(s == "DEAD" for s in _serve_actors(head).values()) and _port_free(port)):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.5)
-    return True
+def _serve_gone(head: RayHead, port: int) -> bool:
+    """Whether every Serve actor is dead and its HTTP port closed."""
+    return all(s == "DEAD" for s in _serve_actors(head).values()) and _port_free(port)
 
 
 def _needs_plugin(folder: str) -> bool:
-    """A folder about rtenv's Ray plugin: its head loads it (`rtenv ray-env`)."""
-    return "rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
+    """A folder about rtenv's Ray plugin: its head loads it (its README runs `rtenv ray-env`;
+    a mere mention, as in the zip path's note, is not enough)."""
+    return "$ rtenv ray-env" in (EXAMPLES / folder / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.fixture
@@ -153,7 +151,7 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
                      for i, p in enumerate(agent_ports)]
     serve_port = _serve_on_free_port(box) if folder == "serve" else 0
     if serve_port and head is not None:  # a failed step must not leave Serve on the shared head
-        request.addfinalizer(lambda: _serve_gone(head, serve_port, 0) or _serve_shutdown(head))
+        request.addfinalizer(lambda: _serve_gone(head, serve_port) or _serve_shutdown(head))
     results = [box.run(step.command) for step in steps]
     if UPDATE:
         readme.write_text(write_block_outputs(text, results), encoding="utf-8")
@@ -162,8 +160,10 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         shown = "\n".join(got.output)
         assert got.exit_code == step.exit_code, f"$ {step.command}\n{shown}"
         assert comparable(got.output) == comparable(step.output), f"$ {step.command}\n{shown}"
-    if folder == "slurm":  # the batch script stops every agent it started
+    if folder == "slurm":  # the batch script stops every agent it started, and they clean up
         assert all(_port_free(p) for p in agent_ports)
+        assert not list((box.root / ".rtenv-slurm/1.0/ready").iterdir())  # ready files gone
+        assert not list((tmp_path / "nodes").glob("node*/rtenv-agent-*"))  # stores removed
     if folder == "serve":  # the replica ran the pushed package; Serve left the head as it was
         assert head is not None
         deploy = yaml.safe_load((box.root / "deploy.yaml").read_text())
@@ -171,7 +171,8 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         package = app["runtime_env"]["working_dir"].removeprefix("gcs://").removesuffix(".zip")
         [answer] = [r for r in results if r.command.startswith("curl ")]
         assert answer.output == [f"hello from serve, from package {package}"]
-        assert _serve_gone(head, serve_port), _serve_actors(head)
+        until(lambda: _serve_gone(head, serve_port),
+              what=lambda: f"Serve gone from the head: {_serve_actors(head)}")
 
 
 def _two_free_ports() -> list[int]:
@@ -266,26 +267,28 @@ def _job_logs(head: RayHead, job: dict[str, object]) -> str:
         return str(json.load(resp)["logs"])
 
 
-def _wait_job(head: RayHead, uri: str, timeout: float = 120) -> dict[str, object]:
+def _wait_job(head: RayHead, uri: str) -> dict[str, object]:
     """The job submitted with working_dir `uri`, once it has finished."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def finished() -> dict[str, object] | None:
         for job in _jobs(head):
             env = job.get("runtime_env") or {}
             if isinstance(env, dict) and env.get("working_dir") == uri \
                     and job["status"] in {"SUCCEEDED", "FAILED", "STOPPED"}:
                 return job
-        time.sleep(0.5)
-    raise AssertionError(f"no finished job with working_dir {uri} after {timeout} s")
+        return None
+
+    return until(finished, what=f"a finished job with working_dir {uri}")
 
 
 @pytest.fixture
 def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
     box = _sandbox(tmp_path, "push-watch", ray_cluster)
-    box.env["TMPDIR"] = str(tmp_path)  # resubmit.sh keeps the last job's id there
     events = tmp_path / "events.jsonl"
-    command = ("rtenv push --watch examples/push-watch/runtime_env.yaml --format json "
-               "--on-change 'sh examples/push-watch/resubmit.sh'")
+    readme = (EXAMPLES / "push-watch" / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"```bash\n(rtenv push --watch .*?)\n```", readme, re.S)
+    assert shown, "examples/push-watch/README.md: no ```bash block with the watch command"
+    command = shown.group(1).replace("\\\n", " ") + " --format json"  # as the README runs it
     with events.open("w") as out, (tmp_path / "watch.err").open("w") as err:
         proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=box.root, env=box.env,
                                 stdout=out, stderr=err, start_new_session=True,
@@ -301,14 +304,16 @@ def watch_session(ray_cluster: RayHead, tmp_path: Path) -> Iterator[tuple[Sandbo
             proc.wait(timeout=10)
 
 
-def _pushes(events: Path, n: int, timeout: float = 60) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
-        if len(lines) >= n:
-            return lines
-        time.sleep(0.2)
-    raise AssertionError(f"fewer than {n} pushes after {timeout} s: {events.read_text()}")
+def _pushes(events: Path, n: int) -> list[dict[str, object]]:
+    def lines() -> list[dict[str, object]] | None:
+        found = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+        return found if len(found) >= n else None
+
+    return until(lines, what=lambda: f"{n} pushes: {events.read_text()}")
+
+
+def _wait_text(path: Path, text: str) -> None:
+    until(lambda: text in path.read_text(), what=f"{text!r} in {path}")
 
 
 @pytest.mark.ray
@@ -316,10 +321,13 @@ def _pushes(events: Path, n: int, timeout: float = 60) -> list[dict[str, object]
 def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
                                                  watch_session: tuple[Sandbox, Path]) -> None:
     box, events = watch_session
+    err = box.root.parent / "watch.err"
     [first] = _pushes(events, 1)
     job = _wait_job(ray_cluster, str(first["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.1 run=push-watch" in _job_logs(ray_cluster, job)
+    # `ray job submit` follows the job: its logs stream to the watch's stderr
+    _wait_text(err, "train: step=0.1 run=push-watch")
 
     train = box.root / "examples/push-watch/src/train.py"
     train.write_text(train.read_text().replace("STEP = 0.1", "STEP = 0.2"))
@@ -329,6 +337,8 @@ def test_push_watch_resubmits_the_job_on_an_edit(ray_cluster: RayHead,
     job = _wait_job(ray_cluster, str(second["uri"]))
     assert job["status"] == "SUCCEEDED"
     assert "train: step=0.2 run=push-watch" in _job_logs(ray_cluster, job)
+    _wait_text(err, "train: step=0.2 run=push-watch")
+    assert "warning" not in err.read_text()  # no command failed
 
 
 # -- CI -------------------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ def agent(
     max_upload: Annotated[str, typer.Option(
         "--max-upload", help="Largest package upload (Ray's GCS stores at most 512 MiB).")
     ] = "512MiB",
+    ready_file: Annotated[Path | None, typer.Option(
+        "--ready-file", help="Once the agent serves, write its URL (and a newline) to this "
+        "file, atomically; the file is removed when the agent stops. A batch script waits for "
+        "it instead of polling the port.", show_default=False)] = None,
 ) -> None:
     """Run the rtenv node agent: a Ray-compatible package store, delta uploads, environments.
 
@@ -88,12 +92,14 @@ def agent(
 
     On each node of a Slurm allocation (one task per node, in the background; it runs as the
     job's user, and that user's jobs read the token file by themselves; mktemp -d makes the
-    store a fresh directory of this user's alone, 0700, that nobody could have made first):
+    store a fresh directory of this user's alone, 0700, that nobody could have made first;
+    each node's ready file on the shared filesystem tells the batch script it serves):
 
     \b
         srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --overlap \\
              bash -c 'root=$(mktemp -d "${TMPDIR:-/tmp}/rtenv-$SLURM_JOB_ID.XXXXXX") &&
-                      rtenv agent --root "$root"' &
+                      rtenv agent --root "$root" --ready-file "$0/$SLURMD_NODENAME"' \\
+             "$SHARED/ready" &
 
     Example:
 
@@ -128,7 +134,7 @@ def agent(
             guard = "token required"
         out.message(f"rtenv agent listening on {url} ({guard})")
 
-    serve(config, on_listening=listening)
+    serve(config, on_listening=listening, ready_file=ready_file)
 
 
 def register(app: typer.Typer) -> None:

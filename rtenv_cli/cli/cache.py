@@ -29,6 +29,18 @@ class Kind(str, Enum):
     package = "package"
     blob = "blob"
     build_cache = "build-cache"
+    conda = "conda"  # Ray's own caches only (cache ls --address)
+    java_jars = "java_jars"  # Ray's own caches only
+
+
+class Use(str, Enum):
+    in_use = "in-use"
+    unused = "unused"
+
+
+class Part(str, Enum):
+    ray = "ray"
+    rtenv = "rtenv"
 
 
 AgentOpt = Annotated[str | None, typer.Option(
@@ -56,26 +68,51 @@ def _kinds(kind: list[Kind] | None) -> tuple[str, ...]:
 def ls(
     *,
     agent: AgentOpt = None, token: TokenOpt = None, address: LsAddressOpt = None,
-    kind: KindOpt = None, fmt: FormatOpt = TextJson.text,
+    kind: KindOpt = None,
+    use: Annotated[Use | None, typer.Option(
+        "--use", case_sensitive=False, help="Only entries something holds (in-use: a live "
+        "reference or a fresh upload's pin) or nothing holds (unused: what `cache gc` may "
+        "remove).", show_default=False)] = None,
+    node: Annotated[list[str] | None, typer.Option(
+        "--node", metavar="ID|IP", help="With --address of a Ray cluster: only this node, by "
+        "its ID (or a prefix of 4+ hex digits, as listed) or its IP address (repeatable).",
+        show_default=False)] = None,
+    only: Annotated[Part | None, typer.Option(
+        "--only", case_sensitive=False, help="With --address of a Ray cluster: only Ray's own "
+        "caches (ray) or only the environments rtenv's plugin built and the trees its nodes "
+        "hold (rtenv).", show_default=False)] = None,
+    fmt: FormatOpt = TextJson.text,
 ) -> None:
     """List cached entries: kind, label, URI or key, size, references, created, last used.
 
     With --address of a Ray cluster, lists per node what Ray's agent reports joined with what is
     on each node's disk, including old sessions' caches Ray never deletes, and the environments
-    rtenv's runtime_env plugin built in the node's rtenv store.
+    rtenv's runtime_env plugin built in the node's rtenv store. --kind, --use, --node and
+    --only narrow what is listed (the totals are those of what is shown).
 
     Example:
 
         $ rtenv cache ls
 
-        $ rtenv cache ls --format json --kind uv
+        $ rtenv cache ls --format json --kind uv --use unused
 
         $ rtenv cache ls --address http://127.0.0.1:8265
+
+        $ rtenv cache ls --address 127.0.0.1:6379 --only rtenv --kind pip --node 10.0.0.7
     """
     out = Output(fmt.value)
     from rtenv_cli.core.cache.backends import cache_address
+    from rtenv_cli.core.cache.filters import CacheFilter
 
+    wanted = CacheFilter(kinds=_kinds(kind), use=use.value if use else None,
+                         nodes=tuple(node or ()), only=only.value if only else None)
     where = cache_address(agent, address)
+    if wanted.cluster_only and not where.is_ray:
+        where.close()
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError("--node and --only select the nodes of a Ray cluster",
+                         hint="add --address <head>:6379 (or the dashboard URL)")
     if where.is_ray:
         where.close()
         from rtenv_cli.core.cache.ray_nodes import list_ray_nodes
@@ -83,14 +120,14 @@ def ls(
 
         with out.status(f"measuring the runtime_env caches of every node of {where.value}"):
             listing = list_ray_nodes(where.value)
-        listing = _with_tree_refs(listing, where)
+        listing = wanted.ray_nodes(_with_tree_refs(listing, where))
         out.result(listing, render_ray_nodes)
         _node_errors(out, listing.errors)
         return
     from rtenv_cli.core.cache.backends import open_backend
     from rtenv_cli.render.cache import render_listing
 
-    out.result(open_backend(where, token).listing(_kinds(kind)), render_listing)
+    out.result(wanted.listing(open_backend(where, token).listing(_kinds(kind))), render_listing)
 
 
 def _clean(out: Output, *, agent: str | None, token: str | None, address: str | None,

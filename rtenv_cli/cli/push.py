@@ -51,7 +51,12 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
     once: Annotated[bool, typer.Option("--once", help="With the watch engine: push once and "
                                        "exit.")] = False,
     on_change: Annotated[str | None, typer.Option(
-        "--on-change", metavar="CMD", help="With --watch: run CMD after each push.")] = None,
+        "--on-change", metavar="CMD", help="With --watch/--once: run CMD (through the shell) "
+        "after each push, in the background, one at a time: a newer push stops a CMD still "
+        "running (SIGTERM to its process group) and runs it for the newest push. CMD gets "
+        "RTENV_URI, RTENV_URIS (JSON), RTENV_RUNTIME_ENV (JSON), RTENV_PUSHED_FILE (that "
+        "runtime_env as YAML) and RTENV_TRIGGER; its output goes to stderr; a failure is a "
+        "warning and the watch goes on (--once waits for CMD and fails with it).")] = None,
     polling: Annotated[bool, typer.Option("--poll", envvar="RTENV_WATCH_POLLING",
                                           help="With --watch: poll instead of inotify.")] = False,
     # -- watch debounce (WATCH feature) --
@@ -101,6 +106,11 @@ def push(  # noqa: PLR0917 - typer maps each parameter to an option
         from rtenv_cli.core.errors import UsageError
 
         raise UsageError(f"--base-dir {base_dir}: not a directory")
+    if on_change and not (watch or once):
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError("--on-change runs after the pushes of a watch",
+                         hint="add --watch (or --once for one push)")
     if watch or once:
         from rtenv_cli.cli.push_watch import run_watch_cli
 

@@ -15,8 +15,9 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
                   reconcile_s: float = 60.0, polling: bool = False,
                   base_dir: Path | None = None, output: Path | None = None,
                   via: str = "auto") -> int:
-    """Run a watch session; returns the exit code (0, or 130 on Ctrl-C). `output` (-o) is
-    rewritten with the pushed runtime_env after every push, before --on-change runs."""
+    """Run a watch session; returns the exit code (0, or 130 on Ctrl-C; with `once`, 1 when the
+    --on-change command failed). `output` (-o) is rewritten with the pushed runtime_env after
+    every push, before --on-change runs (core/watch/oncommand.py)."""
     from rtenv_cli.core.push import write_runtime_env
     from rtenv_cli.core.transport.resolve import resolve_target
     from rtenv_cli.core.watch.session import PushEvent, WatchSession
@@ -40,7 +41,7 @@ def run_watch_cli(path: Path, *, address: str | None = None, to: str | None = No
     try:
         if once:
             session.initial_push()
-            return 0
+            return 1 if session.finish_commands() else 0
         session.start()
         session.initial_push()
         renderer.start_status(f"watching {path} -> {target.label} · Ctrl-C to stop")

@@ -87,6 +87,7 @@ def push_carrier(form: Form, label: str, *, target: Target | None, dry_run: bool
     drop: list[tuple[Any, ...]] = []
     packages, notes = [], []
     first: dict[str, Any] = {}
+    taken: str | None = None  # the path the packages took (push.tree_path: one per target)
     for site in form.sites:
         where = ".".join(map(str, site.prefix))
         if not isinstance(site.data, dict):
@@ -106,6 +107,9 @@ def push_carrier(form: Form, label: str, *, target: Target | None, dry_run: bool
                          env=env, progress=progress, outputs=outputs, sizes=sizes,
                          **publish_options)
         packages += [replace(p, field=f"{where}.{p.field}") for p in result.packages]
+        # the publish's notes: the one line saying why not the tree path (push.tree_path), once
+        notes += [n for n in result.notes if n not in notes]
+        taken = taken or result.path
         for plan in plans:
             values[site.prefix + plan.json_path] = _published(result.runtime_env, plan, label)
         if "excludes" in data:
@@ -120,7 +124,7 @@ def push_carrier(form: Form, label: str, *, target: Target | None, dry_run: bool
 
     return PushResult(tuple(packages), first, target.label if target is not None else
                       "(dry run)", dry_run, PIN_SECONDS if pins else None, tuple(notes),
-                      document=document)
+                      path=taken, document=document)
 
 
 def _published(runtime_env: Any, plan: Any, label: str) -> Any:

@@ -115,37 +115,19 @@ def render_agent_info(out: Output, info: dict[str, Any]) -> None:
 
 def render_ray_nodes(out: Output, listing: Any) -> None:
     data = listing.to_dict()
+    ray, rtenv = data.get("only") in (None, "ray"), data.get("only") in (None, "rtenv")
     out.line(f"Ray cluster {data['address']}"
              + (f" (state API reports {data['reported']} runtime envs)"
-                if data["reported"] is not None else ""))
-    for node in data["nodes"]:
-        out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}), {node['temp_dir']}")
-        agent = node.get("agent") or {}
-        if "error" in agent:
-            out.line(f"  runtime-env agent not reachable: {agent['error']}")
-        if node.get("error"):
-            out.line(f"  failed: {node['error']}")
-        for s in node["sessions"]:
-            status = "live session" if s["live"] else "old session, never cleaned by Ray"
-            others = [i[:12] for i in s.get("nodes") or [] if i != node["node_id"]]
-            shared = f"; shared with node {', '.join(others)}" if others else ""
-            counted = "" if s.get("counted", True) else " (counted once, above)"
-            out.line(f"  {s['name']}  ({status}{shared})  {human_bytes(s['size_bytes'])}"
-                     f"{counted}")
-            for t in s.get("deleting") or []:
-                out.line(f"    being deleted (an interrupted gc; the next gc finishes it): "
-                         f"{t['path']}  {human_bytes(t['size_bytes'])}")
-            rows = [[e["kind"], _short(out, e["name"], 30), human_bytes(e["size_bytes"]),
-                     "-" if e["refs"] is None else str(e["refs"]), e["state"]]
-                    for e in s["entries"]]
-            if rows:
-                _table(out, ["    kind", "entry", "size", "refs", "state"],
-                       [["    " + r[0], *r[1:]] for r in rows])
-    for node, store in listing.rtenv_stores():
+                if data["reported"] is not None and ray else ""))
+    for node in data["nodes"] if ray else ():
+        _ray_node(out, node)
+    for node, store in listing.rtenv_stores() if rtenv else ():
         out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}): rtenv's plugin")
         render_listing(out, store)
     refs = data.get("tree_refs")
-    if refs is None:
+    if not rtenv:
+        pass
+    elif refs is None:
         out.line("\ntrees: references in the cluster's KV are listed through the GCS address "
                  "(--address <head>:6379)")
     else:
@@ -153,10 +135,37 @@ def render_ray_nodes(out: Output, listing: Any) -> None:
         for r in refs:
             state = "" if r["alive"] else " (dead node: the next gc drops it)"
             out.line(f"  {r['manifest'][:16]}  node {r['node_id'][:12]}{state}")
-    t = data["totals"]
-    out.line(f"\nlive sessions: {human_bytes(t['live_bytes'])}; old sessions: "
-             f"{human_bytes(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
-             f"--address ...`)")
+    if ray:
+        t = data["totals"]
+        out.line(f"\nlive sessions: {human_bytes(t['live_bytes'])}; old sessions: "
+                 f"{human_bytes(t['old_sessions_bytes'])} (reclaimable with `rtenv cache gc "
+                 f"--address ...`)")
+
+
+def _ray_node(out: Output, node: dict[str, Any]) -> None:
+    """A node's Ray caches: each session's folders, with the agent's references."""
+    out.line(f"\nnode {node['node_id'][:12]} ({node['node_ip']}), {node['temp_dir']}")
+    agent = node.get("agent") or {}
+    if "error" in agent:
+        out.line(f"  runtime-env agent not reachable: {agent['error']}")
+    if node.get("error"):
+        out.line(f"  failed: {node['error']}")
+    for s in node["sessions"]:
+        status = "live session" if s["live"] else "old session, never cleaned by Ray"
+        others = [i[:12] for i in s.get("nodes") or [] if i != node["node_id"]]
+        shared = f"; shared with node {', '.join(others)}" if others else ""
+        counted = "" if s.get("counted", True) else " (counted once, above)"
+        out.line(f"  {s['name']}  ({status}{shared})  {human_bytes(s['size_bytes'])}"
+                 f"{counted}")
+        for t in s.get("deleting") or []:
+            out.line(f"    being deleted (an interrupted gc; the next gc finishes it): "
+                     f"{t['path']}  {human_bytes(t['size_bytes'])}")
+        rows = [[e["kind"], _short(out, e["name"], 30), human_bytes(e["size_bytes"]),
+                 "-" if e["refs"] is None else str(e["refs"]), e["state"]]
+                for e in s["entries"]]
+        if rows:
+            _table(out, ["    kind", "entry", "size", "refs", "state"],
+                   [["    " + r[0], *r[1:]] for r in rows])
 
 
 def render_ray_clean(out: Output, plan: Any) -> None:

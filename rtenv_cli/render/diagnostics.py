@@ -82,7 +82,11 @@ def render_text(out: Output, report: ValidateReport, *, show_info: bool = False)
     errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
     infos = report.count(Severity.INFO)
     invalid = sum(1 for f in report.files if not f.valid)
-    api = "ray job submit" if report.api == "job-submit" else "ray.init"
+    readers = report.consumers()
+    if len(readers) == 1:
+        what = f"for {next(iter(readers))}"
+    else:
+        what = "(" + ", ".join(f"{n} for {name}" for name, n in readers.items()) + ")"
     if not infos:
         extra = ""
     elif show_info:
@@ -90,7 +94,7 @@ def render_text(out: Output, report: ValidateReport, *, show_info: bool = False)
     else:
         extra = f" ({_plural(infos, 'info')} not shown: -v shows {'it' if infos == 1 else 'them'})"
     out.line()
-    out.line(f"Checked {_plural(len(report.files), 'file')} for {api}: "
+    out.line(f"Checked {_plural(len(report.files), 'file')} {what}: "
              f"{invalid} invalid, {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
              + extra)
 

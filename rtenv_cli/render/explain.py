@@ -46,7 +46,7 @@ def render_text(out: Output, result: Any) -> None:
                 con.print(f"note: {item}", highlight=False)
     con.print(f"cwd: {p.cwd}", highlight=False)
     if getattr(p, "python", None):
-        con.print(f"python: {p.python}", highlight=False)
+        con.print(f"python: {p.python} (source: {p.python_source})", highlight=False)
     con.print("PYTHONPATH order: " + (" -> ".join(p.pythonpath) or "<unset>"), highlight=False)
     _render_devices(con, p.devices)
     _render_gpu_map(con, result.gpu_map)

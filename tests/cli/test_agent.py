@@ -7,14 +7,15 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
 import requests  # noqa: TID253 - tests are not on the CLI's startup path
 
 from tests.support.agent import agent_process
 from tests.support.cli import run_cli, run_process
 from tests.support.procs import stop_group
+from tests.support.wait import until
 
 
 def test_help_shows_systemd_and_slurm() -> None:
@@ -109,6 +110,45 @@ def test_listening_is_reported_once_the_socket_is_bound(tmp_path: Path) -> None:
         _stop(proc)
 
 
+def _wait_for_file(path: Path, proc: subprocess.Popen[str]) -> str:
+    def written() -> bool:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
+        return path.exists()
+
+    until(written, what=f"the ready file {path}")
+    return path.read_text()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_ready_file_names_the_serving_agent_and_goes_with_it(tmp_path: Path,
+                                                                 workers: str) -> None:
+    ready = tmp_path / "ready" / "node0"
+    (tmp_path / "ready").mkdir()
+    proc = _start(["--port", "0", "--root", str(tmp_path / "s"), "--no-token",
+                   "--workers", workers, "--ready-file", str(ready)])
+    try:
+        text = _wait_for_file(ready, proc)
+        assert text.endswith("\n")
+        url = text.strip()
+        assert url == _listening_url(proc)
+        # no retry: it serves when the file says so (with workers, the backlog holds the
+        # request until one has started)
+        assert requests.get(f"{url}/openapi.json", timeout=60).ok
+        assert [p.name for p in ready.parent.iterdir()] == ["node0"]  # no temp file left
+    finally:
+        _stop(proc)
+    assert not ready.exists()
+
+
+def test_an_unwritable_ready_file_is_a_clear_error(tmp_path: Path) -> None:
+    res = run_cli(["agent", "--port", "0", "--no-token", "--root", str(tmp_path / "s"),
+                   "--ready-file", str(tmp_path / "missing" / "ready")])
+    assert res.exit_code == 2, res.output
+    assert "no directory" in res.stderr
+    assert "hint:" in res.stderr
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_port_in_use_is_one_clear_usage_error(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -142,16 +182,9 @@ def test_the_token_reaches_workers_without_the_environment(tmp_path: Path) -> No
                   env={"RTENV_AGENT_TOKEN": secret})
     try:
         url = _listening_url(proc)
-        deadline = time.monotonic() + 60
-        while True:  # workers answer once they have started
-            try:
-                if requests.get(f"{url}/api/agent", timeout=5,
-                                headers={"Authorization": f"Bearer {secret}"}).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "the workers never answered"
-            time.sleep(0.2)
+        until(lambda: requests.get(f"{url}/api/agent", timeout=5,
+                                   headers={"Authorization": f"Bearer {secret}"}).ok,
+              what="the workers to answer", retry_on=(requests.RequestException,))
         assert requests.get(f"{url}/api/agent", timeout=10).status_code == 401
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                   text=True, check=False).stdout.split()

@@ -47,6 +47,26 @@ def test_ls_text_and_json() -> None:
     assert [e["label"] for e in only_uv["entries"]] == ["old env"]
 
 
+def test_ls_by_use_in_text_and_json() -> None:
+    _seed()
+    unused = run_cli(["cache", "ls", "--use", "unused", "--format", "json"]).json
+    assert [e["label"] for e in unused["entries"]] == ["old env"]
+    assert unused["totals"]["count"] == 1  # the totals are those of what is shown
+    held = run_cli(["cache", "ls", "--use", "in-use", "--kind", "pip"])
+    assert held.exit_code == 0, held.stderr
+    assert "six==1.16.0" in held.stdout
+    assert "old env" not in held.stdout
+    assert "1 entries" in held.stdout
+
+
+def test_node_and_only_need_a_ray_cluster() -> None:
+    for args in (["--node", "10.0.0.7"], ["--only", "rtenv"]):
+        res = run_cli(["cache", "ls", *args])
+        assert res.exit_code == 2, res.output
+        assert "select the nodes of a Ray cluster" in res.stderr
+        assert "hint: add --address" in res.stderr
+
+
 def test_gc_dry_run_prompt_and_yes() -> None:
     store, held = _seed()
     dry = run_cli(["cache", "gc", "--older-than", "1d", "--dry-run"])

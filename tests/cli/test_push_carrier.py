@@ -152,3 +152,21 @@ def test_a_json_serve_config_stays_json(project: Path) -> None:
     env = pushed["applications"][0]["runtime_env"]
     assert env == {"working_dir": _uri(project, "app"), "pip": ["requests==2.32.3", "numpy"]}
 
+
+
+@pytest.mark.ray
+def test_a_serve_config_to_a_cluster_without_the_plugin_says_why_zip(
+        project: Path, ray_cluster: object) -> None:
+    """The note a plain push prints (push.tree_path's one wording), for a carried file too."""
+    address = ray_cluster.address  # type: ignore[attr-defined]
+    (project / "serve.yaml").write_text(SERVE.replace("      pip: req.txt\n", ""))
+    (project / "env.yaml").write_text("working_dir: app\n")
+    plain = run_cli(["push", "env.yaml", "--address", address, "-o", "p.yaml"])
+    carried = run_cli(["push", "serve.yaml", "--address", address, "-o", "s.yaml"])
+    assert plain.exit_code == 0, plain.stderr
+    assert carried.exit_code == 0, carried.stderr
+    [why] = [line for line in plain.stderr.splitlines() if line.startswith("note: zip path: ")]
+    assert "do not load rtenv's plugin" in why
+    assert [line for line in carried.stderr.splitlines() if line.startswith("note: zip path")] \
+        == [why]  # the same line, once for the file's three packages
+    assert "path: zip (Ray's gcs:// packages)" in carried.stderr

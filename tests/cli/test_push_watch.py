@@ -9,25 +9,37 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from tests.core.watch.helpers import wait_for
-from tests.support.cli import default_signals, run_cli
+from tests.support.cli import default_signals, run_cli, run_process
+from tests.support.wait import until
 
 KEYS = {"uri", "added", "modified", "removed", "bytes_sent", "elapsed_ms", "trigger"}
 
 
-def _read_json_line(proc: subprocess.Popen[str], timeout: float = 30) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
+def _read_json_line(proc: subprocess.Popen[str]) -> dict[str, object]:
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line:
-            return dict(json.loads(line))
-        if proc.poll() is not None:
+    stdout = proc.stdout
+
+    def line() -> str:
+        text = stdout.readline()
+        if not text and proc.poll() is not None:
             raise AssertionError(f"exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
-    raise AssertionError("no JSON line in time")
+        return text
+
+    return dict(json.loads(until(line, what="a JSON line from the watch")))
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C the watch (SIGKILL its group if it has not ended within 20 s)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def test_help_has_example() -> None:
@@ -71,6 +83,8 @@ def test_watch_json_lines_on_change_and_ctrl_c(tmp_path: Path) -> None:
         first = _read_json_line(proc)
         assert first["trigger"] == "initial"
         assert set(first) == KEYS
+        # the edit after the first command has run (an edit while it runs would stop it)
+        wait_for(lambda: marker.exists() and len(marker.read_text().split()) == 1)
         (src / "main.py").write_text("v2\n")
         second = _read_json_line(proc)
         assert second["modified"] == 1
@@ -169,12 +183,8 @@ def test_watch_publishes_a_closed_save_without_waiting_for_the_quiet_period(
         third = event()
         assert (third["added"], third["modified"]) == (1, 0)
         assert len({first["uri"], second["uri"], third["uri"]}) == 3
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _interrupt(proc)
 
 
 def test_watch_polling_variable_has_one_reader() -> None:
@@ -187,3 +197,79 @@ def test_watch_polling_variable_has_one_reader() -> None:
                if "RTENV_WATCH_POLLING" in p.read_text()]
     assert readers == ["cli/push.py"]
     assert run_cli(["push", "--help"]).stdout.count("RTENV_WATCH_POLLING") == 1
+
+
+# A command that holds its run until `release` exists, logging to `log`: its start (with what
+# RTENV_PUSHED_FILE holds), a stop (SIGTERM, trapped), its end; `lock` catches two at once.
+HELD_COMMAND = """
+log={log}; lock={lock}
+mkdir "$lock" 2>/dev/null || echo "overlap $RTENV_URI" >> "$log"
+trap 'echo "stopped $RTENV_URI" >> "$log"; rmdir "$lock"; exit 143' TERM
+grep -q "working_dir: $RTENV_URI" "$RTENV_PUSHED_FILE" && echo "start $RTENV_URI" >> "$log"
+echo "output of $RTENV_URI"
+while [ ! -e {release} ]; do sleep 0.05; done
+rmdir "$lock"; echo "done $RTENV_URI" >> "$log"; exit 3
+"""
+
+
+def test_on_change_runs_one_at_a_time_newest_first_and_a_failure_keeps_the_watch(
+        tmp_path: Path) -> None:
+    """A real watch and a real command: an edit while the command runs stops it and runs it on
+    the new push; its output streams to stderr; its failure is a warning and the watch goes on."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("v1\n")
+    log, release = tmp_path / "log", tmp_path / "release"
+    cmd = HELD_COMMAND.format(log=log, lock=tmp_path / "lock", release=release)
+    env = dict(os.environ, RTENV_HOME=str(tmp_path / "home"))
+    err_path = tmp_path / "stderr"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rtenv_cli", "push", "--watch", str(src), "--format", "json",
+             "--quiet-ms", "100", "--on-change", cmd],
+            stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+            start_new_session=True, preexec_fn=default_signals)  # noqa: PLW1509 - only signal() calls
+
+    def logged() -> list[str]:
+        return log.read_text().splitlines() if log.exists() else []
+
+    try:
+        first = _read_json_line(proc)["uri"]
+        wait_for(lambda: logged() == [f"start {first}"])
+        (src / "main.py").write_text("v2\n")  # while the first command runs
+        second = _read_json_line(proc)["uri"]
+        wait_for(lambda: logged() == [f"start {first}", f"stopped {first}",
+                                      f"start {second}"])
+        release.touch()
+        wait_for(lambda: logged()[-1] == f"done {second}")
+        wait_for(lambda: f"for {second} exited with 3; still watching" in err_path.read_text())
+        (src / "main.py").write_text("v3\n")  # the watch goes on after the failure
+        third = _read_json_line(proc)["uri"]
+        wait_for(lambda: logged()[-2:] == [f"start {third}", f"done {third}"])
+    finally:
+        _interrupt(proc)
+    err_text = err_path.read_text()
+    assert f"--on-change command for {first} stopped: a newer push came" in err_text
+    assert f"output of {first}" in err_text  # its output, on stderr as it came
+    assert not [line for line in logged() if line.startswith("overlap")]
+    assert "Traceback" not in err_text
+
+
+def test_on_change_with_once_waits_for_the_command_and_fails_with_it(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("v1\n")
+    env = {"RTENV_HOME": str(tmp_path / "home")}
+    ok = run_process(["push", "--once", str(src), "--on-change", 'echo "ran $RTENV_TRIGGER"'],
+                     env=env)
+    assert ok.exit_code == 0, ok.stderr
+    assert "ran initial" in ok.stderr
+    failed = run_process(["push", "--once", str(src), "--on-change", "exit 4"], env=env)
+    assert failed.exit_code == 1
+    assert "exited with 4" in failed.stderr
+
+
+def test_on_change_without_a_watch_is_a_usage_error(tmp_path: Path) -> None:
+    res = run_cli(["push", str(tmp_path), "--on-change", "true"])
+    assert res.exit_code == 2
+    assert "hint: add --watch" in res.stderr

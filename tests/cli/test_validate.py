@@ -276,3 +276,27 @@ def test_no_path_checks_the_current_directory(tmp_path: Path,
     assert checked == ["deploy/job_spec.yaml", "deploy/serve_config.yaml", "runtime_env.yaml"]
     assert ("checking 3 files found in the current directory: deploy/job_spec.yaml, "
             "deploy/serve_config.yaml, runtime_env.yaml") in result.stderr
+
+
+def test_the_summary_names_the_tool_that_reads_each_form(tmp_path: Path) -> None:
+    files = {
+        "runtime_env.yaml": "env_vars: {A: '1'}\n",
+        "job.yaml": "entrypoint: python x.py\nruntime_env:\n  env_vars: {A: '1'}\n",
+        "serve_config.yaml": "applications:\n- name: app\n  import_path: app:deployment\n"
+                             "  route_prefix: /\n  runtime_env:\n    env_vars: {A: '1'}\n",
+        "rayjob.yaml": "apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: x}\nspec:\n"
+                       "  entrypoint: python x.py\n  runtimeEnvYAML: |\n"
+                       "    env_vars: {A: '1'}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    alone = run_cli(["validate", str(tmp_path / "serve_config.yaml")])
+    assert alone.stdout.splitlines()[-1].startswith("Checked 1 file for serve deploy: "), \
+        alone.stdout
+    kuberay = run_cli(["validate", str(tmp_path / "rayjob.yaml")])
+    assert "Checked 1 file for kubectl apply (KubeRay): " in kuberay.stdout
+    plain = run_cli(["validate", "--api", "ray-init", str(tmp_path / "runtime_env.yaml")])
+    assert "Checked 1 file for ray.init: " in plain.stdout
+    every = run_cli(["validate", *(str(tmp_path / n) for n in files)])
+    assert ("Checked 4 files (2 for ray job submit, 1 for serve deploy, "
+            "1 for kubectl apply (KubeRay)): ") in every.stdout, every.stdout

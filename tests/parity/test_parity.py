@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rtenv_cli.core.lint.pipeline import RaySemantics, run_pipeline
 from rtenv_cli.core.spec.loader import load_path
+from rtenv_cli.core.spec.pipeline import RaySemantics, run_pipeline
 from tests.parity.corpus import CASES, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,6 +22,7 @@ from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
 from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
 from tests.support.cli import run_cli
 from tests.support.ports import free_port
+from tests.support.wait import until
 
 SHORT = http.Timeouts(connect=2.0, read=1.0, floor=3.0, min_rate=1 << 20, retries=4,
                       backoff=0.2)
@@ -257,10 +258,8 @@ def test_huge_error_body_is_not_read(serve: Callable[..., FakeServer], pkg: Path
     err, _ = bounded(lambda: RayDashboardTarget(server.url).upload(URI, pkg))
     assert "HTTP 500" in err.message
     assert len(err.message) < 1000
-    deadline = time.monotonic() + BOUND
-    while not server.errors and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.errors, "the server was never cut off: the client read the whole body"
+    until(lambda: server.errors, timeout=BOUND,
+          what="the server cut off (else the client read the whole body)")
     assert sent
     assert sent[0] < size
 
@@ -318,9 +317,8 @@ def test_a_huge_reply_is_cut_on_every_call_of_a_push(serve: Callable[..., FakeSe
     assert res.exit_code == 1, res.stderr
     assert server.url in res.stderr
     assert "internal error" not in res.stderr.lower()
-    wait_until = time.monotonic() + BOUND
-    while len(sent) < len(server.calls) and time.monotonic() < wait_until:
-        time.sleep(0.05)
+    until(lambda: len(sent) >= len(server.calls), timeout=BOUND,
+          what="the server to finish every reply it started")
     assert ("GET", "/api/agent") in server.calls
     assert len(sent) == len(server.calls)
     assert max(sent) < size, "a reply was read to its end"
@@ -390,10 +388,7 @@ def test_a_download_is_capped_and_cut(serve: Callable[..., FakeServer], tmp_path
     assert f"the server at {server.url} answered GET /x.zip with more than 1048576 bytes" \
         in err.message
     assert dest.stat().st_size <= 2**20
-    wait_until = time.monotonic() + BOUND
-    while not sent and time.monotonic() < wait_until:
-        time.sleep(0.05)
-    assert sent
+    until(lambda: sent, timeout=BOUND, what="the server to finish its reply")
     assert sent[0] < size
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from rtenv_cli.core.store.envs import Environments
 from rtenv_cli.core.store.index import WAL_LIMIT
 from rtenv_cli.core.store.store import Store
+from tests.support.wait import until
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -67,7 +67,5 @@ def test_ended_references_are_deleted_in_the_background(tmp_path: Path) -> None:
         envs.get_or_create(spec, holder=f"lease{i}", lease_s=0.05)
     store.index.checkpoint_in_background(0.05, prune_every_s=0.1)
     db = store.index.conn()
-    deadline = time.monotonic() + 60
-    while db.execute("SELECT COUNT(*) FROM refs").fetchone()[0] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert db.execute("SELECT COUNT(*) FROM refs").fetchone()[0] == 0
+    until(lambda: db.execute("SELECT COUNT(*) FROM refs").fetchone()[0] == 0,
+          what="the background checkpoint to delete the ended references")

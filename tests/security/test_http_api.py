@@ -12,7 +12,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 from tests.support.agent import AgentProc, agent_process
 from tests.support.ports import free_port, wait_for_port
 from tests.support.procs import stop_group
+from tests.support.wait import until
 
 SHA = hashlib.sha256(b"x").hexdigest()
 URI = "gcs://_ray_pkg_0123456789abcdef.zip"
@@ -303,15 +303,10 @@ def test_a_flood_of_stalled_connections_does_not_take_the_agent_s_descriptors(
         wait_for_port(port, timeout=30)
         for _ in range(150):
             socks.append(_stalled(port, "nothing"))
-        deadline = time.monotonic() + 60
-        answered = 0
-        while answered < 3 and time.monotonic() < deadline:
-            try:
-                resp = requests.get(f"http://127.0.0.1:{port}/api/agent", timeout=5)
-                answered += resp.status_code == 200
-            except requests.RequestException:
-                time.sleep(0.2)
-        assert answered == 3
+        for _ in range(3):
+            until(lambda: requests.get(f"http://127.0.0.1:{port}/api/agent",
+                                       timeout=5).status_code == 200,
+                  what="an answer from the flooded agent", retry_on=(requests.RequestException,))
         assert proc.poll() is None
     finally:
         for s in socks:

@@ -6,8 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,11 +58,3 @@ def agent_process(root: Path, *extra: str, token: str | None = None,
         yield agent
     finally:
         stop_group(proc)
-
-
-def until(what: str, pred: Callable[[], object], timeout: float = 30.0) -> None:
-    """Poll PRED until it holds (a generous deadline: a loaded box is slow, not wrong)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.01)

@@ -24,8 +24,11 @@ _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Ray's CLI logger colours even a pipe
 # what differs between two runs of the same command: timings, Ray's job ids and log timestamps,
 # and store keys that hash the interpreter (its exact version and path differ between machines)
 _VOLATILE = [
+    # cache ls's created / last used, with the table's padding (its width follows the value)
+    (re.compile(r"\b\d+[smhd] ago\b *"), "<time> ago "),
     (re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s)\b"), "<time>"),
     (re.compile(r"/entries/[a-z]+_[0-9a-f]+/"), "/entries/<key>/"),
+    (re.compile(r"\b(pip|uv)://[0-9a-f]{32}\b"), r"\1://<key>"),  # cache ls's uri/key
     (re.compile(r"raysubmit_\w+"), "raysubmit_<id>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+"), "<timestamp>"),
     (re.compile(r"\b[0-9a-f]{12}\b"), "<node id>"),  # Ray node ids, as rtenv shows them

@@ -26,13 +26,11 @@ def free_ports(n: int) -> list[int]:
 
 
 def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
-    import time
+    from tests.support.wait import until
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+    def accepts() -> bool:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+
+    until(accepts, what=f"a listener on {host}:{port}", timeout=timeout, interval=0.1,
+          retry_on=(OSError,))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.ports import free_ports
+from tests.support.wait import until
 
 
 def ray_executable() -> str:
@@ -112,23 +113,23 @@ class RayHead:
     def _wait_ready(self, timeout: float) -> None:
         import urllib.request
 
-        deadline = time.monotonic() + timeout
         url = f"{self.dashboard_url}/api/gcs_healthz"
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"ray start exited early:\n{self.log_tail()}")
             req = urllib.request.Request(url)  # noqa: S310 - http URL we built
             if self.token:
                 req.add_header("Authorization", f"Bearer {self.token}")
-            try:
-                with urllib.request.urlopen(req, timeout=2) as resp:  # noqa: S310 - http URL we built
-                    if resp.status == 200 and self._jobs_api_ready() and self._node_alive():
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError(f"Ray head not ready after {timeout}s:\n{self.log_tail()}")
+            with urllib.request.urlopen(req, timeout=2) as resp:  # noqa: S310 - http URL we built
+                return bool(resp.status == 200 and self._jobs_api_ready() and self._node_alive())
+
+        try:
+            until(ready, what=lambda: f"the Ray head ready:\n{self.log_tail()}",
+                  timeout=timeout, interval=0.5, retry_on=(OSError,))
+        except AssertionError:
+            self.stop()
+            raise
 
     def _node_alive(self) -> bool:
         """The head node is registered alive in the GCS: its dashboard answers a few seconds
@@ -260,11 +261,10 @@ class RayWorkerNode:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rtw", dir="/tmp"))
         ports = free_ports(7)
         workers = worker_port_base(ports)
-        deadline = time.monotonic() + timeout
-        before = set(self.head_node_ids())
-        while not before and time.monotonic() < deadline:  # the head registers after it is up
-            time.sleep(0.3)
-            before = set(self.head_node_ids())
+        deadline = time.monotonic() + timeout  # one bound for both waits
+        # the head registers after it is up
+        before = set(until(self.head_node_ids, what="the head node registered",
+                           timeout=timeout, interval=0.3))
         args = [
             ray_executable(), "start", f"--address={self.head.address}", "--block",
             "--disable-usage-stats", "--node-ip-address=127.0.0.1",
@@ -283,16 +283,20 @@ class RayWorkerNode:
         log = (self.temp_dir / "ray-start.log").open("wb")
         self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def joined() -> set[str]:
+            if proc.poll() is not None:
                 raise RuntimeError(f"ray start (worker) exited early:\n{self.log_tail()}")
-            new = set(self.head_node_ids()) - before
-            if new:
-                self.node_id = new.pop()
-                return self
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError(f"Ray worker node not joined after {timeout}s:\n{self.log_tail()}")
+            return set(self.head_node_ids()) - before
+
+        try:
+            self.node_id = until(joined, what=lambda: f"the worker node joined:\n{self.log_tail()}",
+                                 timeout=max(0.0, deadline - time.monotonic()), interval=0.5).pop()
+        except AssertionError:
+            self.stop()
+            raise
+        return self
 
     def head_node_ids(self) -> list[str]:
         """The ids of the cluster's alive nodes (the dashboard's state API)."""

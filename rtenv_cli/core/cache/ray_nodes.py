@@ -52,6 +52,7 @@ class RayNodesListing:
     # the nodes' references to trees in the cluster's KV (trees/gc.py tree_refs); None: not
     # read (they are read through a GCS address)
     tree_refs: tuple[dict[str, Any], ...] | None = None
+    only: str | None = None  # one part shown (ray | rtenv: `cache ls --only`), else both
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -68,7 +69,7 @@ class RayNodesListing:
         return {"address": self.address, "nodes": list(self.nodes), "reported": self.reported,
                 "totals": _totals(self.nodes), "errors": list(self.errors),
                 "tree_refs": None if self.tree_refs is None else list(self.tree_refs),
-                "note": LIVE_SESSION_NOTE}
+                "only": self.only, "note": LIVE_SESSION_NOTE}
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,20 @@
 `modify_context`): like Ray's pip plugin, it sets the worker's interpreter (`py_executable`) to
 the venv's python and prefixes the worker's command with `source <venv>/bin/activate`, so the
 worker (and a job's entrypoint) sees VIRTUAL_ENV, the venv's bin first on PATH and no
-PYTHONHOME. The activate script runs in the worker's shell, after env_vars are applied."""
+PYTHONHOME (interpreter.activate, the step Ray's pip and uv plugins take too). The activate
+script runs in the worker's shell, after env_vars are applied."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from rtenv_cli.core.errors import RtenvError
+from rtenv_cli.core.explain.interpreter import activate
 from rtenv_cli.core.spec.model import RTENV_FIELD
 
 SRC_RTENV = "rtenv plugin"
 STORE = "<node's rtenv store>"  # the plugin's store, without the node's RTENV_HOME
 VENV_KEY = "<venv key>"  # the plugin's venv: its key hashes the node's interpreter
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def venv_dir(node_env: Mapping[str, str]) -> str:
@@ -41,21 +42,7 @@ def apply(runtime_env: Mapping[str, object], env: dict[str, str | None], *,
         return None
     if spec.kind is None:  # `limits` alone: the worker only runs in a cgroup (limits.py)
         return None
-    venv = venv_dir(node_env)
-    env["VIRTUAL_ENV"] = venv
-    sources["VIRTUAL_ENV"] = SRC_RTENV
-    before = env.get("PATH")
-    env["PATH"] = f"{venv}/bin:{before if before is not None else DEFAULT_PATH}"
-    notes.setdefault("PATH", []).append(
-        "the venv's bin prepended by `source <venv>/bin/activate` (the worker's command prefix)"
-        + ("" if before is not None else "; the rest: the shell's default PATH (node env "
-           "not given)"))
-    sources["PATH"] = SRC_RTENV
-    if env.get("PYTHONHOME") is not None:
-        env["PYTHONHOME"] = None
-        sources["PYTHONHOME"] = SRC_RTENV
-        notes.setdefault("PYTHONHOME", []).append("unset by the venv's activate script")
-    python = f"{venv}/bin/python"
+    python = activate(env, venv_dir(node_env), SRC_RTENV, sources=sources, notes=notes)
     notes.setdefault("(general)", []).append(
         f"rtenv plugin: the worker runs {python} (py_executable), a venv of the node's Python "
         f"with `{spec.kind}` requirements; it imports the node's ray")

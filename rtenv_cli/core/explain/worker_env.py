@@ -19,10 +19,12 @@ from typing import Any
 from rtenv_cli.core.explain import accelerators as acc
 from rtenv_cli.core.explain.allocation import ResourceRequest
 from rtenv_cli.core.explain.expand import explain_expansion
+from rtenv_cli.core.explain.interpreter import SESSION
 from rtenv_cli.core.explain.limits import SECTION as LIMITS_SECTION
 from rtenv_cli.core.explain.limits import limits_notes
 from rtenv_cli.core.explain.rtenv_env import STORE, VENV_KEY
 from rtenv_cli.core.spec.fields import explain_notes
+from rtenv_cli.core.spec.model import RTENV_FIELD
 
 REDACTED = "<redacted>"
 SecretTest = Callable[[str, object], bool]  # (name, value) -> is it a secret (lint/secrets.py)
@@ -33,7 +35,6 @@ SRC_TASK = "task runtime_env"
 SRC_PLUGIN = "working_dir/py_modules (PYTHONPATH)"
 SRC_ACCEL = "ray: accelerator visibility"
 SRC_OMP = "ray: OMP_NUM_THREADS from num_cpus"
-SESSION = "<session_dir>"
 NODE_ONLY = (SESSION, STORE, VENV_KEY)  # parts of a value only the node knows
 
 
@@ -64,7 +65,8 @@ class EnvPreview:
     errors: list[str]
     runtime_env: dict[str, object]
     kind: str = "task"
-    python: str | None = None  # the worker's interpreter when a plugin sets it (rtenv)
+    python: str | None = None  # the worker's interpreter when a plugin sets it (pip, uv, rtenv)
+    python_source: str | None = None  # which plugin set it (interpreter.py)
     hidden: tuple[str, ...] = ()  # the variables `redacted` hid, sorted
 
     def redacted(self, is_secret: SecretTest) -> EnvPreview:
@@ -94,7 +96,8 @@ class EnvPreview:
                 "cwd": self.cwd, "pythonpath": self.pythonpath, "devices": self.devices,
                 "warnings": self.warnings, "errors": self.errors,
                 "runtime_env": self.runtime_env,
-                **({"python": self.python} if self.python else {})}
+                **({"python": self.python, "python_source": self.python_source}
+                   if self.python else {})}
 
 
 def merge_runtime_envs(job: Mapping[str, object] | None, task: Mapping[str, object] | None
@@ -250,11 +253,7 @@ def predict(req: ExplainRequest) -> EnvPreview:
         notes.setdefault("PYTHONPATH", []).append(
             "env_vars PYTHONPATH replaces the node PYTHONPATH (use ${PYTHONPATH} to keep it)")
 
-    # the `rtenv` field: rtenv's plugin activates its venv in the worker's command prefix
-    from rtenv_cli.core.explain import rtenv_env
-
-    python = rtenv_env.apply(merged, env, sources=sources, notes=notes, errors=errors,
-                            node_env=node)
+    python, python_source = _interpreter(merged, env, sources, notes, errors, node)
 
     # 3. accelerators and OMP_NUM_THREADS, written at task start over what the worker started with
     worker_start = {k: v for k, v in env.items() if v is not None}
@@ -279,7 +278,22 @@ def predict(req: ExplainRequest) -> EnvPreview:
     return EnvPreview(env=env, sources=sources, notes=notes, cwd=cwd,
                       pythonpath=pp.split(":") if pp else [], devices=devices,
                       warnings=warnings, errors=errors, runtime_env=merged, kind=req.kind,
-                      python=python)
+                      python=python, python_source=python_source)
+
+
+def _interpreter(  # noqa: PLR0917 - the preview's parts, filled in place
+        merged: Mapping[str, object], env: dict[str, str | None], sources: dict[str, str],
+        notes: dict[str, list[str]], errors: list[str], node: Mapping[str, str],
+) -> tuple[str | None, str | None]:
+    """Ray's pip/uv plugins, and rtenv's (the `rtenv` field), activate a venv in the worker's
+    command prefix and make its python the worker's: (that python, its source), or Nones."""
+    from rtenv_cli.core.explain import interpreter, rtenv_env
+
+    if RTENV_FIELD not in merged:  # else rtenv's plugin decides (and refuses pip beside it)
+        return interpreter.ray_venv(merged, env, sources=sources, notes=notes) or (None, None)
+    python = rtenv_env.apply(merged, env, sources=sources, notes=notes, errors=errors,
+                             node_env=node)
+    return python, rtenv_env.SRC_RTENV if python else None
 
 
 def _note_task_overrides(req: ExplainRequest, ctx: Mapping[str, str], origin: Mapping[str, str],

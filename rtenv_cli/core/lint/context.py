@@ -15,9 +15,9 @@ from rtenv_cli.core.spec.fields import string_slots
 from rtenv_cli.core.spec.loader import Positions, Span
 
 if TYPE_CHECKING:
-    from rtenv_cli.core.lint.packscan import Walked
-    from rtenv_cli.core.lint.result import Api, PipelineResult
+    from rtenv_cli.core.packaging.packscan import Walked
     from rtenv_cli.core.spec.construct import RaySemantics
+    from rtenv_cli.core.spec.pipeline_result import Api, PipelineResult
 
 DEFAULT_GLOBS = ("*runtime_env*.yaml", "*runtime_env*.yml", "*runtime_env*.json",
                  "*runtime-env*.yaml", "*runtime-env*.yml", "*runtime-env*.json")
@@ -89,6 +89,10 @@ class FileCache:
     @property
     def walks(self) -> dict[tuple[Any, ...], Walked]:
         return self.run.walks
+
+    @property
+    def uris(self) -> dict[tuple[Any, ...], str]:
+        return self.run.uris
 
     def lines(self, text: str) -> list[str]:
         if self._lines is None or self._lines[0] is not text:
@@ -185,25 +189,6 @@ def set_literal_hint(raw: str | None, value: Any) -> str | None:
     items = ", ".join(str(k) for k in value)
     return (f"YAML reads `{raw.strip()}` as a mapping of keys without values, not a set: "
             f"write a list, `[{items}]`")
-
-
-def shape_hint(data: Any) -> str:
-    """What the user meant by a document that is no mapping (Ray: `'<type>' object has no
-    attribute 'get'`)."""
-    import re
-
-    if isinstance(data, str):
-        glued = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*):(\S.*)$", data)
-        if glued:
-            return (f"YAML reads the line as one string: put a space after the colon "
-                    f"(`{glued.group(1)}: {glued.group(2)}`)")
-    if isinstance(data, list) and data and all(isinstance(a, dict) and "import_path" in a
-                                               for a in data):
-        return ("this is a list of Serve applications: put `applications:` above it and "
-                "indent the items (`serve deploy` reads that key)")
-    if isinstance(data, list) and data and all(isinstance(a, str) for a in data):
-        return "a list of packages goes under a field: `pip: [...]`"
-    return "a runtime_env file must hold a mapping of fields"
 
 
 def coercion_hint(raw: str | None, value: Any) -> str | None:

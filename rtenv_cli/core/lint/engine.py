@@ -19,8 +19,8 @@ from rtenv_cli.core.lint.context import (
     set_literal_hint,
 )
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.lint.pipeline import Api, PipelineResult, run_pipeline
 from rtenv_cli.core.spec.loader import LoadedDoc, Positions, load_bytes, load_path
+from rtenv_cli.core.spec.pipeline import Api, PipelineResult, run_pipeline
 
 if TYPE_CHECKING:
     from rtenv_cli.core.spec.forms import Site
@@ -80,6 +80,14 @@ class ValidateReport:
         if self.fail_on == "warning" and self.count(Severity.WARNING):
             return 1
         return 0
+
+    def consumers(self) -> dict[str, int]:
+        """How many files each tool reads (`consumer`), in the order the files come."""
+        out: dict[str, int] = {}
+        for f in self.files:
+            name = consumer(f.kind, self.api)
+            out[name] = out.get(name, 0) + 1
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"api": self.api, "valid": self.valid, "exit_code": self.exit_code,
@@ -183,6 +191,18 @@ def check_env(data: Any, *, prefix: tuple[Any, ...], positions: Positions, text:
     for check in _rule_modules():
         diags.extend(check(ctx))
     return diags, result
+
+
+# the tool that reads each form of file (FileReport.kind, spec/forms.py); a plain runtime_env
+# (or one under a lone `runtime_env:` key) is read by the entry point --api names
+CONSUMERS = {"job": "ray job submit", "serve": "serve deploy",
+             "kuberay": "kubectl apply (KubeRay)", "anyscale-job": "anyscale job submit",
+             "anyscale-service": "anyscale service deploy"}
+
+
+def consumer(kind: str, api: str) -> str:
+    """Who reads a file of form `kind`: `rtenv validate`'s summary names it."""
+    return CONSUMERS.get(kind) or ("ray job submit" if api == "job-submit" else "ray.init")
 
 
 def _api_name(api: str) -> str:
@@ -307,7 +327,7 @@ def _strip_placeholders(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Drop the stand-in URIs of local packages that were not hashed (over Ray's limits)."""
     if value is None:
         return None
-    from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
+    from rtenv_cli.core.spec.package_stage import PLACEHOLDER_URI
 
     out = dict(value)
     if out.get("working_dir") == PLACEHOLDER_URI:

@@ -17,9 +17,9 @@ from typing import Any
 
 from rtenv_cli.core.lint.context import diag_at
 from rtenv_cli.core.lint.diagnostic import Diagnostic, Severity
-from rtenv_cli.core.lint.result import Api, PipelineResult
 from rtenv_cli.core.spec.forms import Form, Site
 from rtenv_cli.core.spec.loader import Positions
+from rtenv_cli.core.spec.pipeline_result import Api, PipelineResult
 
 # check_env bound to one file: (runtime_env, its JSON path) -> (findings, Ray's result)
 Check = Callable[[Any, tuple[Any, ...]], tuple[list[Diagnostic], PipelineResult]]
@@ -43,8 +43,8 @@ def check_site(site: Site, check: Check, api: Api, positions: Positions
 def _remote_only(site: Site) -> Any:
     """A Serve runtime_env with the local paths Serve refuses (RTE181) replaced by a stand-in
     URI: Serve never packages them, so nothing about packaging them applies."""
-    from rtenv_cli.core.lint.package_stage import PLACEHOLDER_URI
     from rtenv_cli.core.lint.serve_schema import uri_problems
+    from rtenv_cli.core.spec.package_stage import PLACEHOLDER_URI
 
     local = [path[len(site.prefix):] for path, _message in uri_problems(site)]
     if not local or not isinstance(site.data, dict):

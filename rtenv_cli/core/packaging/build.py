@@ -13,11 +13,15 @@ hashes the files, not the zip, so the method is ours to choose per member:
   it when the stored package would not fit the target's upload limit (`fits_stored`: Ray's
   100 MiB through the dashboard, 512 MiB to the GCS), where it turns a refusal into a push.
 Each file is read once: Ray's digest,
-sha256, crc32 and deflate come from the same bytes, in worker processes (batches of small files)
-or threads. A worker writes its batch's members (local header and data, as zipfile would) into
-a batch file, and the main thread copies each batch into the zip in order with one
-`copy_file_range` (no payload crosses a pipe) and keeps the central directory; members of the
-source's previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
+sha256, crc32 and deflate come from the same bytes (the digests only where the caller or the
+digest cache does not have them: HASH_ONCE), in batches of small files. Stored members are made
+by threads that hand the batch's bytes back in memory, and the main thread appends them in order
+(THREADS_FOR_STORED); deflated ones by forked workers, each writing its batch's members (local
+header and data, as zipfile would) into a batch file that the main thread copies into the zip
+with one `copy_file_range` (no payload crosses a pipe). Either way only the main thread writes
+the zip (workers writing into it in place contend for the file's lock: more CPU on many small
+files, as branch `build` measured) and keeps the central directory; members of the source's
+previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
 stat changed while we packaged it forces a rebuild, so no zip is ever published under a URI
 that does not match its content.
 
@@ -39,7 +43,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -162,6 +166,7 @@ def arcname(e: Entry, scan: PackageScan, prefix: str) -> str:
     return name + "/" if e.is_dir else name
 
 
+_CHUNK = 1 << 20  # a large file's reads
 _SMALL = 8 << 20  # files up to this size are read and compressed whole by the workers
 # zipfile refuses a member over 2 GiB - 1 (compressed or not) unless its local header was written
 # with zip64 sizes; deflate can grow incompressible data a little, so decide with a margin
@@ -178,9 +183,10 @@ class _Prepared(NamedTuple):
     sha256: str
 
 
-def _prepare(e: Entry, compress: bool) -> _Prepared:
-    """A small file read once, in a worker (packaging/pool.py): Ray's digest, sha256, crc32
-    and the payload; the writer only copies finished payloads into the zip."""
+def _prepare(e: Entry, compress: bool, digest: bool = True) -> _Prepared:
+    """A small file read once, in a worker (packaging/pool.py): Ray's digest and sha256 (unless
+    the caller knows them: `digest=False` gives empty ones), crc32 and the payload; the writer
+    only copies finished payloads into the zip."""
     import hashlib
     import zipfile
 
@@ -192,17 +198,19 @@ def _prepare(e: Entry, compress: bool) -> _Prepared:
         raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}", path=e.fspath,
                              hint="fix its permissions or exclude it") from exc
     changed = (st.st_size, st.st_mtime_ns) != (e.size, e.mtime_ns) or len(data) != e.size
-    sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
-    sha1.update(data)
-    sha256 = hashlib.sha256(data).hexdigest()
+    ray_digest, sha256 = b"", ""
+    if digest:
+        sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
+        sha1.update(data)
+        ray_digest, sha256 = sha1.digest(), hashlib.sha256(data).hexdigest()
     crc = zlib.crc32(data)
     # a file no bigger than the sample is its own probe: compress it once and compare
     if compress and (len(data) <= _SAMPLE
                      or len(_raw_deflate(data[:_SAMPLE])) < DEFLATE_RATIO * _SAMPLE):
         comp = _raw_deflate(data)
         if len(comp) < len(data):
-            return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, sha1.digest(), sha256)
-    return _Prepared(crc, zipfile.ZIP_STORED, data, changed, sha1.digest(), sha256)
+            return _Prepared(crc, zipfile.ZIP_DEFLATED, comp, changed, ray_digest, sha256)
+    return _Prepared(crc, zipfile.ZIP_STORED, data, changed, ray_digest, sha256)
 
 
 def _info(e: Entry, scan: PackageScan, prefix: str,
@@ -218,30 +226,31 @@ def _info(e: Entry, scan: PackageScan, prefix: str,
     return info
 
 
-def _stream(zf: Any, info: Any, e: Entry, compress: bool) -> tuple[bool, bytes, str]:
-    """A large file, streamed in chunks and hashed on the way; (changed meanwhile, Ray digest,
-    sha256)."""
+def _stream(zf: Any, info: Any, e: Entry, compress: bool,
+            digest: bool = True) -> tuple[bool, bytes, str]:
+    """A large file, streamed in chunks and hashed on the way (unless `digest=False`: the
+    caller knows its digests); (changed meanwhile, Ray digest, sha256)."""
     import hashlib
     import zipfile
 
     deflate = compress and _compressible(e.fspath, e.size)
     info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
     ZipAppender.set_level(info, 1)
-    sha1 = hashlib.sha1(e.relpath.encode())  # noqa: S324 - Ray's content hash scheme
-    sha256 = hashlib.sha256()
+    hashes = (hashlib.sha1(e.relpath.encode()),  # noqa: S324 - Ray's content hash scheme
+              hashlib.sha256()) if digest else ()
     try:
         with open(e.fspath, "rb") as src, zf.open(
                 info, "w", force_zip64=e.size > _FORCE_ZIP64) as dst:
-            while chunk := src.read(1 << 20):
-                sha1.update(chunk)
-                sha256.update(chunk)
+            while chunk := src.read(_CHUNK):
+                for h in hashes:
+                    h.update(chunk)
                 dst.write(chunk)
         s = os.stat(e.fspath)
     except OSError as exc:
         raise PackagingError(f"cannot read {e.fspath}: {exc.strerror}",
                              path=e.fspath) from exc
-    return ((s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns), sha1.digest(),
-            sha256.hexdigest())
+    changed = (s.st_size, s.st_mtime_ns) != (e.size, e.mtime_ns)
+    return (changed, hashes[0].digest(), hashes[1].hexdigest()) if hashes else (changed, b"", "")
 
 
 def _stat_key(e: Entry) -> tuple[int, int, int, int]:
@@ -259,31 +268,48 @@ class ZipPass:
     spliced: zipreuse.Spliced | None = None  # how a splice wrote it (size, index)
 
 
-_Batch = tuple[str, int, list[tuple[Any, int, bool, bytes, str]]]  # see _prepare_batch
+# (scratch file or None, its size, the members' bytes when in memory, per file: its ZipInfo,
+# offset, changed, Ray digest, sha256): see _prepare_batch
+_Batch = tuple[str | None, int, list[bytes], list[tuple[Any, int, bool, bytes, str]]]
+_Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its file
+
+# Stored members (no deflate) are prepared by threads that hand back their bytes in memory: the
+# work per file is a read, crc32 and the hashes, which release the GIL, and forked workers cost
+# more CPU than they save (the fork, the pickled results, a scratch file written and copied
+# again). Deflate holds the GIL longer: deflated packages keep the forked workers. False: stored
+# members go through forked workers and scratch batches too, for the ablation rows, e.g.
+# cold.json: "ablation: hash+zip in forked workers, 10k files/200 MB random".
+THREADS_FOR_STORED = True
 
 
-def _prepare_batch(items: Sequence[tuple[Entry, Any]], scratch: str, compress: bool) -> _Batch:
-    """Prepare a batch of small files (in a worker) and write their members, local header and
-    data as zipfile would, one after the other into the file `scratch`: the writer then moves
-    the batch into the zip with one `copy_file_range` instead of receiving every payload
-    through a pipe. Returns `scratch`, its size and, per file, its ZipInfo (sizes, crc, method
-    set), its member's offset in `scratch`, whether it changed while read, Ray's digest and
-    the sha256."""
+def _prepare_batch(items: Sequence[_Item], scratch: str | None, compress: bool) -> _Batch:
+    """Prepare a batch of small files (in a worker) and make their members, local header and
+    data as zipfile would, one after the other: into the file `scratch` in a forked worker
+    (the writer then moves the batch into the zip with one `copy_file_range` instead of
+    receiving every payload through a pipe), or in memory (`scratch` None, in a thread).
+    Returns `scratch`, the batch's size, the bytes when in memory and, per file, its ZipInfo
+    (sizes, crc, method set), its member's offset in the batch, whether it changed while read,
+    Ray's digest and the sha256 (empty when the item says not to hash)."""
     out: list[tuple[Any, int, bool, bytes, str]] = []
+    bufs: list[bytes] = []
     at = 0
-    with open(scratch, "wb", buffering=1 << 20) as fh:
-        for e, info in items:
-            done = _prepare(e, compress)
+    with open(scratch, "wb", buffering=1 << 20) if scratch is not None else \
+            contextlib.nullcontext() as fh:
+        for e, info, digest in items:
+            done = _prepare(e, compress) if digest else _prepare(e, compress, digest=False)
             info.compress_type = done.method
             info.file_size = e.size
             info.compress_size = len(done.payload)
             info.CRC = done.crc
             header = ZipAppender.local_header(info)
-            fh.write(header)
-            fh.write(done.payload)
+            if fh is not None:
+                fh.write(header)
+                fh.write(done.payload)
+            else:
+                bufs += (header, done.payload)
             out.append((info, at, done.changed, done.digest, done.sha256))
             at += len(header) + len(done.payload)
-    return scratch, at, out
+    return scratch, at, bufs, out
 
 
 _BATCH_BYTES = 1 << 20  # small files travel to a worker process in batches of about this much
@@ -299,24 +325,29 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
                on_progress: Callable[[int], None] | None,
                entries: Sequence[Entry] | None = None,
                times: Mapping[str, DateTime] | None = None, *,
-               processes: bool = True, compress: bool = False) -> ZipPass:
+               processes: bool = True, compress: bool = False,
+               known: Collection[str] = frozenset()) -> ZipPass:
     """Write the zip of `entries` (default: every entry of the scan that goes in the zip),
-    hashing every file it reads on the same read. Small files are prepared (read, hashed,
-    deflated with `compress`) in worker batches; the writer appends them in order.
+    hashing every file it reads on the same read, except those whose digests the caller has
+    (`known` relpaths). Small files are prepared (read, hashed, deflated with `compress`) in
+    worker batches; the writer appends them in order.
     """
     import zipfile
+    from concurrent.futures import ProcessPoolExecutor
 
-    plan = [(e, _info(e, scan, prefix, times))
+    plan = [(e, _info(e, scan, prefix, times), e.relpath not in known)
             for e in _in_zip(entries if entries is not None else scan.entries)]
-    small = sum(1 for e, _i in plan if not e.is_dir and e.size <= _SMALL)
+    small = sum(1 for e, _i, _d in plan if not e.is_dir and e.size <= _SMALL)
+    forked = processes and (compress or not THREADS_FOR_STORED)
     writer = None
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
                 zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
-                workers_for(small, processes) as pool:
-            writer = _MemberWriter(zf, pool, f"{out}.batch", on_progress, compress)
-            for e, info in plan:
-                writer.add(e, info)
+                workers_for(small, forked) as pool:
+            scratch = f"{out}.batch" if isinstance(pool, ProcessPoolExecutor) else None
+            writer = _MemberWriter(zf, pool, scratch, on_progress, compress)
+            for e, info, digest in plan:
+                writer.add(e, info, digest)
             writer.finish()
     finally:
         if writer is not None:
@@ -330,7 +361,7 @@ class _MemberWriter:
     large files are written here; finished work is drained in order, and the bytes of small
     files in flight are bounded by _WINDOW."""
 
-    def __init__(self, zf: Any, pool: Any, scratch_prefix: str,
+    def __init__(self, zf: Any, pool: Any, scratch_prefix: str | None,
                  on_progress: Callable[[int], None] | None, compress: bool) -> None:
         from collections import deque
 
@@ -340,22 +371,22 @@ class _MemberWriter:
         self.result = ZipPass()
         # (entries with their ZipInfo, future of a worker batch (a Future, or pool.Done when
         # inline) | None for in-order work)
-        self.pending: deque[tuple[list[tuple[Entry, Any]], Any]] = deque()
+        self.pending: deque[tuple[list[_Item], Any]] = deque()
         self.in_flight = 0
-        self.batch: list[tuple[Entry, Any]] = []
+        self.batch: list[_Item] = []
         self.batch_bytes = 0
         self.scratches: list[str] = []
 
-    def add(self, e: Entry, info: Any) -> None:
+    def add(self, e: Entry, info: Any, digest: bool = True) -> None:
         if not e.is_dir and e.size <= _SMALL:
-            self.batch.append((e, info))
+            self.batch.append((e, info, digest))
             self.batch_bytes += e.size
             self.in_flight += e.size
             if self.batch_bytes >= _BATCH_BYTES or len(self.batch) >= _BATCH_FILES:
                 self._flush_batch()
         else:
             self._flush_batch()  # keep the zip in scan order
-            self.pending.append(([(e, info)], None))
+            self.pending.append(([(e, info, digest)], None))
         self._drain(_WINDOW)
 
     def finish(self) -> None:
@@ -370,10 +401,12 @@ class _MemberWriter:
 
     def _flush_batch(self) -> None:
         if self.batch:
-            self.scratches.append(f"{self.scratch_prefix}{len(self.scratches)}")
+            scratch = None
+            if self.scratch_prefix is not None:
+                scratch = f"{self.scratch_prefix}{len(self.scratches)}"
+                self.scratches.append(scratch)
             self.pending.append((self.batch, self.pool.submit(_prepare_batch, self.batch,
-                                                              self.scratches[-1],
-                                                              self.compress)))
+                                                              scratch, self.compress)))
             self.batch, self.batch_bytes = [], 0
 
     def _drain(self, limit: int) -> None:
@@ -382,33 +415,39 @@ class _MemberWriter:
                            or pending[0][1].done()):
             items, fut = pending.popleft()
             if fut is None:  # a directory or a large file: written in order, here
-                e, info = items[0]
+                e, info, hash_it = items[0]
                 if e.is_dir:
                     self.zf.writestr(info, b"")
                     continue
-                self._record(e, *_stream(self.zf, info, e, self.compress))
+                self._record(e, *_stream(self.zf, info, e, self.compress, hash_it), hash_it)
             else:
-                self.in_flight -= sum(e.size for e, _i in items)
+                self.in_flight -= sum(e.size for e, _i, _d in items)
                 self._write_batch(items, fut.result())
             if self.on_progress:
-                self.on_progress(sum(e.size for e, _info in items if not e.is_dir))
+                self.on_progress(sum(e.size for e, _info, _d in items if not e.is_dir))
 
-    def _write_batch(self, items: list[tuple[Entry, Any]], batch_done: _Batch) -> None:
-        """Append a worker's batch: its members' bytes in one copy, their infos for the
-        central directory."""
-        scratch, size, prepared = batch_done
-        fd = os.open(scratch, os.O_RDONLY)
-        try:
-            ZipAppender(self.zf).append_members(fd, size,
-                                                [(info, at) for info, at, *_r in prepared])
-        finally:
-            os.close(fd)
-            os.unlink(scratch)
-        for (e, _info), (_i, _at, changed, digest, sha) in zip(items, prepared, strict=True):
-            self._record(e, changed, digest, sha)
+    def _write_batch(self, items: list[_Item], batch_done: _Batch) -> None:
+        """Append a worker's batch: its members' bytes (one copy from its scratch file, or
+        its buffers), their infos for the central directory."""
+        scratch, size, bufs, prepared = batch_done
+        members = [(info, at) for info, at, *_r in prepared]
+        if scratch is None:
+            ZipAppender(self.zf).append_buffers(bufs, members)
+        else:
+            fd = os.open(scratch, os.O_RDONLY)
+            try:
+                ZipAppender(self.zf).append_members(fd, size, members)
+            finally:
+                os.close(fd)
+                os.unlink(scratch)
+        for (e, _info, hashed), (_i, _at, changed, digest, sha) in zip(items, prepared,
+                                                                       strict=True):
+            self._record(e, changed, digest, sha, hashed)
 
-    def _record(self, e: Entry, changed: bool, digest: bytes, sha: str) -> None:
-        self.result.digests[e.relpath] = (digest, sha)
+    def _record(self, e: Entry, changed: bool, digest: bytes, sha: str,
+                hashed: bool = True) -> None:
+        if hashed:
+            self.result.digests[e.relpath] = (digest, sha)
         if changed:
             self.result.changed.append(e)
 
@@ -417,7 +456,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
              on_progress: Callable[[int], None] | None, previous: PreviousZip,
              times: Mapping[str, DateTime] | None = None,
              key: Callable[[Entry], Hashable] | None = None, processes: bool = True,
-             compress: bool = False) -> ZipPass:
+             compress: bool = False, known: Collection[str] = frozenset()) -> ZipPass:
     """Write the zip reusing `previous` (the last build of this source): only the files whose
     `key` (default: their stat) changed are read and compressed, into a zip of their own;
     `zipreuse.splice` then assembles both in member order.
@@ -441,7 +480,7 @@ def _rebuild(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - inter
     result, spliced = zipreuse.splice_changed(
         out, previous.index, parts,
         lambda part: _write_zip(scan, part, prefix, on_progress, fresh, times,
-                                processes=processes, compress=compress))
+                                processes=processes, compress=compress, known=known))
     if on_progress and reused_bytes:
         on_progress(reused_bytes)
     result.reused = len(parts) - len(fresh)
@@ -456,7 +495,8 @@ def write_package_zip(scan: PackageScan, out: Path, *,
                       previous: PreviousZip | None = None,
                       key: Callable[[Entry], Hashable] | None = None,
                       processes: bool = True, compress: bool = False,
-                      on_progress: Callable[[int], None] | None = None) -> ZipPass:
+                      on_progress: Callable[[int], None] | None = None,
+                      known: Collection[str] = frozenset()) -> ZipPass:
     """Write the package zip of `scan`'s entries to `out`: rtenv's one zip writer (module doc).
 
     `times`: relpath -> date_time for entries whose file is not the one they stand for (the
@@ -470,14 +510,16 @@ def write_package_zip(scan: PackageScan, out: Path, *,
     hold locks a forked child would wait on forever); the bytes are the same.
     `compress`: deflate what shrinks (module doc); else every member is stored. `previous`
     must have been written with the same choice (its members are copied as they are).
+    `known`: relpaths whose digests the caller has: their files are read for their members
+    but not hashed again (they are not in `digests`).
     """
     prefix = "pkg" if layout == "remote" else ""
     if previous is not None:
         with contextlib.suppress(zipreuse.Unspliceable):
             return _rebuild(scan, out, prefix, on_progress, previous, times, key, processes,
-                            compress)
+                            compress, known)
     result = _write_zip(scan, out, prefix, on_progress, None, times, processes=processes,
-                        compress=compress)
+                        compress=compress, known=known)
     result.stats = {arcname(e, scan, prefix): (key or _stat_key)(e)
                     for e in scan.entries if e.in_zip and not e.is_dir}
     return result
@@ -510,20 +552,29 @@ def fits_stored(scan: PackageScan, layout: Literal["ray", "remote"],
 
 def _zip_pass(scan: PackageScan, tmp: Path, prefix: str,  # noqa: PLR0917 - internal
               on_progress: Callable[[int], None] | None, slot: str | None,
-              compress: bool) -> ZipPass:
+              compress: bool, known: Collection[str] = frozenset()) -> ZipPass:
     """Write `tmp`: spliced with the last build of (root, `slot`) when there is one and it
     splices, else from scratch. Nothing is left behind on failure."""
     previous = None
     try:
         previous = zipreuse.open_previous(scan.root, slot) if slot is not None else None
         return write_package_zip(scan, tmp, layout="remote" if prefix else "ray",
-                                 previous=previous, on_progress=on_progress, compress=compress)
+                                 previous=previous, on_progress=on_progress, compress=compress,
+                                 known=known if HASH_ONCE else frozenset())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     finally:
         if previous is not None:
             previous.close()
+
+
+# Files whose digests build_scan is given (push hashed the tree to ask the target for its URI
+# first) or finds in the digest cache are read for their members, not hashed again. False: the
+# zip pass hashes every file it reads, for the ablation rows, e.g.
+# cold.json: "ablation: push hashing twice, 10k files/200 MB random". (Hashing in the zip pass
+# instead, one read per file and no hashing pass, did not pay: push's URI check first stays.)
+HASH_ONCE = True
 
 
 def _cached_digests(scan: PackageScan, use_cache: bool) -> dict[str, tuple[bytes, str | None]]:
@@ -555,7 +606,8 @@ def build_scan(scan: PackageScan, *, dest_dir: Path, layout: Literal["ray", "rem
     known = dict(digests) if digests is not None else _cached_digests(scan, use_cache)
     tmp = dest_dir / f"._pending.{os.getpid()}.{time.monotonic_ns()}.tmp"
     prefix = "pkg" if layout == "remote" else ""  # a fixed top dir: Ray strips it again
-    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, compress)
+    zip_pass = _zip_pass(scan, tmp, prefix, on_progress, slot if use_cache else None, compress,
+                         known)
     spliced = zip_pass.spliced
     if zip_pass.changed:
         tmp.unlink(missing_ok=True)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from rtenv_cli.core.packaging.walk import PackageScan
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # validate imports this module on every file; the walk only for local dirs
+    from rtenv_cli.core.packaging.walk import PackageScan
 
 
 def size_tree(scan: PackageScan, n: int = 8, depth: int = 2) -> list[tuple[str, int, int]]:
@@ -23,8 +27,13 @@ def size_tree(scan: PackageScan, n: int = 8, depth: int = 2) -> list[tuple[str, 
 
 def offenders(scan: PackageScan, n: int = 5) -> list[tuple[str, int]]:
     """The largest top-level entries (directories summed), for a too-large error."""
+    return offenders_of(((e.relpath, e.size) for e in scan.files()), n)
+
+
+def offenders_of(files: Iterable[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
+    """`offenders` of (relpath, size) pairs: the validator's walk yields those, not a scan."""
     groups: dict[str, int] = {}
-    for e in scan.files():
-        head, sep, _ = e.relpath.partition("/")
-        groups[head + sep] = groups.get(head + sep, 0) + e.size
+    for relpath, size in files:
+        head, sep, _ = relpath.partition("/")
+        groups[head + sep] = groups.get(head + sep, 0) + size
     return sorted(groups.items(), key=lambda kv: -kv[1])[:n]

@@ -7,11 +7,11 @@ name); files and directories with no children on disk are zipped. Where Ray hang
 ships something odd, we raise a PackagingError instead (FIFOs, symlink loops, non-UTF-8 names,
 unreadable files) or warn (broken symlinks and sockets: hashed by name, not zipped, like Ray).
 
-The validator walks with lint/packscan.py instead, on these same ignore matchers: it must go on
-where this walk raises (each problem becomes a finding), name ignored `.py` files at any depth
-(RTE121), and stop at a bound on huge trees; this walk must stop at the first problem and read
-every file it keeps. Two walks for two contracts; tests/test_routes_agree.py and the parity
-suite check that both keep the same files as Ray.
+The validator walks with packscan.py (beside this module) instead, on these same ignore
+matchers: it must go on where this walk raises (each problem becomes a finding), name ignored
+`.py` files at any depth (RTE121), and stop at a bound on huge trees; this walk must stop at the
+first problem and read every file it keeps. Two walks for two contracts;
+tests/test_routes_agree.py and the parity suite check that both keep the same files as Ray.
 """
 
 from __future__ import annotations

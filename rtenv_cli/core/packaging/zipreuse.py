@@ -80,6 +80,19 @@ class ZipAppender:
         zf.fp.seek(zf.start_dir)
         zf._didModify = True
 
+    def append_buffers(self, bufs: Sequence[bytes], members: Sequence[tuple[Any, int]]) -> None:
+        """Append `bufs`, members made as zipfile makes them (local header and data), each
+        `(info, offset in the concatenation of bufs)`."""
+        zf = self.zf
+        at = zf.start_dir
+        for buf in bufs:
+            zf.fp.write(buf)
+        for info, offset in members:
+            info.header_offset = at + offset
+            self._add(info)
+        zf.start_dir = at + sum(map(len, bufs))
+        zf._didModify = True
+
     def copy_member(self, src: Any, info: Any, name: str) -> None:
         """Append member `info` of ZipFile `src` (open for reading) as `name`, raw; its local
         header is what zipfile would write for it (zip64 sizes kept where the source had

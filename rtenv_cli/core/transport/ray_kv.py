@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rtenv_cli.core.errors import TransportError
-from rtenv_cli.core.transport.grpc_unary import field_bytes, field_varint, parse_fields
-from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+from rtenv_cli.core.transport.grpc_unary import field_bytes, field_varint, parse_fields, varint
+from rtenv_cli.core.transport.ray_gcs import RayGcsTarget, _check_status
 
 if TYPE_CHECKING:
     from rtenv_cli.core.transport.resolve import Address
@@ -151,6 +152,17 @@ class RayKV:
     def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
         self.target.call(_KV + "InternalKVPut", field_bytes(1, key.encode()) +
                          field_bytes(2, value) + field_varint(3, int(overwrite)) + self._ns(4))
+
+    def put_file(self, key: str, path: Path, size: int) -> None:
+        """`put` (overwriting) of the first `size` bytes of the file `path`, which go to the
+        socket by sendfile as a package upload's do (grpc_unary's module doc): no copy of them
+        in Python, where `put` frames its value through h2 (several copies of every byte)."""
+        head = (field_bytes(1, key.encode()) + field_varint(3, 1) + self._ns(4) +
+                varint(2 << 3 | 2) + varint(size))  # the value last: its bytes follow
+        # the call RayGcsTarget.upload makes (retries, the file sent again from its start)
+        reply = self.target._call(
+            _KV + "InternalKVPut", head, tail=path, tail_size=size)
+        _check_status(reply, 1, self.target.label)
 
     def exists(self, key: str) -> bool:
         reply = self.target.call(_KV + "InternalKVExists",

@@ -43,8 +43,19 @@ from rtenv_cli.core.trees.manifest import (
     load_local,
 )
 
-PACK_BYTES = 4 << 20
+# Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
+# preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
+# until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
+# with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
+# memory rows, and their ablation at 4 MiB).
+PACK_BYTES = 512 << 10
 PARALLEL = 4
+# A pack of this many bytes or more (half a full one) is spooled to a temporary file as it is
+# read and sent from there by sendfile (RayKV.put_file); smaller ones (a re-push's edits) go in
+# memory. SPOOL False: every pack in memory, through h2's framing, for the ablation rows, e.g.
+# cold.json: "ablation: tree push with in-memory puts, 10k files/200 MB random".
+SPOOL_BYTES = PACK_BYTES // 2
+SPOOL = True
 
 
 @dataclass(frozen=True)
@@ -183,19 +194,37 @@ def _read(f: SourceFile) -> bytes:
 
 def _send_pack(kv: RayKV, files: list[SourceFile], now: float
                ) -> tuple[str, list[tuple[str, int, int]], int]:
-    """Put one pack, then its index; (pack id, its index, bytes sent)."""
+    """Put one pack (spooled through a file when large: SPOOL), then its index; (pack id, its
+    index, bytes sent)."""
+    import tempfile
+
     parts, index, offset = [], [], 0
-    for f in files:
-        data = _read(f)
-        parts.append(data)
-        index.append((f.digest, offset, len(data)))
-        offset += len(data)
-    blob = b"".join(parts)
-    pack = hashlib.sha256(blob).hexdigest()[:40]
+    whole = hashlib.sha256()
+    spool = None
+    if SPOOL and sum(f.size for f in files) >= SPOOL_BYTES:
+        spool = tempfile.NamedTemporaryFile(prefix="rtenv-pack-")  # noqa: SIM115 - closed below
+    try:
+        for f in files:
+            data = _read(f)
+            whole.update(data)
+            if spool is not None:
+                spool.write(data)
+            else:
+                parts.append(data)
+            index.append((f.digest, offset, len(data)))
+            offset += len(data)
+        pack = whole.hexdigest()[:40]
+        if spool is not None:
+            spool.flush()
+            kv.put_file(f"p:{pack}", Path(spool.name), offset)
+        else:
+            kv.put(f"p:{pack}", b"".join(parts))
+    finally:
+        if spool is not None:
+            spool.close()
     raw_index = encode_index(index, now)
-    kv.put(f"p:{pack}", blob)
     kv.put(f"x:{pack}", raw_index)
-    return pack, index, len(blob) + len(raw_index)
+    return pack, index, offset + len(raw_index)
 
 
 def _last_key(address: str, label: str, kind: str) -> str:

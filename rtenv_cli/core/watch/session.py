@@ -40,7 +40,6 @@ loads the plugin again, back to the tree path.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -55,6 +54,7 @@ from rtenv_cli.core.errors import ConfigError, RtenvError
 from rtenv_cli.core.transport.base import PIN_SECONDS, Target
 from rtenv_cli.core.watch.filters import is_dependency_file, is_ephemeral
 from rtenv_cli.core.watch.loop import WatchLoop
+from rtenv_cli.core.watch.oncommand import ChangeCommand
 from rtenv_cli.core.watch.publish import TreePublisher, chooses_pin, publisher_for
 from rtenv_cli.core.watch.snapshot import Change
 from rtenv_cli.core.watch.sources import Source, WatchedEnv, runtime_env_diff
@@ -113,6 +113,7 @@ class WatchSession:
         self.on_push = on_push or (lambda _e: None)
         self.on_notice = on_notice or (lambda _k, _m, _h: None)
         self.on_change_cmd = on_change_cmd
+        self.on_change: ChangeCommand | None = None  # started with the first push
         from rtenv_cli.core.push import tree_path
 
         # the decision and note of `rtenv push` (a RayKV when every node loads the plugin)
@@ -192,7 +193,10 @@ class WatchSession:
         self.published = published
         self.last_event = event
         self.on_push(event)
-        self._run_on_change(event)
+        if self.on_change_cmd:
+            if self.on_change is None:
+                self.on_change = ChangeCommand(self.on_change_cmd, self.on_notice)
+            self.on_change.submit(event)
         return event
 
     def _published_env(self) -> dict[str, Any]:
@@ -211,20 +215,6 @@ class WatchSession:
                 moved.setdefault("py_modules", []).append(src.tree_uri)
         move_to_rtenv(out, moved, self.guarded)
         return out
-
-    def _run_on_change(self, event: PushEvent) -> None:
-        if not self.on_change_cmd:
-            return
-        import subprocess
-        import sys
-
-        env = dict(os.environ, RTENV_RUNTIME_ENV=json.dumps(event.runtime_env),
-                   RTENV_URI=event.uri)
-        # stdout carries only push lines / JSON events: the command's output goes to stderr
-        rc = subprocess.call(self.on_change_cmd, shell=True, env=env,  # noqa: S602 - the user's command
-                             stdout=sys.stderr.fileno())
-        if rc:
-            self.on_notice("warning", f"--on-change command exited with {rc}", None)
 
     def repin(self, seconds: int | None = None) -> bool:
         """Re-pin the versions a job may still need (see "Pins"); True when the current version
@@ -409,7 +399,14 @@ class WatchSession:
     def stop(self) -> None:
         self.loop.stop()
 
+    def finish_commands(self) -> int | None:
+        """Wait for the --on-change command (`--once`): its exit status, None when none ran."""
+        return self.on_change.wait() if self.on_change is not None else None
+
     def close(self) -> None:
+        if self.on_change is not None:  # a command still running is stopped (oncommand.py)
+            self.on_change.close()
+            self.on_change = None
         if self.hold_s and self.pinned:
             # the last versions stay as long as after a one-shot push (best effort: the
             # target may be gone)

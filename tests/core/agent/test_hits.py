@@ -13,8 +13,9 @@ import requests  # noqa: TID253 - tests are not on the CLI's startup path
 from rtenv_cli.core.agent.hits import create_app
 from rtenv_cli.core.agent.server import AgentConfig
 from rtenv_cli.core.transport.agent_http import AgentTarget
-from tests.support.agent import agent_process, until
+from tests.support.agent import agent_process
 from tests.support.packages import make_tree, ray_package
+from tests.support.wait import until
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
 
@@ -121,8 +122,8 @@ def test_a_hit_waits_for_another_writer_without_stopping_the_agent(tmp_path: Pat
             with ThreadPoolExecutor(1) as pool:
                 waiting = pool.submit(requests.post, url, json={**body, "holder": "second"},
                                       timeout=30)
-                until("the hit waiting for the write lock",
-                      lambda: _flock_waiters(tmp_path / "s" / "index.sqlite.wlock") > 0)
+                until(lambda: _flock_waiters(tmp_path / "s" / "index.sqlite.wlock") > 0,
+                      what="the hit waiting for the write lock")
                 assert not waiting.done()
                 # the event loop is free: another request is answered meanwhile
                 assert requests.get(f"{agent.url}/api/agent", timeout=5).status_code == 200

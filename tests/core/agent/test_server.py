@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,8 +19,9 @@ from rtenv_cli.core.agent.openapi import SCHEMA
 from rtenv_cli.core.agent.server import AgentConfig
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.agent_http import AgentClient, AgentTarget
-from tests.support.agent import AgentProc, agent_process, until
+from tests.support.agent import AgentProc, agent_process
 from tests.support.packages import make_tree, ray_package
+from tests.support.wait import until
 
 TOKEN = "s3cret-token"  # noqa: S105 - a test token
 
@@ -62,8 +62,8 @@ def test_tampered_and_truncated_uploads_are_rejected(agent: AgentProc, tmp_path:
     assert requests.put(f"{agent.url}/api/blobs/{sha}", data=b"evil",
                         timeout=10).status_code == 422
     # the hung-up upload's temp file goes once the agent sees the connection close
-    until("the truncated upload's temp file removed",
-           lambda: not any((agent.root / "tmp").iterdir()))
+    until(lambda: not any((agent.root / "tmp").iterdir()),
+          what="the truncated upload's temp file removed")
     assert requests.get(f"{agent.url}/api/packages/gcs/{name}", timeout=10).status_code == 404
     assert not (agent.root / "blobs" / sha[:2] / sha).exists()
     assert not (agent.root / "packages" / other_uri.removeprefix("gcs://")).exists()
@@ -406,10 +406,7 @@ def test_sigkill_during_build_then_restart(tmp_path: Path) -> None:
         pool = ThreadPoolExecutor(1)
         pending = pool.submit(client.get_or_create, {"pip": [f"slowpkg @ file://{slow}"]},
                               holder="slow")
-        deadline = time.monotonic() + 60
-        while not (slow / "slow_backend.py.started").exists():
-            assert time.monotonic() < deadline, "the slow build never started"
-            time.sleep(0.05)
+        until((slow / "slow_backend.py.started").exists, what="the slow build to start")
         assert list((root / "tmp").iterdir())  # mid-build: only in tmp/
         agent.kill()
         with pytest.raises(TransportError):

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes, list_ray_nodes
 from tests.support.cli import run_cli
 from tests.support.ports import free_ports
 from tests.support.ray_head import RayHead, ray_executable, worker_port_base
+from tests.support.wait import until
 
 OLD = "session_2020-01-01_00-00-00_000000_1"
 
@@ -87,11 +87,13 @@ def _alive(head: RayHead) -> int:
 
 
 def _wait_alive(head: RayHead, count: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 90
-    while _alive(head) != count:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"the cluster did not reach {count} alive nodes")
-        time.sleep(0.5)
+    def alive() -> bool:
+        if _alive(head) == count:
+            return True
+        assert proc.poll() is None, f"the node exited ({proc.returncode}) before {count} alive"
+        return False
+
+    until(alive, what=f"{count} alive nodes")
 
 
 @contextlib.contextmanager
@@ -121,7 +123,7 @@ def second_node(head: RayHead) -> Iterator[None]:
         # the raylet leaves the cluster on SIGTERM; `ray start --block` itself needs SIGKILL
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(AssertionError):  # the node exited first: kill its group
             _wait_alive(head, 1, proc)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -95,8 +95,7 @@ def test_files_sharing_a_working_dir_walk_it_once_per_run(
     """100 configs of one project cost one walk of it, not 100 (and a new run walks afresh)."""
     from collections import Counter
 
-    from rtenv_cli.core.lint import packscan
-    from rtenv_cli.core.packaging import hashing, walk
+    from rtenv_cli.core.packaging import hashing, packscan, walk
 
     calls: Counter[str] = Counter()
 

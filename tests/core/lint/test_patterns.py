@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.lint.packscan import pattern_matcher
 from rtenv_cli.core.lint.patterns import default_covered, never_matches
+from rtenv_cli.core.packaging.packscan import pattern_matcher
 
 TREE = ["main.py", "app.log", "node_modules/", "node_modules/x.js", "outputs/", "data/d.csv",
         "data/"]

@@ -107,8 +107,8 @@ def test_no_private_imports_across_modules() -> None:
 
 
 def test_walk_cache_lives_on_the_context() -> None:
-    from rtenv_cli.core.lint import packscan
     from rtenv_cli.core.lint.context import Context, FileCache, RunCache
+    from rtenv_cli.core.packaging import packscan
 
     assert not hasattr(packscan, "forget")
     assert not hasattr(packscan, "_cache")

@@ -117,10 +117,10 @@ def test_file_changed_while_packaging_is_never_published(tmp_path: Path,
     real = b._prepare
     calls = {"n": 0}
 
-    def edit_during(e, compress):
+    def edit_during(e, compress, *rest):
         calls["n"] += 1
         os.utime(f, ns=(1, calls["n"] * 10**9))  # the file "changes" under us every time
-        return real(e, compress)
+        return real(e, compress, *rest)
 
     monkeypatch.setattr(b, "_prepare", edit_during)
     with pytest.raises(PackagingError, match="kept changing"):
@@ -218,10 +218,10 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
     root = _many(tmp_path / "src", 600)
     real = build._prepare
 
-    def failing(e: object, compress: bool) -> object:
+    def failing(e: object, compress: bool, *rest: bool) -> object:
         if getattr(e, "relpath", "") == "d1/m400.py":
             raise PackagingError("cannot read d1/m400.py: simulated")
-        return real(e, compress)  # type: ignore[arg-type]
+        return real(e, compress, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(build, "_prepare", failing)  # forked workers inherit it
     with pytest.raises(PackagingError, match="simulated"):
@@ -281,3 +281,34 @@ def test_zipfile_internals_are_touched_in_one_module() -> None:
     users = sorted(str(p.relative_to(pkg)) for p in pkg.rglob("*.py")
                    if pattern.search(p.read_text(encoding="utf-8")))
     assert users == ["core/packaging/zipreuse.py"]
+
+
+def test_files_whose_digests_the_caller_has_are_zipped_without_hashing_them_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Push hashes the tree for its URI check first: the zip pass then reads each file for its
+    member only (build.HASH_ONCE), and the zip and URI are the same as from a cold build."""
+    import hashlib
+
+    from rtenv_cli.core.packaging.build import build_scan
+    from rtenv_cli.core.packaging.hashing import digest_entries
+    from rtenv_cli.core.packaging.walk import scan_package
+
+    root = _many(tmp_path / "src", 40)  # small files in batches, a large one streamed
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    scan = scan_package(root, kind="working_dir", env={})
+    digests = digest_entries(scan.entries, use_cache=False)
+    hashed: list[int] = []
+    real_sha1 = hashlib.sha1
+
+    def counting(*args: object, **kwargs: object) -> object:
+        hashed.append(1)
+        return real_sha1(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashlib, "sha1", counting)
+    built = build_scan(scan, dest_dir=tmp_path / "given", digests=digests, use_cache=False)
+    monkeypatch.setattr(hashlib, "sha1", real_sha1)
+    assert hashed == []
+    cold = build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "cold",
+                         use_cache=False)
+    assert built.uri == cold.uri == ray_uri(root, "working_dir", [])
+    assert built.path.read_bytes() == cold.path.read_bytes()

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from rtenv_cli.core.cache.ray_nodes import clean_ray_nodes, list_ray_nodes
 from rtenv_cli.core.store.store import Store
 from tests.core.rayplugin.conftest import PluginCluster
 from tests.core.rayplugin.test_plugin_ray import PROBE
+from tests.support.wait import until
 
 pytestmark = pytest.mark.ray
 
@@ -95,10 +95,7 @@ def test_cache_ls_gc_purge_address_see_both_nodes_and_spare_a_live_actors_env(
 
     # the actor is gone: Ray releases the URI (delete_uri), and gc removes the env. Polled on
     # the worker node's store, whose index the scans report (a scan job per poll cost ~6 s)
-    deadline = time.monotonic() + 60
-    while _worker_refs(c).get(LABEL):
-        assert time.monotonic() < deadline, "delete_uri did not release rtenv's reference"
-        time.sleep(0.5)
+    until(lambda: not _worker_refs(c).get(LABEL), what="delete_uri to release rtenv's reference")
     cli = subprocess.run([sys.executable, "-m", "rtenv_cli", "cache", "gc", "--address",
                           c.head.dashboard_url, "--keep-storage", "0", "--kind", "pip", "--yes",
                           "--format", "json"], capture_output=True, text=True, timeout=300,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from rtenv_cli.core.store.cgroups import Cgroups
 from tests.core.rayplugin.conftest import PluginCluster
 from tests.core.store.test_cgroups import needs_v1
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.cgroups, needs_v1]
 
@@ -94,13 +94,8 @@ def test_a_task_past_its_memory_limit_fails_and_its_neighbours_do_not(
     # driver (the agent's log below is whichever node's agent swept first)
     said = "rtenv: this worker was OOM-killed: it went past its rtenv.limits memory of " \
         f"{200 * 10**6 / 2**20:g} MiB ({200 * 10**6} bytes"
-    deadline = time.monotonic() + 30
-    while said not in _worker_stderr(plugin_cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert said in _worker_stderr(plugin_cluster)
-    deadline = time.monotonic() + 30
-    while "OOM-killed" not in plugin_cluster.setup_logs() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    until(lambda: said in _worker_stderr(plugin_cluster), what="the OOM line in a worker's stderr")
+    until(lambda: "OOM-killed" in plugin_cluster.setup_logs(), what="the OOM line in the setup log")
     assert f"it went past its rtenv.limits memory of {200 * 10**6 // 4096 * 4096} bytes" in \
         plugin_cluster.setup_logs()
 
@@ -119,11 +114,10 @@ def test_no_rtenv_cgroup_is_left_after_the_workers_exit(
     names |= {Path(ln.rsplit("(cgroup ", 1)[1].rstrip(")")).name
               for ln in logs.splitlines() if "OOM-killed" in ln and "(cgroup " in ln}
     parents = Cgroups().parents()
-    deadline = time.monotonic() + 60  # the driver is gone: Ray ends its workers, the agent sweeps
-    left = names
-    while time.monotonic() < deadline:
-        left = {n for n in names for p in parents if (p / n).exists()}
-        if not left:
-            break
-        time.sleep(0.5)
-    assert not left, textwrap.shorten(str(left), 300)
+
+    def left() -> set[str]:
+        return {n for n in names for p in parents if (p / n).exists()}
+
+    # the driver is gone: Ray ends its workers, the agent sweeps
+    until(lambda: not left(),
+          what=lambda: "the cgroups swept: " + textwrap.shorten(str(left()), 300))

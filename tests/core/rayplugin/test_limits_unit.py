@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from rtenv_cli.core.spec.limits import MIN_CPUS, LimitsField, parse_limits
 from rtenv_cli.core.store.cgroups import Cgroups
 from tests.core.store.test_cgroups import needs_v1
 from tests.support.cli import run_cli
+from tests.support.wait import until
 
 
 def test_limits_parse_like_rtenv_run_memory() -> None:
@@ -152,11 +152,13 @@ def test_an_oom_kill_is_told_in_the_ray_workers_stderr_log(tmp_path: Path) -> No
 def _swept(groups: list[Path]) -> bool:
     """Sweep until `groups` are gone: a sweep keeps each while its worker or its watcher runs
     (the watcher reads the OOM count after the worker ends, then exits)."""
-    deadline = time.monotonic() + 60
-    while any(g.exists() for g in groups) and time.monotonic() < deadline:
-        Guard().sweep()
-        time.sleep(0.05)
-    return not any(g.exists() for g in groups)
+
+    def sweep() -> bool:
+        if any(g.exists() for g in groups):
+            Guard().sweep()
+        return not any(g.exists() for g in groups)
+
+    return until(sweep, what=lambda: f"the sweep to remove {[str(g) for g in groups]}")
 
 
 def test_the_oom_line_names_the_limit_and_what_to_do() -> None:

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from rtenv_cli.core.rayplugin.nodes import plugin_status
+from rtenv_cli.core.store.index import Entry
 from rtenv_cli.core.store.store import Store
 from tests.core.rayplugin.conftest import PluginCluster, plugin_env
 from tests.support.ray_head import RayHead, RayWorkerNode, ray_executable
+from tests.support.wait import until
 
 pytestmark = pytest.mark.ray
 
@@ -185,17 +187,13 @@ def test_delete_uri_releases_the_reference_and_gc_then_removes_the_env(
         print(json.dumps([ray.get(r)]))
     ''')
     store = Store(c.head_home / "store")
-    import time
 
-    deadline = time.monotonic() + 60
-    entry = None
-    while time.monotonic() < deadline:  # the driver exited: its worker goes, Ray's ref too
+    def released() -> Entry | None:
         entry = next(e for e in store.index.all() if e.label == "six==1.14.0")
-        if entry.refs == 0:
-            break
-        time.sleep(0.5)
-    assert entry is not None
-    assert entry.refs == 0, "delete_uri did not release rtenv's reference"
+        return entry if entry.refs == 0 else None
+
+    # the driver exited: its worker goes, Ray's ref too
+    entry = until(released, what="delete_uri to release rtenv's reference")
     env = dict(os.environ, RTENV_HOME=str(c.head_home))
     proc = subprocess.run([sys.executable, "-m", "rtenv_cli", "cache", "gc", "--keep-storage",
                            "0", "--yes", "--kind", "pip", "--format", "json"], env=env,

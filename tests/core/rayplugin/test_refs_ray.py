@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from rtenv_cli.core.store.users import in_use
 from tests.core.rayplugin.conftest import plugin_env
 from tests.core.rayplugin.test_plugin_ray import PROBE
 from tests.support.ray_head import RayHead
+from tests.support.wait import until
 
 pytestmark = pytest.mark.ray
 
@@ -86,10 +86,8 @@ def test_references_end_with_the_workers_and_purge_spares_a_live_actor(
 
     # the job ended; once no process uses DONE's venv its lease lapses (Ray never calls
     # delete_uri here: its cache keeps the URI), while the actor keeps KEPT's renewed
-    deadline = time.monotonic() + 180  # a bound for a failure, not the expected wait
-    while in_use([_entries(home)[DONE][1]]) or _entries(home)[DONE][0]:
-        assert time.monotonic() < deadline, f"reference never released: {_entries(home)}"
-        time.sleep(0.5)
+    until(lambda: not (in_use([_entries(home)[DONE][1]]) or _entries(home)[DONE][0]),
+          what=lambda: f"the reference released: {_entries(home)}", timeout=180)
     listing = _cli(head, "ls", address=head.address)  # the GCS address: tree refs too
     assert listing["tree_refs"] == []  # this node materialized no tree
     (node,) = listing["nodes"]

@@ -17,6 +17,7 @@ from rtenv_cli.core.push import PushResult
 from rtenv_cli.core.transport.ray_kv import RayKV
 from rtenv_cli.core.trees.cluster import readiness
 from tests.core.rayplugin.conftest import PluginCluster
+from tests.support.wait import until
 
 pytestmark = pytest.mark.ray
 
@@ -82,11 +83,9 @@ def kv(c: PluginCluster) -> RayKV:
 
 def wait_ready(c: PluginCluster, timeout: float = 120) -> None:
     conn = kv(c)
-    deadline = time.monotonic() + timeout
     try:
-        while not readiness(conn).ok:
-            assert time.monotonic() < deadline, readiness(conn).why_not()
-            time.sleep(0.2)
+        until(lambda: readiness(conn).ok, what=lambda: f"the cluster ready for trees: "
+              f"{readiness(conn).why_not()}", timeout=timeout)
     finally:
         conn.close()
 
@@ -149,13 +148,6 @@ def node_tree(c: PluginCluster, which: str, uri: str) -> Path:
     return home / "store" / "trees" / "t" / node / uri.removeprefix("rtenv-tree://")
 
 
-def wait_for(cond: object, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def sha(data: bytes) -> str:
     import hashlib
 
@@ -184,8 +176,8 @@ def test_a_one_file_edit_sends_that_file_and_both_nodes_see_it(
     want = sha(edited.read_bytes())[:16]
     assert [s["cwd_files"]["pkg/sub/data.txt"][1] for s in seen] == [want, want]
     # and the next edit's tree is the last one's, patched (it was released: a spare)
-    wait_for(lambda: not node_tree(c, "worker", again.runtime_env["rtenv"]["working_dir"])
-             .exists(), "the edited tree to be released")
+    until(lambda: not node_tree(c, "worker", again.runtime_env["rtenv"]["working_dir"])
+          .exists(), what="the edited tree to be released")
     edited.write_text("edited twice\n")
     third = push(tree_src, address=c.head.address, env={}, base_dir=tree_src.parent)
     uri = third.runtime_env["rtenv"]["working_dir"]
@@ -225,8 +217,8 @@ def test_a_worker_writing_its_working_dir_changes_neither_the_store_nor_the_next
         assert sha(obj.read_bytes()) == obj.name, obj
     uri = pushed.runtime_env["rtenv"]["working_dir"]
     # the job ended: once its workers are gone, the plugin drops the tree and its reference
-    wait_for(lambda: not node_tree(c, "head", uri).exists()
-             and not node_tree(c, "worker", uri).exists(), "the trees to be released")
+    until(lambda: not node_tree(c, "head", uri).exists()
+          and not node_tree(c, "worker", uri).exists(), what="the trees to be released")
     second = on_both(c, pushed.runtime_env)
     assert [s["cwd_files"]["main.py"][1] for s in second] == [want, want]
 
@@ -273,7 +265,7 @@ def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly
     bare = RayHead().start()
     try:
         conn = RayKV.connect(bare.address, env={})
-        wait_for(conn.alive_nodes, "the bare head's node to register")
+        until(conn.alive_nodes, what="the bare head's node to register")
         conn.close()
         zipped = push(tree_src, address=bare.address, env={}, base_dir=tree_src.parent)
         assert zipped.path == "zip"
@@ -360,8 +352,8 @@ def test_a_killed_pusher_leaves_no_manifest_naming_missing_contents(
                              c.head.address, "--via", "tree"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: set(conn.keys("x:")) - before or proc.poll() is not None,
-                 "the first pack")
+        until(lambda: set(conn.keys("x:")) - before or proc.poll() is not None,
+              what="the first pack")
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
@@ -399,8 +391,8 @@ def test_gc_returns_the_kv_to_its_start_once_no_worker_holds_a_tree(
     assert not kept.manifests_removed
     assert not kept.packs_removed
     # the driver exited: once its workers are gone, no node holds its trees
-    wait_for(lambda: not ours & {k.split(":")[1] for k in conn.keys("r:")},
-             "the nodes to drop their references")
+    until(lambda: not ours & {k.split(":")[1] for k in conn.keys("r:")},
+          what="the nodes to drop their references")
     done = collect(conn, grace_s=0)
     assert ours <= set(done.manifests_removed)
     assert done.packs_removed
@@ -444,7 +436,6 @@ def watched(c: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with(
         plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.core.watch.helpers import Running
-    from tests.core.watch.helpers import wait_for as wait_until
 
     c = plugin_cluster
     src, target = watched(c, tmp_path, monkeypatch)
@@ -463,8 +454,8 @@ def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with
         assert 0 < saved.bytes_sent < 1500, saved.bytes_sent
         (wd / "pkg" / "sub" / "data.txt").unlink()
         (wd / "new.py").write_text("NEW = 1\n")
-        last = wait_until(lambda: next((e for e in w.events if "new.py" in e.added), None),
-                          timeout=60)
+        last = until(lambda: next((e for e in w.events if "new.py" in e.added), None),
+                     what="the save that added new.py")
     assert not w.notices, w.notices  # the tree path: no "zip path" note
     assert w.events[-1] is last, w.events
     fresh = push(src, address=c.head.address, env={}, base_dir=tmp_path, via="tree")
@@ -565,7 +556,7 @@ def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
         os.kill(agent, signal.SIGKILL)
         conn = kv(c)
         try:
-            wait_for(lambda: node.node_id not in conn.alive_nodes(), "the node to go down")
+            until(lambda: node.node_id not in conn.alive_nodes(), what="the node to go down")
         finally:
             conn.close()
         left = partial()
@@ -590,8 +581,8 @@ def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
         for obj in (trees / "objects").glob("*/*"):
             assert sha(obj.read_bytes()) == obj.name, obj
         # what the killed build left goes (the restarted agent's trees remove it, in a thread)
-        wait_for(lambda: not any(p.exists() for p in left), "the partial tree to be removed")
-        wait_for(lambda: not any((trees / "trash").iterdir()), "the trash to be emptied")
+        until(lambda: not any(p.exists() for p in left), what="the partial tree to be removed")
+        until(lambda: not any((trees / "trash").iterdir()), what="the trash to be emptied")
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()

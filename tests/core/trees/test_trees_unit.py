@@ -42,6 +42,12 @@ class MemoryKV:
     def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
         self.data[key] = bytes(value)
 
+    def put_file(self, key: str, path: Path, size: int) -> None:
+        with path.open("rb") as fh:
+            self.data[key] = fh.read(size)
+        self.data.setdefault("spooled", b"")
+        self.data["spooled"] += key.encode() + b"\n"  # seen by every fork
+
     def exists(self, key: str) -> bool:
         return key in self.data
 
@@ -116,6 +122,55 @@ def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
     path2, _size, how = node.ensure(second["manifest"])
     assert how == "patched"
     assert listing(path2) == listing(src)
+
+
+def test_large_packs_are_spooled_through_a_file_and_build_the_same_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packs of SPOOL_BYTES or more are sent from a temporary file (RayKV.put_file), smaller ones
+    in memory; either way the pack's id is the sha256 of its bytes and a node builds the tree."""
+    import hashlib
+    import tempfile
+
+    from rtenv_cli.core.trees import publish as pub
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    (tmp_path / "spool").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spool"))
+    src = tree(tmp_path / "src")
+    for i in range(3):
+        (src / "big").mkdir(exist_ok=True)
+        (src / "big" / f"b{i}.bin").write_bytes(os.urandom(pub.SPOOL_BYTES // 2 + i))
+    kv = MemoryKV()
+    first = publish(kv, src, tmp_path / "home")
+    spooled = kv.data.pop("spooled", b"").decode().split()
+    assert spooled
+    packs = {k.removeprefix("p:"): v for k, v in kv.data.items() if k.startswith("p:")}
+    assert len(packs) == first["packs_sent"]
+    assert {hashlib.sha256(v).hexdigest()[:40] for v in packs.values()} == set(packs)
+    assert all(len(kv.data[k]) >= pub.SPOOL_BYTES for k in spooled)
+    path, _size, _how = NodeTrees(tmp_path / "node", "n1", kv.fork).ensure(first["manifest"])
+    assert listing(path) == listing(src)
+    assert list((tmp_path / "spool").iterdir()) == []  # every spool file removed
+
+
+def test_small_files_go_to_the_cluster_in_puts_of_at_most_512_kib(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GCS receives each KV put whole and its allocator keeps the buffers it frees
+    (publish.PACK_BYTES): a cold push packs small files into puts of at most 512 KiB; a
+    larger file goes alone."""
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(48):
+        (src / f"f{i}.bin").write_bytes(os.urandom(64 << 10))
+    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+    kv = MemoryKV()
+    publish(kv, src, tmp_path / "home")
+    packs = sorted(len(v) for k, v in kv.data.items() if k.startswith("p:"))
+    assert packs[-1] == 1 << 20
+    assert len(packs) > 2
+    assert max(packs[:-1]) <= 512 << 10
+    assert sum(packs) == 4 << 20
 
 
 def test_a_spare_a_worker_wrote_into_is_not_patched(

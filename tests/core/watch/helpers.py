@@ -9,16 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.core.watch.session import PushEvent, WatchSession
+from tests.support.wait import TIMEOUT, described, until
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
+def wait_for(pred: Callable[[], Any], timeout: float = TIMEOUT, interval: float = 0.02) -> Any:
+    """`tests.support.wait.until` with the watch's poll interval; a failure quotes PRED."""
+    return until(pred, what=lambda: described(pred), timeout=timeout, interval=interval)
 
 
 class Running:

@@ -157,7 +157,8 @@ def _unmatched(ctx: Context, excludes: list[object],
     """Patterns that match no packaged path: RTE122 when they can never match, RTE123 when
     Ray's default excludes already drop what they name, nothing when it is merely not there
     yet (see lint/patterns.py)."""
-    from rtenv_cli.core.lint import packscan, patterns
+    from rtenv_cli.core.lint import patterns
+    from rtenv_cli.core.packaging import packscan
     from rtenv_cli.core.packaging.ignore import default_excludes
 
     trees: list[list[str]] = []

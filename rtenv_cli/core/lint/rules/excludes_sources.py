@@ -76,7 +76,7 @@ def excludes_drop_sources(ctx: Context) -> Iterator[Diagnostic]:
     excludes = ctx.data.get("excludes")
     if not isinstance(excludes, list) or not any(isinstance(p, str) for p in excludes):
         return
-    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import packscan
 
     user = [p for p in excludes if isinstance(p, str)]
     sources = []  # per package: the Python files the excludes (negations included) leave out
@@ -115,7 +115,7 @@ def excludes_drop_sources(ctx: Context) -> Iterator[Diagnostic]:
 def _opened(root: Any, gone: list[str], code: list[str]) -> list[tuple[str, str, int]]:
     """(dropped file, the kept module that opens it by name, line): data files the excludes
     leave out while the code passes their name to open()/Path()/read_csv()..."""
-    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import packscan
 
     data = [rel for rel in gone if not rel.endswith(".py")]
     if not data or not code:
@@ -133,7 +133,7 @@ def _opened(root: Any, gone: list[str], code: list[str]) -> list[tuple[str, str,
 
 def _opened_findings(ctx: Context, excludes: list[Any], opened: list[tuple[str, str, int]]
                      ) -> Iterator[Diagnostic]:
-    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import packscan
 
     for index, pattern in enumerate(excludes):
         matcher = packscan.pattern_matcher(pattern) if isinstance(pattern, str) and \

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
     """What Ray packages under `root`: packaging's scan, or the forgiving walk where packaging
     refuses the tree (FIFOs, loops, unreadable files: the pipeline reports those)."""
     from rtenv_cli.core.errors import RtenvError
-    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import packscan
     from rtenv_cli.core.packaging.walk import scan_package
 
     try:
@@ -55,23 +54,13 @@ def scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
 
 def _forgiving_scan(root: Path, kind: str, excludes: Sequence[str], env: Mapping[str, str],
                     walks: dict[tuple[Any, ...], Any] | None) -> Scan:
-    from rtenv_cli.core.lint import packscan
+    from rtenv_cli.core.packaging import packscan
 
     if root.is_file():
         size = root.stat().st_size
         return Scan(((root.name, size),), size, False, (), False)
     walked = packscan.cached_walk(root, kind, excludes, env, walks)
     return Scan(walked.files, walked.total_bytes, walked.root_excluded, walked.ignored_py, True)
-
-
-def offenders(files: Sequence[tuple[str, int]], n: int = 5) -> list[tuple[str, int]]:
-    """The largest top-level entries (directories summed) and the largest single files."""
-    groups: dict[str, int] = {}
-    for rel, size in files:
-        head = rel.split(os.sep, 1)
-        key = head[0] + ("/" if len(head) > 1 else "")
-        groups[key] = groups.get(key, 0) + size
-    return sorted(groups.items(), key=lambda kv: -kv[1])[:n]
 
 
 def _fmt(size: int) -> str:
@@ -88,6 +77,8 @@ def package_scans(ctx: Context) -> Iterator[tuple[tuple[Any, ...], Path, str, Sc
 
 
 def check_size(ctx: Context) -> Iterator[Diagnostic]:
+    from rtenv_cli.core.packaging.sizes import offenders_of
+
     limit = (model.JOB_SUBMIT_UPLOAD_LIMIT if ctx.options.api == "job-submit"
              else model.GCS_PACKAGE_LIMIT)
     where = "the 100 MiB job-submit upload limit" if ctx.options.api == "job-submit" else \
@@ -96,7 +87,7 @@ def check_size(ctx: Context) -> Iterator[Diagnostic]:
     for path, _source, _kind, result in scans(ctx):
         if (*ctx.prefix, *path) in refused:
             continue  # Ray's upload fails: RTE150 comes from the pipeline, as Ray's verdict
-        top = ", ".join(f"{name} {_fmt(size)}" for name, size in offenders(result.files))
+        top = ", ".join(f"{name} {_fmt(size)}" for name, size in offenders_of(result.files))
         big = [(r, s) for r, s in result.files if s >= FILE_SIZE_WARNING]
         if result.total_bytes >= limit:
             yield ctx.diag("RTE150", f"package holds {_fmt(result.total_bytes)} before "

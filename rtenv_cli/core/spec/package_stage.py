@@ -6,17 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rtenv_cli.core.spec import model
 from rtenv_cli.core.spec import normalize as n
 
 if TYPE_CHECKING:
-    from rtenv_cli.core.lint.context import FileCache
-    from rtenv_cli.core.lint.result import PipelineResult
+    from rtenv_cli.core.packaging.packscan import Walked
     from rtenv_cli.core.spec.construct import RaySemantics
+    from rtenv_cli.core.spec.pipeline_result import PipelineResult
 
 PLACEHOLDER_URI = model.PLACEHOLDER_URI
+
+
+class PackageMemo(Protocol):
+    """What a validate run remembers of its local packages, shared by its files (lint's
+    `FileCache`): the forgiving walks and the URIs computed from them."""
+
+    @property
+    def walks(self) -> dict[tuple[Any, ...], Walked]: ...
+
+    @property
+    def uris(self) -> dict[tuple[Any, ...], str]: ...
 
 
 def _resolve(p: str, base_dir: Path) -> Path:
@@ -27,11 +38,11 @@ class Packager:
     """Replaces local working_dir/py_modules with `gcs://` URIs the way Ray's helpers do."""
 
     def __init__(self, ray: RaySemantics, prefix: tuple[Any, ...], result: PipelineResult, *,
-                 cache: FileCache | None = None) -> None:
+                 cache: PackageMemo | None = None) -> None:
         self.base_dir, self.api, self.env = ray.base_dir, ray.api, ray.env
         self.prefix, self.result = prefix, result
         self.walks = cache.walks if cache is not None else None
-        self.uris = cache.run.uris if cache is not None else None
+        self.uris = cache.uris if cache is not None else None
 
     def fail(self, message: str, path: tuple[Any, ...], kind: str = "ValueError",
              hint: str | None = None) -> None:
@@ -42,7 +53,7 @@ class Packager:
                 ) -> str | None:
         """Ray's URI for a local package; None when Ray fails on it (the error is recorded)."""
         from rtenv_cli.core.errors import RtenvError
-        from rtenv_cli.core.lint import packscan
+        from rtenv_cli.core.packaging import packscan
         from rtenv_cli.core.packaging.hashing import digest_entries, package_uri, scan_uri
         from rtenv_cli.core.packaging.walk import scan_package
 
@@ -89,10 +100,10 @@ class Packager:
         """Ray's upload of this package fails: the dashboard refuses request bodies over
         100 MiB (`ray job submit`), the GCS packages of 512 MiB and more (`ray.init`). Ray
         zips without compression, so the files' total is the upload's size."""
-        from rtenv_cli.core.lint.rules.size import offenders
+        from rtenv_cli.core.packaging.sizes import offenders_of
 
         mib = total / 1024 / 1024
-        top = offenders(files, 3)
+        top = offenders_of(files, 3)
         largest = ", ".join(f"{name} {size / 1024 / 1024:.1f} MiB" for name, size in top
                             if size >= top[0][1] // 100)
         if self.api == "job-submit":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rtenv_cli.core.lint import packscan
+from rtenv_cli.core.packaging import packscan
 
 
 def _tree(root: Path) -> None:

@@ -1,10 +1,10 @@
 """The validator's view of a local working_dir/py_module: Ray's `_dir_travel` walk, forgiving.
 
-Ignore decisions and hashes are core/packaging's (Ray's pathspec 0.8.1 semantics, Ray's XOR
-fold), so `rtenv validate` agrees with `rtenv push` on every path. What differs is the walk: the
-validator must keep going where packaging refuses (FIFOs, unreadable files or ignore files: the
-pipeline reports those as findings), report ignored `.py` files at any depth (RTE121), and stay
-bounded on huge trees (WALK_LIMIT).
+Ignore decisions and hashes are the package walk's (ignore.py: Ray's pathspec 0.8.1 semantics;
+hashing.py: Ray's XOR fold), so `rtenv validate` agrees with `rtenv push` on every path. What
+differs is the walk: the validator must keep going where packaging refuses (FIFOs, unreadable
+files or ignore files: the pipeline reports those as findings), report ignored `.py` files at any
+depth (RTE121), and stay bounded on huge trees (WALK_LIMIT).
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from rtenv_cli.core.lint.package_stage import Packager
-from rtenv_cli.core.lint.result import Api, PipelineResult
 from rtenv_cli.core.spec import normalize as n
 from rtenv_cli.core.spec.construct import RaySemantics, construct
+from rtenv_cli.core.spec.package_stage import Packager
+from rtenv_cli.core.spec.pipeline_result import Api, PipelineResult
 
 if TYPE_CHECKING:
-    from rtenv_cli.core.lint.context import FileCache
+    from rtenv_cli.core.spec.package_stage import PackageMemo
 
 __all__ = ["HOOK_ENV_VAR", "Api", "PipelineResult", "RaySemantics", "run_pipeline"]
 
@@ -73,17 +73,15 @@ def _unencodable(  # noqa: PLR0911 - one return per JSON type
 
 def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     data: Any, ray: RaySemantics, *, prefix: tuple[Any, ...] = (),
-    cache: FileCache | None = None,
+    cache: PackageMemo | None = None,
 ) -> PipelineResult:
     api = ray.api
     result = PipelineResult()
     if not data:  # `runtime_env or {}`: empty file, comments only, false, [], 0, ""
         data = {}
     if not isinstance(data, dict):
-        from rtenv_cli.core.lint.context import shape_hint
-
         result.errors.append(_e(f"'{type(data).__name__}' object has no attribute 'get'",
-                                prefix, "AttributeError", "shape", hint=shape_hint(data)))
+                                prefix, "AttributeError", "shape", hint=_shape_hint(data)))
         return result
     import copy
 
@@ -121,6 +119,25 @@ def run_pipeline(  # noqa: PLR0912 - the stages of Ray's submit path, in order
     if result.errors:
         result.normalized = None
     return result
+
+
+def _shape_hint(data: Any) -> str:
+    """What the user meant by a document that is no mapping (Ray: `'<type>' object has no
+    attribute 'get'`)."""
+    import re
+
+    if isinstance(data, str):
+        glued = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*):(\S.*)$", data)
+        if glued:
+            return (f"YAML reads the line as one string: put a space after the colon "
+                    f"(`{glued.group(1)}: {glued.group(2)}`)")
+    if isinstance(data, list) and data and all(isinstance(a, dict) and "import_path" in a
+                                               for a in data):
+        return ("this is a list of Serve applications: put `applications:` above it and "
+                "indent the items (`serve deploy` reads that key)")
+    if isinstance(data, list) and data and all(isinstance(a, str) for a in data):
+        return "a list of packages goes under a field: `pip: [...]`"
+    return "a runtime_env file must hold a mapping of fields"
 
 
 _STAGE_ORDER = {name: i for i, name in enumerate(

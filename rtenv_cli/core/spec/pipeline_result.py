@@ -1,5 +1,5 @@
 """What Ray's pipeline replay produces for one runtime_env (`PipelineResult`) and which entry
-point it follows (`Api`); shared by the pipeline, its packaging stage and the rules."""
+point it follows (`Api`); shared by the pipeline, its packaging stage and lint's rules."""
 
 from __future__ import annotations
 
