@@ -85,7 +85,8 @@ def bytecode_env() -> dict[str, str]:
 
 def run_measured(argv: list[str], *, env: dict[str, str] | None = None,
                  cwd: str | None = None) -> dict[str, Any]:
-    """Run one child process; return wall time, its peak RSS (MiB) and its stdout."""
+    """Run one child process; return wall time, its CPU time (user + sys, `cpu_s`), its peak
+    RSS (MiB) and its stdout."""
     full_env = {**os.environ, **bytecode_env()}
     if env:
         full_env.update(env)

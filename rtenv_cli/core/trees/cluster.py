@@ -32,10 +32,11 @@ class Readiness:
                 f"`rtenv ray-env --check`)")
 
 
-def readiness(kv: RayKV) -> Readiness:
+def readiness(kv: RayKV, nodes: dict[str, str] | None = None) -> Readiness:
+    """`nodes`: the alive nodes when the caller just listed them."""
     import json
 
-    nodes = kv.alive_nodes()
+    nodes = kv.alive_nodes() if nodes is None else nodes
     keys = [f"n:{n}" for n in nodes]
     announced = kv.multi_get(keys) if keys else {}
     missing = tuple(sorted(n for n in nodes if f"n:{n}" not in announced))
@@ -47,3 +48,14 @@ def readiness(kv: RayKV) -> Readiness:
             return False
 
     return Readiness(nodes, missing, bool(announced) and all(map(guards, announced.values())))
+
+
+def recheck(kv: RayKV, last: Readiness) -> Readiness | None:
+    """For a running `push --watch`: the cluster's readiness now, or None when it cannot have
+    changed since `last`. One call lists the alive nodes; the announcements are read again only
+    when that set changed or `last` missed one (a node's plugin announces itself a moment after
+    the node registers), so a watch can afford to ask every few seconds."""
+    nodes = kv.alive_nodes()
+    if last.ok and nodes.keys() == last.nodes.keys():
+        return None
+    return readiness(kv, nodes)

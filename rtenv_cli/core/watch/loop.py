@@ -80,6 +80,11 @@ class BatchHandler(Protocol):
         """Re-pin what a job may still need; True when a current version is gone (re-push)."""
         ...
 
+    def recheck_path(self) -> bool:
+        """Whether the target now calls for another path (a Ray cluster's nodes changed);
+        True when it switched to it (every source is to be pushed again)."""
+        ...
+
 
 class WatchLoop:
     def __init__(self, handler: BatchHandler, *, quiet_s: float, max_wait_s: float,
@@ -184,7 +189,15 @@ class WatchLoop:
             if self.handler.repin() and self.handler.handle_batch(
                     set(), trigger="reconcile") is not None:
                 pushes += 1  # the target lost the current version: pushed again
+        if self.handler.recheck_path() and self.handler.handle_batch(
+                set(), trigger="nodes") is not None:
+            pushes += 1
         return pushes
+
+    def repin_every(self, pin_s: float) -> None:
+        """Re-pin every `pin_s` from now on (the first within `pin_s`)."""
+        self.pin_s = pin_s
+        self._next_pin = min(self._next_pin, self.clock() + pin_s)
 
     def stop(self) -> None:
         self.stop_event.set()

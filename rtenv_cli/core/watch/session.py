@@ -27,6 +27,14 @@ Pins (a Ray target). Ray deletes a package once no job references it and its tem
 On the tree path nothing is pinned: the current trees' grace period (`t:` keys, trees/gc.py) is
 renewed every `pin_s` and once more when the watch ends, and a tree gone from the cluster (a
 purge) is pushed again.
+
+Nodes (a Ray GCS, `--via auto`). The path is decided again while the watch runs: every
+NODES_CHECK_S the alive nodes are listed (one call; the plugin's announcements are read only when
+that set changed, trees/cluster.recheck). A node without rtenv's plugin that joined (still
+unannounced at the next check: a plugin announces itself a moment after its node registers)
+moves the watch to the zip path, with the note `rtenv push` prints, every source pushed again at
+once (the trigger `nodes`), so the runtime_env it reports runs on that node too; once every node
+loads the plugin again, back to the tree path.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ MAX_RETRIES = 5
 PREPARE_MAX_PATHS = 16  # more paths pending (a checkout, a build): wait for the batch instead
 KEEP_VERSIONS = 2  # per source: the versions re-pinned (the current one and the one before)
 HOLD_S = 30  # a pin's length where the watch chooses it (a Ray GCS): see "Pins"
+NODES_CHECK_S = 2.0  # how often the cluster's nodes are re-checked (a Ray GCS): see "Nodes"
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,8 @@ class PushEvent:
     removed: tuple[str, ...]
     bytes_sent: int
     elapsed_ms: float
-    trigger: str  # initial | change | reconcile | env | retry (the target answered again)
+    trigger: str  # initial | change | reconcile | env | retry (the target answered again) |
+    # nodes (the cluster's nodes changed the path: see "Nodes")
     uris: Mapping[str, str] = field(default_factory=dict)  # field label -> URI
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     triggered_by: tuple[str, ...] = ()
@@ -110,9 +120,11 @@ class WatchSession:
         kv, why, self.guarded = tree_path(target, via)
         if why:
             self.on_notice("note", why, None)
+        self._nodes = _nodes_check(target, via, kv)
         self._own_work_dir = work_dir is None  # made here: removed by close()
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="rtenv-watch-"))
         self.hold_s = HOLD_S if chooses_pin(target) and kv is None else None
+        self._early_upload, self._pin_s_given = early_upload, pin_s is not None
         self.publisher = publisher_for(target, self.work_dir, early_upload=early_upload,
                                        pin_s=self.hold_s, kv=kv)
         if pin_s is None:
@@ -224,6 +236,40 @@ class WatchSession:
             for src in self.sources:
                 src.pushed = None
         return lost
+
+    def recheck_path(self) -> bool:
+        """At most every NODES_CHECK_S: move to the path the cluster's nodes call for now (see
+        "Nodes"), saying so; True when it moved (every source is then to be pushed again)."""
+        nodes = self._nodes
+        if nodes is None or time.monotonic() - nodes.checked < NODES_CHECK_S:
+            return False
+        from rtenv_cli.core.trees.cluster import recheck
+
+        nodes.checked = time.monotonic()
+        try:
+            ready = recheck(nodes.kv, nodes.last)
+        except (RtenvError, OSError):  # the cluster did not answer: the next push says so
+            return False
+        if ready is None:
+            return False
+        joined = set(ready.missing) - nodes.last.nodes.keys()
+        nodes.last = ready
+        if ready.ok == isinstance(self.publisher, TreePublisher) or joined:
+            return False  # a node that just joined: its plugin announces itself a moment later
+        self.publisher.close(self.sources)
+        kv = nodes.kv.fork() if ready.ok else None
+        self.guarded = ready.guarded
+        self.hold_s = HOLD_S if chooses_pin(self.target) and kv is None else None
+        self.publisher = publisher_for(self.target, self.work_dir,
+                                       early_upload=self._early_upload, pin_s=self.hold_s, kv=kv)
+        if not self._pin_s_given:
+            self.loop.repin_every(self.hold_s / 3 if self.hold_s else PIN_SECONDS / 2)
+        for src in self.sources:
+            src.pushed = src.tree_uri = None
+        self.pinned = {}
+        self.on_notice("note", "tree path: every node loads rtenv's plugin now" if ready.ok
+                       else f"zip path: {ready.why_not()}", None)
+        return True
 
     # -- events --------------------------------------------------------------------------------
     def initial_push(self) -> PushEvent | None:
@@ -371,8 +417,44 @@ class WatchSession:
             self.pinned = {}
         self.loop.close()
         self.publisher.close(self.sources)
+        if self._nodes is not None:
+            self._nodes.kv.close()
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+@dataclass
+class _Nodes:
+    """What the watch last knew of the cluster's nodes (see "Nodes")."""
+
+    kv: Any  # a RayKV on a connection of its own
+    last: Any  # trees.cluster.Readiness
+    checked: float = 0.0
+
+
+def _nodes_check(target: Target, via: str, kv: Any) -> _Nodes | None:
+    """Where the path is re-checked (`--via auto` to a Ray cluster whose GCS answers here): a
+    connection of its own to the KV (`kv`: the one the path was chosen by, if the tree path);
+    the first check compares the cluster with what the path was chosen by."""
+    from rtenv_cli.core.transport.ray_dashboard import RayDashboardTarget
+    from rtenv_cli.core.transport.ray_gcs import RayGcsTarget
+    from rtenv_cli.core.transport.ray_kv import RayKV
+    from rtenv_cli.core.trees.cluster import Readiness
+
+    if via != "auto":
+        return None
+    if kv is not None:
+        mine = kv.fork()
+    elif isinstance(target, RayGcsTarget):
+        mine = RayKV(target.fork())
+    elif isinstance(target, RayDashboardTarget):
+        try:  # the zip path with every node known (the GCS answers): it can change
+            mine = RayKV.through_dashboard(target.url, target.env, target.token)
+        except (RtenvError, OSError):  # no route to its GCS: the zip path for good
+            return None
+    else:
+        return None
+    return _Nodes(mine, Readiness({}, ()), time.monotonic())
 
 
 def _kept(uris: list[str], current: str) -> list[str]:

@@ -421,17 +421,25 @@ def _chain_packs(conn: RayKV, ident: str) -> set[str]:
     return out
 
 
+def watched(c: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+            ) -> tuple[Path, object]:
+    """(make_tree's runtime_env under `tmp_path`, the cluster's GCS as a watch's target), once
+    every node announced the plugin."""
+    from rtenv_cli.core.transport.resolve import resolve_target
+
+    src = make_tree(tmp_path)
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    wait_ready(c)
+    return src, resolve_target(None, c.head.address, env={})
+
+
 def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with(
         plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rtenv_cli.core.transport.resolve import resolve_target
     from tests.core.watch.helpers import Running
 
     c = plugin_cluster
-    src = make_tree(tmp_path)
+    src, target = watched(c, tmp_path, monkeypatch)
     wd = tmp_path / "wd"
-    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    wait_ready(c)
-    target = resolve_target(None, c.head.address, env={})
     with Running(src, target, base_dir=tmp_path, reconcile_s=3600) as w:
         first = w.events[0]
         assert first.uri.startswith("rtenv-tree://"), (first.uri, w.notices)
@@ -459,3 +467,183 @@ def test_push_watch_publishes_each_save_as_a_tree_delta_a_fresh_push_agrees_with
         assert files["main.py"][1] == sha(b"print('edited by rename')\n")[:16]
         assert "new.py" in files
         assert "pkg/sub/data.txt" not in files
+
+
+def _agent_pid(node: object) -> int:
+    """The runtime_env agent of a node we started: a child of its raylet, in its process
+    group (`ray start --block` leads the group)."""
+    from tests.support.ray_head import _group_members
+
+    pgid = node.proc.pid  # type: ignore[attr-defined]
+    cmds = {}
+    for pid in _group_members(pgid):
+        try:
+            cmds[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+    raylets = {p for p, cmd in cmds.items() if cmd[0].endswith(b"/raylet")}
+    for pid, cmd in cmds.items():
+        # it renames itself (setproctitle) once started
+        if cmd[0] == b"ray::RuntimeEnvAgent" or any(
+                a.endswith(b"runtime_env/agent/main.py") for a in cmd):
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            assert ppid in raylets, (pid, ppid, raylets)
+            return pid
+    raise AssertionError(f"no runtime_env agent in process group {pgid}: "
+                         f"{[c[0] for c in cmds.values()]}")
+
+
+def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL of a node's runtime_env agent (the process that materializes trees, in a thread)
+    while it builds a tree: the build is held at one content, which is a named pipe in the
+    node's store until the agent is killed (a condition, not a sleep). Killing the agent takes
+    its raylet down (Ray 2.60), so the node is one this test starts, then starts again on the
+    same store: its next job sees the whole, correct tree, and what the killed build left is
+    removed, never used."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.core.rayplugin.conftest import plugin_env
+    from tests.support.ray_head import RayWorkerNode
+
+    c = plugin_cluster
+    src = tmp_path / "src"
+    (src / "wd" / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (src / "wd" / "pkg" / f"m{i:02}.py").write_text(f"N = {i}  # {time.time_ns()}\n")
+    (src / "wd" / "zz_last.txt").write_text(f"the content the build waits for {time.time_ns()}\n")
+    (src / "helper").mkdir()
+    (src / "helper" / "__init__.py").write_text("NAME = 'killed agent'\n")
+    (src / "runtime_env.yaml").write_text("working_dir: wd\npy_modules: [helper]\n")
+    home = tmp_path / "node-home"
+    trees = home / "store" / "trees"
+    node = RayWorkerNode(c.head, env=plugin_env(home)).start()
+    driver = None
+    try:
+        pushed = push_tree(c, src / "runtime_env.yaml", monkeypatch)
+        assert pushed.path == "tree", pushed.notes
+        env = pushed.runtime_env
+        ident = env["rtenv"]["working_dir"].removeprefix("rtenv-tree://")
+        digest = sha((src / "wd" / "zz_last.txt").read_bytes())
+        gate = trees / "objects" / digest[:2] / digest  # the node "has" it: never fetched
+        gate.parent.mkdir(parents=True)
+        os.mkfifo(gate)
+        code = LISTING + f"env = {json.dumps(env)}\n" + textwrap.dedent(f'''
+            ref = look.options(runtime_env=env, scheduling_strategy=On({node.node_id!r},
+                               soft=False)).remote()
+            print(ray.get(ref))
+        ''')
+        denv = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        denv.update({**c.head.client_env(), "RAY_ADDRESS": c.head.address})
+        out = (tmp_path / "driver.log").open("wb")
+        driver = subprocess.Popen([sys.executable, "-c", code], env=denv, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        building = trees / "t" / node.node_id
+
+        def partial() -> list[Path]:
+            return list(building.glob(".tmp-*"))
+
+        deadline = time.monotonic() + 120
+        while not partial():
+            if time.monotonic() > deadline or driver.poll() is not None:
+                logs = (node.session_dir() / "logs").glob("runtime_env_setup-*.log")
+                raise AssertionError((tmp_path / "driver.log").read_text()[-3000:] +
+                                     "\n".join(p.read_text() for p in logs)[-3000:])
+            time.sleep(0.2)
+        agent = _agent_pid(node)
+        os.kill(agent, signal.SIGKILL)
+        conn = kv(c)
+        try:
+            until(lambda: node.node_id not in conn.alive_nodes(), what="the node to go down")
+        finally:
+            conn.close()
+        left = partial()
+        assert left, "the build was not in progress when its agent was killed"
+        assert not (building / ident).exists()  # never named as a ready tree
+        assert not any(p.name == ident for p in trees.glob("t/*/*"))
+        driver.kill()
+        driver.wait()
+        node.stop()
+        gate.unlink()  # the test's stand-in for a slow content, not what a kill leaves
+        node = RayWorkerNode(c.head, env=plugin_env(home)).start()
+        wait_ready(c)
+        seen = run(c, env, f'''
+            refs = [look.options(runtime_env=env, scheduling_strategy=On(n, soft=False))
+                    .remote() for n in {[c.head_node_id, node.node_id]!r}]
+            print(json.dumps(ray.get(refs)))
+        ''')
+        assert seen[1]["node"] == node.node_id
+        assert seen[1]["cwd_files"] == seen[0]["cwd_files"]  # the whole tree, as the head's
+        assert seen[1]["cwd_files"]["zz_last.txt"][1] == digest[:16]
+        assert seen[1]["helper"] == "killed agent"
+        for obj in (trees / "objects").glob("*/*"):
+            assert sha(obj.read_bytes()) == obj.name, obj
+        # what the killed build left goes (the restarted agent's trees remove it, in a thread)
+        until(lambda: not any(p.exists() for p in left), what="the partial tree to be removed")
+        until(lambda: not any((trees / "trash").iterdir()), what="the trash to be emptied")
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        node.stop()
+
+
+def test_push_watch_moves_to_the_zip_path_when_a_node_without_the_plugin_joins_and_back(
+        plugin_cluster: PluginCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node without rtenv's plugin joins while `push --watch` runs on the tree path: the watch
+    says why, as `rtenv push` does, and publishes on the zip path at once (a job on that node
+    then runs with the working_dir, and so do the next saves); when the node leaves, back to the
+    tree path."""
+    from rtenv_cli.core.watch.session import PushEvent
+    from tests.core.watch.helpers import Running
+    from tests.core.watch.helpers import wait_for as wait_until
+    from tests.support.ray_head import RayWorkerNode
+
+    c = plugin_cluster
+    src, target = watched(c, tmp_path, monkeypatch)
+    wd = tmp_path / "wd"
+
+    def moved(n: int) -> PushEvent:
+        """The `n`th push the cluster's nodes moved to another path."""
+        return wait_until(lambda: next(iter([e for e in w.events if e.trigger == "nodes"][n:]),
+                                       None), timeout=180)
+
+    with Running(src, target, base_dir=tmp_path, reconcile_s=3600) as w:
+        assert w.events[0].uri.startswith("rtenv-tree://"), (w.events[0], w.notices)
+        bare = RayWorkerNode(c.head)  # no RAY_RUNTIME_ENV_PLUGINS: Ray's agent alone
+        try:
+            bare.start()
+            zipped = moved(0)
+            assert zipped.uri.startswith("gcs://_ray_pkg_"), zipped
+            assert zipped.runtime_env["working_dir"] == zipped.uri
+            assert "rtenv" not in zipped.runtime_env
+            assert "_nsight" not in zipped.runtime_env
+            why = [m for k, m, _h in w.notices if k == "note"]
+            assert len(why) == 1, w.notices
+            assert why[0].startswith("zip path: 1 of 3 nodes do not load rtenv's plugin: "
+                                     f"{bare.node_id[:12]}"), why
+            (wd / "main.py").write_text("print('edited on the zip path')\n")
+            saved = wait_until(lambda: next((e for e in w.events if "main.py" in e.modified),
+                                            None), timeout=60)
+            assert saved.uri.startswith("gcs://_ray_pkg_"), saved
+            seen = run(c, dict(saved.runtime_env), f'''
+                ref = look.options(runtime_env=env, scheduling_strategy=On({bare.node_id!r},
+                                   soft=False)).remote()
+                print(json.dumps(ray.get(ref)))
+            ''')
+            assert seen["node"] == bare.node_id  # type: ignore[index]
+            assert seen["cwd_files"]["main.py"][1] == \
+                sha(b"print('edited on the zip path')\n")[:16]  # type: ignore[index]
+            assert seen["helper"] == "helper v1"  # type: ignore[index]
+        finally:
+            bare.stop()
+        back = moved(1)
+        assert back.uri.startswith("rtenv-tree://"), back
+        assert set(back.runtime_env) == {"rtenv", "_nsight"}, back.runtime_env
+    notes = [m for k, m, _h in w.notices if k == "note"]
+    assert notes[1:] == ["tree path: every node loads rtenv's plugin now"], w.notices
+    assert not [n for n in w.notices if n[0] != "note"], w.notices
+    fresh = push(src, address=c.head.address, env={}, base_dir=tmp_path, via="tree")
+    assert back.runtime_env == fresh.runtime_env

@@ -266,3 +266,70 @@ def test_push_leaves_a_working_dir_requirements_file_of_the_rtenv_field_to_the_n
     env, done = inline_files({"rtenv": {"pip": value}}, tmp_path)
     assert env == {"rtenv": {"pip": value}}
     assert done == []
+
+
+def test_a_new_node_process_removes_what_a_dead_one_left_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a process killed mid-work leaves (its pid in the names) goes when the next one
+    opens the trees; a live process's work and the ready trees stay."""
+    import subprocess
+    import sys
+
+    kv, _src, first, node = published(tmp_path, monkeypatch)
+    ready, _size, _how = node.ensure(first["manifest"])
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()  # a pid that was a process of this machine, and is no more
+    live = os.getpid()
+    root = tmp_path / "node"
+    made = {}
+    for name, pid in (("dead", dead.pid), ("live", live)):
+        made[name] = [root / "t" / "old-node" / f".tmp-{first['manifest']}-{pid}-7",
+                      root / "spares" / "n1" / f"{first['manifest']}-{pid}",
+                      root / "trash" / f"x-{pid}-7"]
+        for d in made[name]:
+            (d / "sub").mkdir(parents=True)
+            (d / "sub" / "f.py").write_text("partial\n")
+        obj = root / "objects" / "ab" / f".{'ab' * 32}.{pid}.7"
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_bytes(b"half")
+        made[name].append(obj)
+    again = NodeTrees(root, "n2", kv.fork)
+    again.recovery.join()
+    assert not any(p.exists() for p in made["dead"])
+    assert all(p.exists() for p in made["live"])
+    assert ready.is_dir()
+    assert again.ensure(first["manifest"])[2] == "built"  # another node's own tree
+
+
+def test_recheck_reads_the_announcements_only_when_the_alive_nodes_changed() -> None:
+    from rtenv_cli.core.trees.cluster import readiness, recheck
+
+    class Nodes(MemoryKV):
+        def __init__(self) -> None:
+            super().__init__({"n:a": b"{}"})
+            self.alive = {"a": "10.0.0.1"}
+            self.reads = 0
+
+        def alive_nodes(self) -> dict[str, str]:
+            return dict(self.alive)
+
+        def multi_get(self, keys: list[str]) -> dict[str, bytes]:
+            self.reads += 1
+            return super().multi_get(keys)
+
+    kv = Nodes()
+    first = readiness(kv)
+    assert first.ok
+    assert recheck(kv, first) is None  # the same nodes: one listing, no announcement read
+    assert kv.reads == 1
+    kv.alive["b"] = "10.0.0.2"  # joined without the plugin
+    joined = recheck(kv, first)
+    assert joined is not None
+    assert joined.missing == ("b",)
+    assert "1 of 2 nodes do not load rtenv's plugin: b (10.0.0.2)" in joined.why_not()
+    kv.data["n:b"] = b"{}"  # its plugin announced itself: read again, as `joined` missed one
+    again = recheck(kv, joined)
+    assert again is not None
+    assert again.ok
+    del kv.alive["b"]
+    assert recheck(kv, again) == first

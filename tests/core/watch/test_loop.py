@@ -35,6 +35,9 @@ class Recorder:
     def repin(self) -> bool:
         return False
 
+    def recheck_path(self) -> bool:
+        return False
+
 
 def _run(tmp_path: Path, writes: int, wait_s: float) -> Recorder:
     tree = tmp_path / "tree"
