@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import marshal
 import os
-import struct
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.fsutil import read_cache, write_cache
 from rtenv_cli.core.transport.ray_kv import RayKV
 from rtenv_cli.core.trees.manifest import (
     MAX_DEPTH,
@@ -57,7 +55,6 @@ PARALLEL = 4
 # compares the tree with nothing and writes a full manifest; the benchmark's ablation row
 # (bench_trees) flips it to show what the base buys.
 HOME_BASE = True
-_LOCAL = b"rtenv-trees-local 1\n"  # the header of the home's marshalled files
 # A file of the tree as the manifest has it: FileEntry's fields (path, mode, size, sha256, pack,
 # offset) as a plain tuple (marshal stores tuples, not NamedTuples).
 Rec = tuple[str, int, int, str, str, int]
@@ -113,7 +110,7 @@ class TreeState:
     def save(self) -> None:
         """Keep the last manifest in the home, as a one-shot push does after each push."""
         if self.where is not None and self.last is not None and not self.saved:
-            _dump_local(self.where, (self.last, self.kind, self.depth, self.dirs, self.recs))
+            write_cache(self.where, (self.last, self.kind, self.depth, self.dirs, self.recs))
             self.saved = True
 
 
@@ -147,38 +144,13 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
     return files, dirs
 
 
-def _load_local(path: Path) -> Any:
-    """A file `_dump_local` wrote, or None when it is missing, torn or foreign."""
-    try:
-        raw = path.read_bytes()
-        head = len(_LOCAL) + 4
-        if raw[:len(_LOCAL)] != _LOCAL or \
-                struct.unpack_from("<I", raw, len(_LOCAL))[0] != zlib.crc32(raw[head:]):
-            return None
-        return marshal.loads(raw[head:])  # noqa: S302 - rtenv's own file in the user's home
-    except (OSError, ValueError, EOFError, TypeError, struct.error):
-        return None
-
-
-def _dump_local(path: Path, value: Any) -> None:
-    """Write a home cache file atomically (rename) with a checksum; no fsync (module doc)."""
-    body = marshal.dumps(value)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(_LOCAL + struct.pack("<I", zlib.crc32(body)) + body)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _cluster_contents(kv: RayKV, cache: Path
                       ) -> tuple[dict[str, tuple[str, int, int]], set[str], bool]:
     """(sha256 -> (pack, offset, size) of every content in the cluster's packs, the packs,
     whether that differs from the merged file of the home)."""
     ids = [k.removeprefix("x:") for k in kv.keys("x:")]
     alive = set(ids)
-    merged = _load_local(_have_file(cache, kv.address))
+    merged = read_cache(_have_file(cache, kv.address))
     out: dict[str, tuple[str, int, int]] = {}
     known: set[str] = set()
     if isinstance(merged, tuple) and len(merged) == 2:  # noqa: PLR2004 - (packs, contents)
@@ -266,7 +238,7 @@ def _last_key(address: str, label: str, kind: str) -> str:
 def _load_base(path: Path, kind: str) -> TreeState:
     """The state a one-shot push starts from: the last manifest this home pushed for the
     source (`TreeState.save`), or none."""
-    found = _load_local(path) if HOME_BASE else None
+    found = read_cache(path) if HOME_BASE else None
     try:
         last, kind_, depth, dirs, recs = found  # type: ignore[misc]
         if kind_ == kind and isinstance(last, str) and isinstance(recs, dict):
@@ -405,7 +377,7 @@ def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mappin
     if oneshot:
         state.save()
         if (refreshed or packs_sent) and alive is not None:
-            _dump_local(_have_file(cache, kv.address), (sorted(alive), have))
+            write_cache(_have_file(cache, kv.address), (sorted(alive), have))
     return PublishResult(ident, SCHEME + ident, len(files), sum(f.size for f in files),
                          files_sent, packs_sent, sent, manifest_bytes, delta)
 

@@ -81,7 +81,7 @@ def test_a_torn_or_foreign_base_costs_a_whole_manifest_never_a_wrong_one(
         raw = f.read_bytes()
         f.write_bytes(raw[:len(raw) // 2] if damage == "truncate" else
                       raw[:-5] + bytes([raw[-5] ^ 1]) + raw[-4:] if damage == "flip" else
-                      b"rtenv-trees-local 9\n" + raw[20:])
+                      b"rtenv-cache 9\n" + raw[14:])
     edit(src)
     second = push(kv, src, home, monkeypatch)
     assert not second.delta
