@@ -95,8 +95,6 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     runtime_env resolve against `base_dir`, by default `cwd`: what `ray job submit
     --runtime-env FILE` does, whatever directory FILE is in.
     """
-    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
-
     cwd = Path.cwd() if cwd is None else cwd
     base = base_path(cwd, base_dir)
     if path is None:
@@ -112,6 +110,8 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     if not full.exists():
         raise ConfigError(f"{path}: no such file or directory",
                           hint="pass a runtime_env YAML/JSON file or a directory")
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
+
     return load_runtime_env_file(full).runtime_env, base, str(path)
 
 
