@@ -116,3 +116,21 @@ def test_a_content_another_home_sent_is_not_sent_again(
     second = push(kv, two, tmp_path / "h2", monkeypatch)  # h2's merged indexes learn h1's pack
     assert second.files_sent == 0
     assert second.delta
+
+
+def test_a_watch_s_first_save_is_a_delta_against_the_home_s_base(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.trees.publish import TreeState, files_of_scan, publish_tree
+
+    kv = MemoryKV()
+    src = tree(tmp_path / "src")
+    first = push(kv, src, tmp_path / "home", monkeypatch)
+    (src / "a" / "f3.txt").write_text("edited\n")
+    scan = scan_package(src, kind="working_dir", env={})
+    files, dirs = files_of_scan(scan, digest_entries(scan.entries, use_cache=False),
+                                "working_dir")
+    state = TreeState()
+    saved = publish_tree(kv, "working_dir", files, dirs, label=str(scan.root), state=state)
+    assert saved.delta
+    assert decode(kv.data["m:" + saved.manifest_id])["base"] == first.manifest_id
+    assert saved.files_sent == 1
