@@ -183,6 +183,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         child(RAY_PUSH, url, str(sub), env=env)
         # -- re-push after a one-file edit: rtenv (a whole process) vs Ray's job-submit upload
         ours, rays, sent = [], [], []
+        load0 = os.getloadavg()[0]
         for n in range(5):
             _edit(files[n], n)
             ours.append(_push(gcs, sub, env, "tree"))
@@ -217,7 +218,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                         o <= 0.2 and r / o >= 20,
                         "median of 5; rtenv: process start, scan + digest cache, 1 Keys, "
                         "1 pack, a manifest delta; Ray: JobSubmissionClient upload (hash x2 + "
-                        "zip + dashboard PUT), in-process (its interpreter start not counted)"))
+                        "zip + dashboard PUT), in-process (its interpreter start not counted); "
+                        f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f} over these rows"))
         med_sent = statistics.median(sent)
         rows.append(Row("trees", "bytes sent per one-file edit", "B", med_sent, tree_bytes,
                         "< 1% of the tree", med_sent < tree_bytes / 100,
