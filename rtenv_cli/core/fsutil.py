@@ -60,7 +60,9 @@ _CACHE_HEAD = b"rtenv-cache 1\n"  # then the crc32 of the marshalled body, then 
 def write_cache(path: Path, value: Any) -> None:
     """Keep `value` (plain data: marshal) in a cache file of rtenv's home: renamed into place,
     not fsynced, with a checksum, so `read_cache` gets it whole or not at all after a crash (a
-    cache costs its rebuild when lost; an fsync per write would cost more than most save)."""
+    cache costs its rebuild when lost; an fsync per write would cost more than most save). The
+    old file is unlinked first: a rename over an existing file makes ext4 write the new one's
+    data out at once (auto_da_alloc), and a reader in between finds no cache, which is allowed."""
     import marshal
     import zlib
 
@@ -69,7 +71,9 @@ def write_cache(path: Path, value: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(_CACHE_HEAD + zlib.crc32(body).to_bytes(4, "little") + body)
-        os.replace(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.rename(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
