@@ -47,7 +47,8 @@ from rtenv_cli.core.packaging.ignore import (
 
 _PY_SEARCH_LIMIT = 20_000  # entries looked at per ignored directory when searching for .py
 # The listing cache (module doc). False lists every directory: the benchmark's ablation row
-# (bench_trees) flips it to show what it buys.
+# flips it to show what it buys (benchmarks/results/trees.json: "ablation: re-push in process,
+# every directory listed (no listing cache)", beside the row it ablates).
 LISTINGS = True
 _RACY_NS = 2_000_000_000  # a directory changed this close to its listing is listed again
 _FILE, _DIR, _LINK_DIR, _IGNORED = 0, 1, 2, 3  # what the walk decided for a child

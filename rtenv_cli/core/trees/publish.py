@@ -52,8 +52,9 @@ from rtenv_cli.core.trees.manifest import (
 PACK_BYTES = 4 << 20
 PARALLEL = 4
 # The one-shot push's base from the home (`trees/base/`): False ignores it, so every push
-# compares the tree with nothing and writes a full manifest; the benchmark's ablation row
-# (bench_trees) flips it to show what the base buys.
+# compares the tree with nothing and writes a full manifest; the benchmark's ablation row flips
+# it to show what the base buys (benchmarks/results/trees.json: "ablation: re-push in process,
+# no base from the home (the tree compared with nothing)").
 HOME_BASE = True
 # A file of the tree as the manifest has it: FileEntry's fields (path, mode, size, sha256, pack,
 # offset) as a plain tuple (marshal stores tuples, not NamedTuples).
