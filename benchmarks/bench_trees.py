@@ -29,10 +29,14 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
-# the same push in one process, timed around the call (no interpreter start or CLI imports)
+# the same push in one process, timed around the call (no interpreter start or CLI imports);
+# argv[3], when given, is a module switch set to False first (an ablation: `module:NAME`)
 RTENV_IN_PROCESS = """
-import json, sys, time
+import importlib, json, sys, time
 from rtenv_cli.core.push import push
+if len(sys.argv) > 3:
+    module, name = sys.argv[3].split(":")
+    setattr(importlib.import_module(module), name, False)
 from rtenv_cli.core.transport.resolve import resolve_target
 target = resolve_target(None, sys.argv[1])
 t0 = time.perf_counter()
@@ -40,6 +44,20 @@ r = push(sys.argv[2], target=target)
 print(json.dumps({"total": time.perf_counter() - t0, "path": r.path,
                   "bytes": r.packages[0].bytes_sent}))
 """
+
+
+# The re-push's fast paths, each switched off alone for its ablation row: (what, what it buys)
+ABLATIONS = {
+    "rtenv_cli.core.packaging.walk:LISTINGS": (
+        "every directory listed (no listing cache)",
+        "walk.LISTINGS: a directory whose inode, mtime and ctime are unchanged reuses its last "
+        "listing and ignore decisions; each file is still stat'ed"),
+    "rtenv_cli.core.trees.publish:HOME_BASE": (
+        "no base from the home (the tree compared with nothing)",
+        "publish.HOME_BASE: the last manifest's records in the home, so only changed files are "
+        "looked up and a manifest of changes is sent; without it every record is built and the "
+        "whole manifest is encoded and sent"),
+}
 
 
 def _gcs_rss_mib(head: object) -> float:
@@ -322,33 +340,43 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         child(RAY_PUSH, url, str(sub), env=env)
         # -- re-push after a one-file edit: rtenv (a whole process) vs Ray's job-submit upload
         ours, rays, sent = [], [], []
+        load0 = os.getloadavg()[0]
         for n in range(5):
             _edit(files[n], n)
             ours.append(_push(gcs, sub, env, "tree"))
             sent.append(ours[-1]["packages"][0]["tree"]["bytes_sent"])
             _edit(files[n + 10], n)
             rays.append(child(RAY_PUSH, url, str(sub), env=env)["total"])
-        inproc = []
+        # in process, and the same with one fast path switched off (its ablation row), in turns
+        inproc: dict[str, list[float]] = {"": [], **{a: [] for a in ABLATIONS}}
         for n in range(5):
-            _edit(files[n + 20], n)
-            inproc.append(child(RTENV_IN_PROCESS, gcs, str(sub), env=env)["total"])
+            for k, (switch, times) in enumerate(inproc.items()):
+                _edit(files[20 + 5 * k + n], n)
+                times.append(child(RTENV_IN_PROCESS, gcs, str(sub), *([switch] if switch else []),
+                                   env=env)["total"])
         startup = run_measured([sys.executable, "-m", "rtenv_cli", "push", "--help"], env=env,
                                cwd=str(REPO))["seconds"]
         o = statistics.median(p["seconds"] for p in ours)
         r = statistics.median(rays)
-        i = statistics.median(inproc)
+        i = statistics.median(inproc[""])
         rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), in process",
                         "s", round(i, 3), round(r, 3), "", None,
-                        "push() timed around the call: scan + digest cache, 1 Keys, 1 pack, a "
-                        f"manifest delta; `rtenv push --help` alone takes {startup:.2f} s here "
-                        "(interpreter + CLI imports)"))
+                        "push() timed around the call: scan from the last listings + digest "
+                        "cache, the home's base, 1 Keys, 1 pack, a manifest delta; `rtenv push "
+                        f"--help` alone takes {startup:.2f} s here (interpreter + CLI imports)"))
+        for switch, (what, why) in ABLATIONS.items():
+            a = statistics.median(inproc[switch])
+            rows.append(Row("trees", f"ablation: re-push in process, {what}", "s", round(a, 3),
+                            round(r, 3), "", None,
+                            f"median of 5, in turns with the row above ({i:.3f} s); {why}"))
         rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), whole "
                         "`rtenv push` process", "s", round(o, 3), round(r, 3),
                         "<= 0.2 s and >= 20x faster than Ray's job-submit upload",
                         o <= 0.2 and r / o >= 20,
                         "median of 5; rtenv: process start, scan + digest cache, 1 Keys, "
                         "1 pack, a manifest delta; Ray: JobSubmissionClient upload (hash x2 + "
-                        "zip + dashboard PUT), in-process (its interpreter start not counted)"))
+                        "zip + dashboard PUT), in-process (its interpreter start not counted); "
+                        f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f} over these rows"))
         med_sent = statistics.median(sent)
         rows.append(Row("trees", "bytes sent per one-file edit", "B", med_sent, tree_bytes,
                         "< 1% of the tree", med_sent < tree_bytes / 100,

@@ -95,8 +95,6 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     runtime_env resolve against `base_dir`, by default `cwd`: what `ray job submit
     --runtime-env FILE` does, whatever directory FILE is in.
     """
-    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
-
     cwd = Path.cwd() if cwd is None else cwd
     base = base_path(cwd, base_dir)
     if path is None:
@@ -112,6 +110,8 @@ def load_input(path: Path | str | None, cwd: Path | None = None,
     if not full.exists():
         raise ConfigError(f"{path}: no such file or directory",
                           hint="pass a runtime_env YAML/JSON file or a directory")
+    from rtenv_cli.core.spec.runtime_env_file import load_runtime_env_file
+
     return load_runtime_env_file(full).runtime_env, base, str(path)
 
 
@@ -333,8 +333,6 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
     (default: only for a dry run, whose report shows it); `rtenv_envs`: move `pip`/`uv` into
     the `rtenv` field first (rtenv's Ray plugin builds it: rayplugin/convert.py); `trees`: see
     `publish`."""
-    from rtenv_cli.core.rayplugin.convert import inline_files
-
     env = dict(os.environ if env is None else env)
     data, base, label = load_input(path, cwd, base_dir)
     if rtenv_envs:
@@ -342,10 +340,15 @@ def push(path: Path | str | None, *, target: Target | None, dry_run: bool = Fals
 
         data = to_rtenv(data, base)
     # A directory argument means {"working_dir": <it>}: nothing the validator could find (the
-    # packaging checks are push's own), so its import and run are skipped.
+    # packaging checks are push's own) and no file to inline, so their imports and runs are
+    # skipped.
     generated = path is not None and Path(path).is_dir()
     notes = [] if generated else validate(data, base, label, env)
-    data, inlined = inline_files(data, base)
+    inlined: list[tuple[tuple[str, ...], str]] = []
+    if not generated:
+        from rtenv_cli.core.rayplugin.convert import inline_files
+
+        data, inlined = inline_files(data, base)
     notes += [f"{'.'.join(p)}: inlined {name}, so the pushed runtime_env works from any "
               "directory" for p, name in inlined]
     result = publish(data, base, target=target, dry_run=dry_run, stage_to=stage_to, env=env,

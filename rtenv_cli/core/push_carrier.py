@@ -31,11 +31,11 @@ _EMBEDDED = ("runtimeEnvYAML", "runtimeEnv", "serveConfigV2")  # KubeRay's YAML 
 def read_carrier(path: Path | str | None, cwd: Path) -> Form | None:
     """The form of `path` when it is a Serve config or a KubeRay manifest, else None (a plain
     runtime_env, a job spec, a directory: push's usual input)."""
+    if path is None or not (cwd / path).is_file():  # a directory: nothing to import below
+        return None
     from rtenv_cli.core.spec.forms import read
     from rtenv_cli.core.spec.loader import load_path
 
-    if path is None or not (cwd / path).is_file():
-        return None
     doc = load_path(cwd / path)
     form = read(doc) if doc.error is None or doc.error.kind == "ComposerError" else None
     return form if form is not None and form.kind in CARRIERS else None

@@ -114,14 +114,16 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
         else:
             files.append(e)
     hits = cache.lookup(files) if cache is not None else {}
+    hit_bytes = 0
     for e in files:
         hit = hits.get(e.relpath)
         if hit is not None:
             out[e.relpath] = hit
-            if on_progress:
-                on_progress(e.size)
+            hit_bytes += e.size
         else:
             todo.append(e)
+    if on_progress and hit_bytes:
+        on_progress(hit_bytes)  # once: a bar's advance per cached file costs more than a stat
     if todo:
         def one(e: Entry) -> tuple[Entry, bytes, str]:
             d, s = file_digests(e.relpath, e.fspath)

@@ -7,6 +7,16 @@ name); files and directories with no children on disk are zipped. Where Ray hang
 ships something odd, we raise a PackagingError instead (FIFOs, symlink loops, non-UTF-8 names,
 unreadable files) or warn (broken symlinks and sockets: hashed by name, not zipped, like Ray).
 
+A directory's listing is kept between scans of the same package (`$RTENV_HOME/scans/`, like
+git's untracked cache): while the directory's inode, mtime and ctime are those it was listed
+with, and its own ignore files' are too, its children's names and what the walk decided for
+each (file, directory, ignored by which rule) are reused without listing or matching it again;
+every kept file is still stat'ed (its size, mode and times go to the digest cache) and must
+still be a regular file. Adding, removing or renaming a child changes its directory's mtime; a
+listing whose ctime was within _RACY_NS of its listing time is not trusted (a change in the
+same clock tick would not show); an ignore file that changed makes its directory and everything
+below it listed afresh. A directory holding a broken link or a socket is always listed.
+
 The validator walks with packscan.py (beside this module) instead, on these same ignore
 matchers: it must go on where this walk raises (each problem becomes a finding), name ignored
 `.py` files at any depth (RTE121), and stop at a bound on huge trees; this walk must stop at the
@@ -18,8 +28,9 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +46,18 @@ from rtenv_cli.core.packaging.ignore import (
 )
 
 _PY_SEARCH_LIMIT = 20_000  # entries looked at per ignored directory when searching for .py
+# The listing cache (module doc). False lists every directory: the benchmark's ablation row
+# flips it to show what it buys (benchmarks/results/trees.json: "ablation: re-push in process,
+# every directory listed (no listing cache)", beside the row it ablates).
+LISTINGS = True
+_RACY_NS = 2_000_000_000  # a directory changed this close to its listing is listed again
+_FILE, _DIR, _LINK_DIR, _IGNORED = 0, 1, 2, 3  # what the walk decided for a child
+_IGNORE_FILES = (".gitignore", ".rayignore")
+# A directory's listing: ((st_ino, st_mtime_ns, st_ctime_ns), listed at (ns), its ignore files'
+# ((name, st_ino, st_mtime_ns, st_ctime_ns, st_size), ...), its children ((name, what, rule of
+# an ignored one), ...) in listing order, the rule that ignores the directory itself or None).
+Listing = tuple[tuple[int, int, int], int, tuple[tuple[str, int, int, int, int], ...],
+                tuple[tuple[str, int, str | None], ...], str | None]
 
 
 # A tuple, with a str path: built once per entry of every scan, it costs a fraction of a
@@ -85,6 +108,10 @@ class _State:
     warnings: list[str] = field(default_factory=list)
     ignored_top: list[tuple[str, str]] = field(default_factory=list)
     root_excluded: bool = False
+    old: Mapping[str, Listing] = field(default_factory=dict)  # the last scan's listings
+    new: dict[str, Listing] = field(default_factory=dict)  # this scan's
+    now_ns: int = 0
+    listed: bool = False  # some directory was listed afresh
 
 
 def _check_name(path: str) -> None:
@@ -96,12 +123,24 @@ def _check_name(path: str) -> None:
                              path=path) from None
 
 
-def _dir_entry(st: _State, path: str, rel: str, s: os.stat_result | None, names: list[str]
+def _dir_entry(st: _State, path: str, rel: str, s: os.stat_result, names: Sequence[object]
                ) -> None:
-    if s is None or not names:  # Ray zips empty directories with their mode and mtime
-        s = s or os.stat(path)
     st.entries.append(Entry(rel, path, True, 0, s.st_mode, s.st_mtime_ns, s.st_ino,
-                            in_zip=not names))
+                            in_zip=not names))  # Ray zips empty directories with their mode
+
+
+def _stamp(s: os.stat_result) -> tuple[int, int, int]:
+    return s.st_ino, s.st_mtime_ns, s.st_ctime_ns
+
+
+def _ignore_stamps(path: str, names: Sequence[str]
+                   ) -> tuple[tuple[str, int, int, int, int], ...]:
+    out = []
+    for name in _IGNORE_FILES:
+        if name in names:
+            i = os.stat(os.path.join(path, name))
+            out.append((name, *_stamp(i), i.st_size))
+    return tuple(out)
 
 
 def _list(path: str) -> list[os.DirEntry[str]]:
@@ -113,32 +152,147 @@ def _list(path: str) -> list[os.DirEntry[str]]:
                              hint="fix its permissions or exclude it") from exc
 
 
+def _ignored(st: _State, rel: str, rule: str) -> None:
+    if rel == ".":
+        st.root_excluded = True
+    elif "/" not in rel:
+        st.ignored_top.append((rel, rule))
+
+
 def _visit_dir(  # noqa: PLR0917 - recursive walker, internal
         st: _State, path: str, rel: str, matchers: list[Matcher],
-               chain: tuple[tuple[int, int], ...], s: os.stat_result | None) -> None:
-    """A directory Ray's walk reaches: its ignore files join, then it is tested, then walked."""
+               chain: tuple[tuple[int, int], ...], s: os.stat_result | None,
+               reuse: bool = True) -> None:
+    """A directory Ray's walk reaches: its ignore files join, then it is tested, then walked
+    (`reuse`: its listing and those below may come from the last scan, module doc)."""
+    try:
+        s = s if s is not None else os.stat(path)  # before the listing: a change after shows
+    except OSError as exc:
+        raise PackagingError(f"cannot stat {path}: {exc.strerror}", path=path) from exc
+    if reuse and rel in st.old:
+        done = _replay(st, path, rel, matchers, chain, s, st.old[rel])
+        if done:
+            return
+        reuse = done is not None  # None: an ignore file changed, so every rule below may have
+    st.listed = True
     children = _list(path)
     names = [c.name for c in children]
-    added = (ignore_file_matchers(path, rel, st.env)
-             if ".gitignore" in names or ".rayignore" in names else [])
+    has_ignore = ".gitignore" in names or ".rayignore" in names
+    added = ignore_file_matchers(path, rel, st.env) if has_ignore else []
+    igns = _ignore_stamps(path, names) if has_ignore else ()
     active = matchers + added
     rule = first_match(active, rel)
     if rule is not None:
-        if rel == ".":
-            st.root_excluded = True
-        elif "/" not in rel:
-            st.ignored_top.append((rel, rule))
+        _ignored(st, rel, rule)
+        st.new[rel] = (_stamp(s), st.now_ns, igns, (), rule)
         return
     _dir_entry(st, path, rel, s, names)
     hit = any_match(active)
+    kids: list[tuple[str, int, str | None]] | None = []
     for c in children:
         crel = c.name if rel == "." else f"{rel}/{c.name}"
-        _visit_child(st, c, crel, active, chain, hit)
+        what = _visit_child(st, c, crel, active, chain, hit, reuse)
+        if what is None:
+            kids = None
+        elif kids is not None:
+            kids.append((c.name, *what))
+    if kids is not None:
+        st.new[rel] = (_stamp(s), st.now_ns, igns, tuple(kids), None)
+
+
+def _replay(  # noqa: PLR0917 - recursive walker, internal
+        st: _State, path: str, rel: str, matchers: list[Matcher],
+        chain: tuple[tuple[int, int], ...], s: os.stat_result, rec: Listing) -> bool | None:
+    """Walk a directory from its listing `rec` of the last scan: True when done; False when the
+    listing is stale (nothing walked yet); None when an ignore file changed."""
+    _, _, igns, kids, rule = rec
+    fresh = _fresh(path, s, rec)
+    if not fresh:
+        return fresh
+    if rule is not None:
+        _ignored(st, rel, rule)
+        st.new[rel] = rec
+        return True
+    head = path if path.endswith("/") else path + "/"  # as os.scandir joins
+    stats = _file_stats(head, kids)
+    if stats is None:
+        return False
+    st.new[rel] = rec
+    _dir_entry(st, path, rel, s, kids)
+    active: list[Matcher] | None = None  # the rules, read only if a directory below is listed
+    for (name, what, rule_), f in zip(kids, stats, strict=True):
+        crel = name if rel == "." else f"{rel}/{name}"
+        cpath = head + name
+        if f is not None:
+            st.entries.append(Entry(crel, cpath, False, f.st_size, f.st_mode, f.st_mtime_ns,
+                                    f.st_ino))
+        elif what == _IGNORED:
+            if "/" not in crel:
+                st.ignored_top.append((crel, rule_ or ""))
+        else:
+            if active is None:
+                active = matchers + (ignore_file_matchers(path, rel, st.env) if igns else [])
+            _enter(st, cpath, crel, active, chain, what == _LINK_DIR, True)
+    return True
+
+
+def _fresh(path: str, s: os.stat_result, rec: Listing) -> bool | None:
+    """Whether listing `rec` still holds for the directory at `path` (stat `s`): False when the
+    directory changed (or may have: racy), None when one of its ignore files did."""
+    stamp, listed, igns, _kids, _rule = rec
+    if _stamp(s) != tuple(stamp) or stamp[2] >= listed - _RACY_NS:
+        return False
+    for name, *was in igns:
+        try:
+            i = os.stat(os.path.join(path, name))
+        except OSError:
+            return None
+        if [*_stamp(i), i.st_size] != was or was[2] >= listed - _RACY_NS:
+            return None
+    return True
+
+
+def _file_stats(head: str, kids: Sequence[tuple[str, int, str | None]]
+                ) -> list[os.stat_result | None] | None:
+    """Each kept file's stat (None for the other children; `head`: the directory's path and a
+    slash), or None when one is no longer a regular file."""
+    stats: list[os.stat_result | None] = []
+    for name, what, _rule in kids:
+        if what != _FILE:
+            stats.append(None)
+            continue
+        try:
+            f = os.stat(head + name)
+        except OSError:
+            return None
+        if not stat.S_ISREG(f.st_mode):
+            return None
+        stats.append(f)
+    return stats
+
+
+def _enter(  # noqa: PLR0917 - recursive walker, internal
+        st: _State, path: str, rel: str, matchers: list[Matcher],
+        chain: tuple[tuple[int, int], ...], link: bool, reuse: bool) -> None:
+    """Walk a child directory (`link`: reached through a symlink, so checked for a loop)."""
+    s = None
+    if link:  # only a symlinked directory can lead back into its ancestors
+        s = os.stat(path)
+        key = (s.st_dev, s.st_ino)
+        if key in chain:
+            raise PackagingError(f"symlink loop at {path}",
+                                 hint="Ray would package this tree ~40 times over; remove "
+                                 "the link or exclude it", path=path)
+        chain = (*chain, key)
+    _visit_dir(st, path, rel, matchers, chain, s, reuse)
 
 
 def _visit_child(  # noqa: PLR0917 - recursive walker, internal
         st: _State, c: os.DirEntry[str], rel: str, matchers: list[Matcher],
-        chain: tuple[tuple[int, int], ...], hit: Callable[[str], bool]) -> None:
+        chain: tuple[tuple[int, int], ...], hit: Callable[[str], bool], reuse: bool
+        ) -> tuple[int, str | None] | None:
+    """Walk one child; (what the walk decided, the rule that ignores it), None for what is
+    never reused (a broken link, a socket)."""
     if not c.name.isascii():
         _check_name(rel)
     path = c.path
@@ -148,27 +302,18 @@ def _visit_child(  # noqa: PLR0917 - recursive walker, internal
     except OSError:
         is_dir = False
     if is_dir:
-        s = None
-        key = (0, 0)
-        if link:  # only a symlinked directory can lead back into its ancestors
-            s = os.stat(path)
-            key = (s.st_dev, s.st_ino)
-            if key in chain:
-                raise PackagingError(f"symlink loop at {path}",
-                                     hint="Ray would package this tree ~40 times over; remove "
-                                     "the link or exclude it", path=path)
-        _visit_dir(st, path, rel, matchers, (*chain, key) if link else chain, s)
-        return
+        _enter(st, path, rel, matchers, chain, link, reuse)
+        return (_LINK_DIR if link else _DIR), None
     rule = first_match(matchers, rel) if hit(rel) else None
     if rule is not None:
         if "/" not in rel:
             st.ignored_top.append((rel, rule))
-        return
-    _file_entry(st, c, rel, path, link)
+        return _IGNORED, rule
+    return (_FILE, None) if _file_entry(st, c, rel, path, link) else None
 
 
-def _file_entry(st: _State, c: os.DirEntry[str], rel: str, path: str, link: bool) -> None:
-    """A kept non-directory: a file, or what Ray hashes by name (broken link, socket)."""
+def _file_entry(st: _State, c: os.DirEntry[str], rel: str, path: str, link: bool) -> bool:
+    """A kept non-directory: a file (True), or what Ray hashes by name (broken link, socket)."""
     try:
         s = c.stat()
     except OSError as exc:
@@ -176,18 +321,19 @@ def _file_entry(st: _State, c: os.DirEntry[str], rel: str, path: str, link: bool
             raise PackagingError(f"cannot stat {path}: {exc.strerror}", path=path) from exc
         st.warnings.append(f"{rel}: broken symlink (hashed by name only, not packaged, as Ray)")
         st.entries.append(Entry(rel, path, False, 0, 0, special=True, in_zip=False))
-        return
+        return False
     if stat.S_ISREG(s.st_mode):
         st.entries.append(Entry(rel, path, False, s.st_size, s.st_mode, s.st_mtime_ns,
                                 s.st_ino))
-    elif stat.S_ISFIFO(s.st_mode):
+        return True
+    if stat.S_ISFIFO(s.st_mode):
         raise PackagingError(f"{path} is a named pipe (FIFO)",
                              hint="Ray hangs forever reading it; exclude it", path=path)
-    elif stat.S_ISSOCK(s.st_mode):
+    if stat.S_ISSOCK(s.st_mode):
         st.warnings.append(f"{rel}: socket (hashed by name only, not packaged, as Ray)")
         st.entries.append(Entry(rel, path, False, 0, s.st_mode, special=True, in_zip=False))
-    else:
-        raise PackagingError(f"{path} is a device file", hint="exclude it", path=path)
+        return False
+    raise PackagingError(f"{path} is a device file", hint="exclude it", path=path)
 
 
 def _has_py(d: str) -> bool:
@@ -235,6 +381,21 @@ def scan_package(root: Path, *, kind: Kind, excludes: Sequence[str] = (),
     return _scan(root, kind, excludes, env)
 
 
+def _listings_file(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
+                   ) -> Path:
+    """Where the listings of this package's scans are kept: one file per root and rules."""
+    import hashlib
+    import json
+
+    from rtenv_cli.core.packaging.ignore import DEFAULT_EXCLUDES_ENV, IGNORE_GITIGNORE_ENV
+    from rtenv_cli.core.paths import rtenv_home
+
+    key = json.dumps([str(root), kind, list(excludes), env.get(DEFAULT_EXCLUDES_ENV),
+                      env.get(IGNORE_GITIGNORE_ENV)])
+    return rtenv_home() / "scans" / hashlib.sha256(key.encode(errors="surrogateescape")
+                                                   ).hexdigest()[:32]
+
+
 def _scan(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
           ) -> PackageScan:
     if root.is_file():
@@ -248,7 +409,18 @@ def _scan(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str
     st = _State(root, env)
     base = excludes_matcher(kind, excludes, env)
     rs = root.stat()
+    where = _listings_file(root, kind, excludes, env) if LISTINGS else None
+    if where is not None:
+        from rtenv_cli.core.fsutil import read_cache
+
+        old = read_cache(where)
+        st.old, st.now_ns = (old if isinstance(old, dict) else {}), time.time_ns()
     _visit_dir(st, str(root), ".", [base] if base else [], ((rs.st_dev, rs.st_ino),), rs)
+    if where is not None and (st.listed or st.new.keys() != st.old.keys()):
+        from rtenv_cli.core.fsutil import write_cache
+
+        with suppress(OSError):  # a cache: a failed write costs a listing next time
+            write_cache(where, st.new)
     entries = tuple(st.entries)
     files = [e for e in entries if not e.is_dir and not e.special]
     py_dirs = tuple(name for name, _ in st.ignored_top

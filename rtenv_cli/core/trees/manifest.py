@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -56,13 +56,9 @@ class Manifest:
 
     @functools.cached_property
     def id(self) -> str:
-        """sha256 of the tree: one NUL-separated line per file (sorted), then per empty
-        directory. Computed once: a manifest is not changed after its id is read."""
-        lines = sorted(f"{f.path}\0{f.mode}\0{f.size}\0{f.digest}" for f in self.files.values())
-        lines += sorted(f"{p}\0{m}\0dir" for p, m in self.dirs.items())
-        h = hashlib.sha256(f"{self.kind}\n".encode())
-        h.update("\n".join(lines).encode(errors="surrogateescape"))
-        return h.hexdigest()
+        """`tree_id` of the manifest. Computed once: a manifest is not changed after its id is
+        read."""
+        return tree_id(self.kind, self.files.values(), self.dirs)
 
     @property
     def uri(self) -> str:
@@ -79,27 +75,49 @@ class Manifest:
     def encode(self, base: Manifest | None = None, base_id: str | None = None,
                depth: int = 0) -> bytes:
         """The KV value: full, or the changes against `base` (whose id is `base_id`)."""
-        doc = self.doc(base, base_id, depth)
-        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+        return encode_doc(self.doc(base, base_id, depth))
 
     def doc(self, base: Manifest | None = None, base_id: str | None = None,
             depth: int = 0) -> dict[str, Any]:
         """The manifest as JSON (what `encode` compresses; `apply` reads it back)."""
-        doc: dict[str, Any] = {"v": VERSION, "kind": self.kind, "dirs": self.dirs}
         if base is None:
-            files = list(self.files.values())
-        else:
-            doc["base"], doc["depth"] = base_id, depth
-            old = base.files
-            files = [f for p, f in self.files.items()
-                     if (b := old.get(p)) is not f and b != f]  # mostly the same objects
-            doc["del"] = sorted(p for p in base.files if p not in self.files)
-        packs = sorted({f.pack for f in files})
-        number = {p: i for i, p in enumerate(packs)}
-        doc["packs"] = packs
-        doc["files"] = [[f.path, f.mode, f.size, f.digest, number[f.pack], f.offset]
-                        for f in files]
-        return doc
+            return value_doc(self.kind, self.dirs, self.files.values())
+        old = base.files
+        files = [f for p, f in self.files.items()
+                 if (b := old.get(p)) is not f and b != f]  # mostly the same objects
+        return value_doc(self.kind, self.dirs, files, base_id=base_id, depth=depth,
+                         deleted=sorted(p for p in base.files if p not in self.files))
+
+
+def tree_id(kind: str, files: Iterable[Sequence[Any]], dirs: Mapping[str, int]) -> str:
+    """sha256 of a tree (`files`: FileEntry-shaped records): one NUL-separated line per file
+    (sorted), then per empty directory."""
+    lines = sorted(f"{f[0]}\0{f[1]}\0{f[2]}\0{f[3]}" for f in files)
+    lines += sorted(f"{p}\0{m}\0dir" for p, m in dirs.items())
+    h = hashlib.sha256(f"{kind}\n".encode())
+    h.update("\n".join(lines).encode(errors="surrogateescape"))
+    return h.hexdigest()
+
+
+def value_doc(kind: str, dirs: Mapping[str, int], files: Iterable[Sequence[Any]], *,
+              base_id: str | None = None, depth: int = 0, deleted: Sequence[str] = ()
+              ) -> dict[str, Any]:
+    """A manifest value's JSON: every file of the tree (`files`: FileEntry-shaped records), or,
+    with `base_id`, the files that differ from that base and the paths it `deleted`."""
+    doc: dict[str, Any] = {"v": VERSION, "kind": kind, "dirs": dict(dirs)}
+    if base_id is not None:
+        doc["base"], doc["depth"], doc["del"] = base_id, depth, list(deleted)
+    files = list(files)
+    packs = sorted({f[4] for f in files})
+    number = {p: i for i, p in enumerate(packs)}
+    doc["packs"] = packs
+    doc["files"] = [[f[0], f[1], f[2], f[3], number[f[4]], f[5]] for f in files]
+    return doc
+
+
+def encode_doc(doc: Mapping[str, Any]) -> bytes:
+    """The KV value of a manifest's JSON (`value_doc`)."""
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
 def decode(raw: bytes) -> dict[str, Any]:

@@ -3,19 +3,25 @@ lacks, packed, then the manifest, last.
 
 What the cluster has is learnt from one prefix listing of the pack indexes (`x:`), each index
 fetched once and kept under `$RTENV_HOME/trees/idx/` (a pack's id is the sha256 of its bytes, so
-an index never changes). A content is sent only when no pack of the cluster holds it; small
-files are packed into PACK_BYTES objects (one KV Put each, PARALLEL at a time) and a file above
-it goes alone. The manifest goes after every pack it names, so a pusher killed at any point
-leaves packs no manifest names (the gc collects them after its grace period), never a manifest
-naming missing contents. It is written as a delta against the last manifest this home pushed
-for the same source, when the cluster still has that one (a one-file edit: the file and a
-manifest of changes, not the tree).
+an index never changes), and their union kept merged per cluster in `trees/have/` (read whole
+while the listing names the same packs; else updated by the packs gone and the packs new). A
+content is sent only when no pack of the cluster holds it; small files are packed into
+PACK_BYTES objects (one KV Put each, PARALLEL at a time) and a file above it goes alone. The
+manifest goes after every pack it names, so a pusher killed at any point leaves packs no
+manifest names (the gc collects them after its grace period), never a manifest naming missing
+contents. It is written as a delta against the last manifest this home pushed for the same
+source, when the cluster still has that one (a one-file edit: the file and a manifest of
+changes, not the tree).
 
 `publish_tree` takes a file list (from a scan or a watch's snapshot) and returns what it sent.
-A watch passes a `TreeState` it keeps per source: what the cluster has and the last manifest stay
-in memory between saves (no listing, no index or manifest read back, the last manifest saved
-to the home once, by `TreeState.save`), so a save costs its change, not a re-read of the tree's
-records.
+Its `TreeState` holds the last manifest of the source as records (a file whose mode, size and
+content are the base's keeps the base's record: only the others are looked up, and only they
+go into the delta) and what the cluster has. A one-shot push loads it from the home
+(`trees/base/`, one marshalled file with a checksum: a torn or foreign file reads as no base,
+which costs a full manifest, never a wrong one) and saves it after; a watch keeps it in memory
+between saves (no listing, no index read back) and saves it once, by `TreeState.save`. The
+home's files are caches written by rename without fsync: whatever a crash leaves of them is
+either whole or refused.
 """
 
 from __future__ import annotations
@@ -25,22 +31,22 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rtenv_cli.core.errors import PackagingError
+from rtenv_cli.core.fsutil import read_cache, write_cache
 from rtenv_cli.core.transport.ray_kv import RayKV
 from rtenv_cli.core.trees.manifest import (
     MAX_DEPTH,
-    FileEntry,
-    Manifest,
+    SCHEME,
     decode,
     decode_index,
-    dump_local,
+    encode_doc,
     encode_index,
-    load_local,
+    tree_id,
+    value_doc,
 )
 
 # Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
@@ -56,10 +62,17 @@ PARALLEL = 4
 # cold.json: "ablation: tree push with in-memory puts, 10k files/200 MB random".
 SPOOL_BYTES = PACK_BYTES // 2
 SPOOL = True
+# The one-shot push's base from the home (`trees/base/`): False ignores it, so every push
+# compares the tree with nothing and writes a full manifest; the benchmark's ablation row flips
+# it to show what the base buys (benchmarks/results/trees.json: "ablation: re-push in process,
+# no base from the home (the tree compared with nothing)").
+HOME_BASE = True
+# A file of the tree as the manifest has it: FileEntry's fields (path, mode, size, sha256, pack,
+# offset) as a plain tuple (marshal stores tuples, not NamedTuples).
+Rec = tuple[str, int, int, str, str, int]
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(NamedTuple):  # a tuple: 10k of them are built per push
     """One file of a tree: its path in the tree, where to read it, and what it should be."""
 
     path: str
@@ -94,18 +107,22 @@ class PublishResult:
 
 @dataclass
 class TreeState:
-    """What a watch keeps between publishes of one source (see the module doc)."""
+    """A source's last publish and what the cluster has (see the module doc)."""
 
     have: dict[str, tuple[str, int, int]] | None = None  # content -> (pack, offset, size)
-    last: Manifest | None = None  # the last manifest published, and its chain's depth
-    depth: int | None = None
-    saved: bool = True  # `last` is in the home (the base of a one-shot push's delta)
-    entries: dict[str, FileEntry] = field(default_factory=dict)  # reused while unchanged
+    alive: set[str] | None = None  # the packs of the last listing (None: `have` trusted)
+    last: str | None = None  # the id of the last manifest published for the source
+    depth: int | None = None  # its chain's depth (None: unknown, asked of the cluster)
+    kind: str = ""
+    recs: dict[str, Rec] = field(default_factory=dict)  # its files by path
+    dirs: dict[str, int] = field(default_factory=dict)  # its empty directories
+    saved: bool = True  # the home has it (the base of the next one-shot push)
+    where: Path | None = None  # the home file it is saved to (set by publish_tree)
 
-    def save(self, cache: Path | None = None) -> None:
+    def save(self) -> None:
         """Keep the last manifest in the home, as a one-shot push does after each push."""
-        if self.last is not None and not self.saved:
-            _save_full(cache if cache is not None else state_dir(), self.last, self.depth)
+        if self.where is not None and self.last is not None and not self.saved:
+            write_cache(self.where, (self.last, self.kind, self.depth, self.dirs, self.recs))
             self.saved = True
 
 
@@ -139,11 +156,23 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
     return files, dirs
 
 
-def _cluster_contents(kv: RayKV, cache: Path) -> dict[str, tuple[str, int, int]]:
-    """sha256 -> (pack, offset, size) of every content in the cluster's packs."""
-    out: dict[str, tuple[str, int, int]] = {}
+def _cluster_contents(kv: RayKV, cache: Path
+                      ) -> tuple[dict[str, tuple[str, int, int]], set[str], bool]:
+    """(sha256 -> (pack, offset, size) of every content in the cluster's packs, the packs,
+    whether that differs from the merged file of the home)."""
     ids = [k.removeprefix("x:") for k in kv.keys("x:")]
-    want = [p for p in ids if not (cache / "idx" / p).is_file()]
+    alive = set(ids)
+    merged = read_cache(_have_file(cache, kv.address))
+    out: dict[str, tuple[str, int, int]] = {}
+    known: set[str] = set()
+    if isinstance(merged, tuple) and len(merged) == 2:  # noqa: PLR2004 - (packs, contents)
+        known, out = set(merged[0]), merged[1]
+        if known == alive:
+            return out, alive, False
+        if known - alive:  # a gc took packs: their contents may lie in others too
+            known, out = set(), {}
+    new = [p for p in ids if p not in known]
+    want = [p for p in new if not (cache / "idx" / p).is_file()]
     if want:
         (cache / "idx").mkdir(parents=True, exist_ok=True)
         for start in range(0, len(want), 64):
@@ -151,14 +180,19 @@ def _cluster_contents(kv: RayKV, cache: Path) -> dict[str, tuple[str, int, int]]
                 from rtenv_cli.core.fsutil import atomic_write_bytes
 
                 atomic_write_bytes(cache / "idx" / key.removeprefix("x:"), raw)
-    for pack in ids:
+    for pack in new:
         try:
             _t, files = decode_index((cache / "idx" / pack).read_bytes())
         except OSError:
-            continue  # deleted by a gc since the listing
+            alive.discard(pack)  # deleted by a gc since the listing
+            continue
         for digest, offset, size in files:
             out.setdefault(digest, (pack, offset, size))
-    return out
+    return out, alive, True
+
+
+def _have_file(cache: Path, address: str) -> Path:
+    return cache / "have" / hashlib.sha256(address.encode()).hexdigest()[:32]
 
 
 def _packs(missing: Sequence[SourceFile]) -> list[list[SourceFile]]:
@@ -231,19 +265,17 @@ def _last_key(address: str, label: str, kind: str) -> str:
     return hashlib.sha256(json.dumps([address, label, kind]).encode()).hexdigest()[:32]
 
 
-def _load_full(cache: Path, ident: str) -> tuple[Manifest, int | None] | None:
-    """A manifest this home pushed (or found), and the depth of its chain when it wrote it."""
+def _load_base(path: Path, kind: str) -> TreeState:
+    """The state a one-shot push starts from: the last manifest this home pushed for the
+    source (`TreeState.save`), or none."""
+    found = read_cache(path) if HOME_BASE else None
     try:
-        return load_local((cache / "man" / ident).read_bytes())
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
-
-
-def _save_full(cache: Path, m: Manifest, depth: int | None) -> None:
-    from rtenv_cli.core.fsutil import atomic_write_bytes
-
-    (cache / "man").mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(cache / "man" / m.id, dump_local(m, depth))
+        last, kind_, depth, dirs, recs = found  # type: ignore[misc]
+        if kind_ == kind and isinstance(last, str) and isinstance(recs, dict):
+            return TreeState(last=last, depth=depth, kind=kind, recs=recs, dirs=dirs)
+    except (TypeError, ValueError):
+        pass
+    return TreeState()
 
 
 def _depth(kv: RayKV, ident: str) -> int:
@@ -254,16 +286,16 @@ def _depth(kv: RayKV, ident: str) -> int:
 def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[str, int, int]],
                   now: float, on_progress: Callable[[int], None] | None
                   ) -> tuple[int, int, int]:
-    """Pack and put `missing`, PARALLEL at a time; (bytes, files, packs) sent. `have` learns
-    where each content went."""
+    """Pack and put `missing`, PARALLEL at a time (one pack: on `kv` itself); (bytes, files,
+    packs) sent. `have` learns where each content went."""
     import queue
 
     plan = _packs(missing)
     if not plan:
         return 0, 0, 0
     conns: queue.SimpleQueue[RayKV] = queue.SimpleQueue()
-    opened = [kv.fork() for _ in range(min(PARALLEL, len(plan)))]
-    for c in opened:
+    opened = [kv.fork() for _ in range(min(PARALLEL, len(plan)))] if len(plan) > 1 else []
+    for c in opened or [kv]:
         conns.put(c)
 
     def send(group: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]], int]:
@@ -275,42 +307,48 @@ def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[st
 
     sent = files = 0
     try:
-        with ThreadPoolExecutor(len(opened)) as pool:
-            for group, (pack, index, nbytes) in zip(plan, pool.map(send, plan), strict=True):
-                for digest, offset, size in index:
-                    have[digest] = (pack, offset, size)
-                sent += nbytes
-                files += len(group)
-                if on_progress:
-                    on_progress(sum(f.size for f in group))
+        if opened:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(len(opened))
+            results = pool.map(send, plan)
+        else:
+            pool, results = None, map(send, plan)
+        for group, (pack, index, nbytes) in zip(plan, results, strict=True):
+            for digest, offset, size in index:
+                have[digest] = (pack, offset, size)
+            sent += nbytes
+            files += len(group)
+            if on_progress:
+                on_progress(sum(f.size for f in group))
     finally:
+        if pool is not None:
+            pool.shutdown()
         for c in opened:
             c.close()
     return sent, files, len(plan)
 
 
-def _write_manifest(kv: RayKV, manifest: Manifest, base_id: str | None, cache: Path,
-                    state: TreeState | None = None) -> tuple[int, bool, int | None]:
-    """Put `manifest` (a delta against `base_id` when this home, or `state`, has that one and
-    the chain is short); (bytes sent, delta, depth). Nothing when the cluster has it already."""
-    ident = manifest.id
+def _write_manifest(kv: RayKV, ident: str, recs: dict[str, Rec], changed: list[str],
+                    state: TreeState, *, kind: str, dirs: dict[str, int]
+                    ) -> tuple[int, bool, int | None]:
+    """Put manifest `ident` (the tree `recs`, `dirs`): a delta against `state`'s last one
+    (whose records differ in the paths `changed` and lack the paths gone) when the cluster has
+    that one and the chain is short, else whole; (bytes sent, delta, depth). Nothing when the
+    cluster has it already."""
     if kv.exists(f"m:{ident}"):
         return 0, False, None
-    depth: int | None = None
-    found: tuple[Manifest, int | None] | None = None
-    if state is not None and state.last is not None and state.last.id == base_id:
-        found = state.last, state.depth
-    elif base_id and base_id != ident:
-        found = _load_full(cache, base_id)
-    if found is not None and base_id and kv.exists(f"m:{base_id}"):
-        base_depth = found[1]
-        depth = (base_depth if base_depth is not None else _depth(kv, base_id)) + 1
-    if found is not None and depth is not None and depth <= MAX_DEPTH:
-        value, delta = manifest.encode(found[0], base_id, depth), True
+    base_id, depth = state.last, None
+    if base_id is not None and base_id != ident and kv.exists(f"m:{base_id}"):
+        depth = (state.depth if state.depth is not None else _depth(kv, base_id)) + 1
+    if base_id is not None and depth is not None and depth <= MAX_DEPTH:
+        doc = value_doc(kind, dirs, [recs[p] for p in changed], base_id=base_id, depth=depth,
+                        deleted=sorted(state.recs.keys() - recs.keys()))
+        value, delta = encode_doc(doc), True
     else:
-        value, delta, depth = manifest.encode(), False, 0
+        value, delta, depth = encode_doc(value_doc(kind, dirs, recs.values())), False, 0
     kv.put(f"m:{ident}", value)
-    lost = manifest.packs - {k.removeprefix("x:") for k in kv.keys("x:")}
+    lost = {r[4] for r in recs.values()} - {k.removeprefix("x:") for k in kv.keys("x:")}
     if lost:  # a gc took a pack this push reused (trees/gc.py): never leave that manifest
         kv.delete(f"m:{ident}")
         raise PackagingError(f"{len(lost)} packs this push reused were collected while it ran",
@@ -323,51 +361,71 @@ def publish_tree(kv: RayKV, kind: str, files: Iterable[SourceFile], dirs: Mappin
                  cache: Path | None = None, state: TreeState | None = None) -> PublishResult:
     """Publish the tree (`files`, empty `dirs`) of source `label` (its path: the base of the
     next push's delta) to `kv`'s cluster; see the module doc (`state`: a watch's)."""
-    from rtenv_cli.core.fsutil import atomic_write_text
-
     cache = cache if cache is not None else state_dir()
     files = list(files)
     now = time.time()
-    have = state.have if state is not None and state.have is not None else \
-        _cluster_contents(kv, cache)
+    where = cache / "base" / _last_key(kv.address, label, kind)
+    oneshot = state is None
+    if state is None:
+        state = _load_base(where, kind)
+    elif state.where is None and state.last is None:  # a watch's first save: the home's base
+        home = _load_base(where, kind)
+        state.last, state.depth, state.kind = home.last, home.depth, home.kind
+        state.recs, state.dirs = home.recs, home.dirs
+    state.where = where
+    refreshed = state.have is None or oneshot
+    if refreshed:
+        state.have, state.alive, refreshed = _cluster_contents(kv, cache)
+    have = state.have
+    assert have is not None  # noqa: S101 - set just above
+    base = state.recs if state.last is not None and state.kind == kind else {}
+    alive = state.alive
+    recs, changed = _compare(files, base, alive)
     missing: dict[str, SourceFile] = {}
-    for f in files:
+    for f in changed:
         if f.digest not in have:
             missing.setdefault(f.digest, f)
     sent, files_sent, packs_sent = _send_missing(kv, list(missing.values()), have, now,
                                                  on_progress)
-    manifest = Manifest(kind, _entries(files, have, state.entries if state else {}), dict(dirs))
-    ident = manifest.id
-    last_file = cache / "last" / _last_key(kv.address, label, kind)
-    kv.put(f"t:{ident}", str(now).encode())  # the grace period first: gc never sees m: alone
-    if state is not None and state.last is not None:
-        base_id: str | None = state.last.id
-    else:
-        base_id = last_file.read_text().strip() if last_file.is_file() else None
-    manifest_bytes, delta, depth = _write_manifest(kv, manifest, base_id, cache, state)
-    if state is None:
-        _save_full(cache, manifest, depth)
-    else:
-        state.have, state.entries = have, manifest.files
-        state.last, state.depth, state.saved = manifest, depth, False
-    last_file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(last_file, ident)
-    return PublishResult(ident, manifest.uri, len(files), manifest.total_bytes, files_sent,
-                         packs_sent, sent, manifest_bytes, delta)
-
-
-def _entries(files: list[SourceFile], have: Mapping[str, tuple[str, int, int]],
-             before: Mapping[str, FileEntry]) -> dict[str, FileEntry]:
-    """The manifest's entries, each one of `before` when unchanged (compared by identity)."""
-    out = {}
-    for f in files:
+    if alive is not None and packs_sent:
+        alive.update(have[d][0] for d in missing)
+    for f in changed:
         pack, offset, _size = have[f.digest]
-        e = before.get(f.path)
-        if e is None or (e.mode, e.size, e.digest, e.pack, e.offset) != (
-                f.mode, f.size, f.digest, pack, offset):
-            e = FileEntry(f.path, f.mode, f.size, f.digest, pack, offset)
-        out[f.path] = e
-    return out
+        recs[f.path] = (f.path, f.mode, f.size, f.digest, pack, offset)
+    dirs = dict(dirs)
+    if base and not changed and len(recs) == len(base) and dirs == state.dirs:
+        ident = state.last
+        assert ident is not None  # noqa: S101 - base is set only with it
+    else:
+        ident = tree_id(kind, recs.values(), dirs)
+    kv.put(f"t:{ident}", str(now).encode())  # the grace period first: gc never sees m: alone
+    manifest_bytes, delta, depth = _write_manifest(kv, ident, recs, [f.path for f in changed],
+                                                   state if base else TreeState(), kind=kind,
+                                                   dirs=dirs)
+    state.last, state.depth, state.kind, state.recs, state.dirs = ident, depth, kind, recs, dirs
+    state.saved = False
+    if oneshot:
+        state.save()
+        if (refreshed or packs_sent) and alive is not None:
+            write_cache(_have_file(cache, kv.address), (sorted(alive), have))
+    return PublishResult(ident, SCHEME + ident, len(files), sum(f.size for f in files),
+                         files_sent, packs_sent, sent, manifest_bytes, delta)
+
+
+def _compare(files: list[SourceFile], base: Mapping[str, Rec], alive: set[str] | None
+             ) -> tuple[dict[str, Rec], list[SourceFile]]:
+    """(the records of the files as `base` has them, with its pack among `alive`; the other
+    files), the module doc's shortcut: only the others are looked up and go into a delta."""
+    recs: dict[str, Rec] = {}
+    changed: list[SourceFile] = []
+    for f in files:
+        r = base.get(f.path)
+        if r is not None and r[3] == f.digest and r[1] == f.mode and r[2] == f.size and (
+                alive is None or r[4] in alive):
+            recs[f.path] = r
+        else:
+            changed.append(f)
+    return recs, changed
 
 
 def publish_scan(kv: RayKV, scan: Any, digests: Mapping[str, tuple[bytes, str | None]],
