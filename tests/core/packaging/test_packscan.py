@@ -47,6 +47,8 @@ def test_the_validator_s_walk_keeps_what_packaging_s_walk_keeps(tmp_path: Path) 
     from rtenv_cli.core.packaging.hashing import package_uri
     from rtenv_cli.core.packaging.walk import scan_package
 
+    tmp_path = tmp_path / "proj"  # beside the test's RTENV_HOME: a scan writes its listings there
+    tmp_path.mkdir()
     _tree(tmp_path)
     (tmp_path / "sub" / "deep" / "e.py").parent.mkdir()
     (tmp_path / "sub" / "deep" / "e.py").write_text("e")
