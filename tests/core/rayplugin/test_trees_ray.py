@@ -542,16 +542,17 @@ def test_a_node_agent_killed_mid_materialization_leaves_no_partial_tree_in_use(
                                   stderr=subprocess.STDOUT)
         building = trees / "t" / node.node_id
 
+        def logs() -> str:
+            setup = (node.session_dir() / "logs").glob("runtime_env_setup-*.log")
+            return ((tmp_path / "driver.log").read_text()[-3000:] +
+                    "\n".join(p.read_text() for p in setup)[-3000:])
+
         def partial() -> list[Path]:
+            if driver is not None and driver.poll() is not None:
+                raise AssertionError(f"the driver ended before the build began:\n{logs()}")
             return list(building.glob(".tmp-*"))
 
-        deadline = time.monotonic() + 120
-        while not partial():
-            if time.monotonic() > deadline or driver.poll() is not None:
-                logs = (node.session_dir() / "logs").glob("runtime_env_setup-*.log")
-                raise AssertionError((tmp_path / "driver.log").read_text()[-3000:] +
-                                     "\n".join(p.read_text() for p in logs)[-3000:])
-            time.sleep(0.2)
+        until(partial, what=lambda: f"the node's build to begin\n{logs()}")
         agent = _agent_pid(node)
         os.kill(agent, signal.SIGKILL)
         conn = kv(c)
