@@ -14,14 +14,14 @@ hashes the files, not the zip, so the method is ours to choose per member:
   100 MiB through the dashboard, 512 MiB to the GCS), where it turns a refusal into a push.
 Each file is read once: Ray's digest,
 sha256, crc32 and deflate come from the same bytes (the digests only where the caller or the
-digest cache does not have them: HASH_ONCE), in batches of small files. Stored members are made
-by threads that hand the batch's bytes back in memory, and the main thread appends them in order
-(THREADS_FOR_STORED); deflated ones by forked workers, each writing its batch's members (local
-header and data, as zipfile would) into a batch file that the main thread copies into the zip
-with one `copy_file_range` (no payload crosses a pipe). Either way only the main thread writes
-the zip (workers writing into it in place contend for the file's lock: more CPU on many small
-files, as branch `build` measured) and keeps the central directory; members of the source's
-previous build whose file stat is unchanged are copied raw (zipreuse). A file whose
+digest cache does not have them: HASH_ONCE), in batches of small files. Forked workers write each
+batch's members (local header and data, as zipfile would) into a batch file that the main thread
+copies into the zip with one `copy_file_range` (no payload crosses a pipe); threads handing the
+bytes back in memory cost less CPU but lose time on many small files (THREADS_FOR_STORED).
+Either way only the main thread writes the zip (workers writing into it in place contend for
+the file's lock: more CPU on many small files, as branch `build` measured) and keeps the
+central directory; members of the source's previous build whose file stat is unchanged are
+copied raw (zipreuse). A file whose
 stat changed while we packaged it forces a rebuild, so no zip is ever published under a URI
 that does not match its content.
 
@@ -273,13 +273,13 @@ class ZipPass:
 _Batch = tuple[str | None, int, list[bytes], list[tuple[Any, int, bool, bytes, str]]]
 _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its file
 
-# Stored members (no deflate) are prepared by threads that hand back their bytes in memory: the
-# work per file is a read, crc32 and the hashes, which release the GIL, and forked workers cost
-# more CPU than they save (the fork, the pickled results, a scratch file written and copied
-# again). Deflate holds the GIL longer: deflated packages keep the forked workers. False: stored
-# members go through forked workers and scratch batches too, for the ablation rows, e.g.
-# cold.json: "ablation: hash+zip in forked workers, 10k files/200 MB random".
-THREADS_FOR_STORED = True
+# Stored members (no deflate) may be prepared by threads that hand back their bytes in memory
+# (a read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no
+# fork, no pickled results, no scratch file copied again), but on a calm box it is slower on many
+# small files, where the per-file Python work holds the GIL (cold.json: "ablation: hash+zip,
+# stored members by threads, 50k files/200 MB text"). So forked workers prepare them, as deflated
+# ones; True: threads, for that ablation row.
+THREADS_FOR_STORED = False
 
 
 def _prepare_batch(items: Sequence[_Item], scratch: str | None, compress: bool) -> _Batch:

@@ -3,8 +3,8 @@ for many small files, threads for fewer, none for a few.
 
 Deflating many small files holds the GIL most of the time (zlib's per-stream set-up), so threads
 give no speed-up there; forked processes do. A stored package's files only need a read, crc32
-and the hashes, which release the GIL: the zip writer asks for threads there (build.py:
-THREADS_FOR_STORED), which cost less CPU than forked workers on every shape of the scaling set.
+and the hashes, which release the GIL, but the per-file Python work does not: threads cost less
+CPU there and still lose time on many small files (build.py: THREADS_FOR_STORED).
 Starting a process pool costs more than it saves on fewer files (benchmarks/results/
 fastpaths.json: "start a process pool and run one task"), and a re-push's one or two changed
 files are not worth any pool (its start and the concurrent.futures import cost more than the
