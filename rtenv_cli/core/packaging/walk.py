@@ -382,18 +382,23 @@ def scan_package(root: Path, *, kind: Kind, excludes: Sequence[str] = (),
 
 
 def _listings_file(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
-                   ) -> Path:
-    """Where the listings of this package's scans are kept: one file per root and rules."""
+                   ) -> Path | None:
+    """Where the listings of this package's scans are kept: one file per root and rules (None
+    when the home is not this user's alone: the listings are a cache, never trusted from it)."""
     import hashlib
     import json
 
+    from rtenv_cli.core.errors import RtenvError
     from rtenv_cli.core.packaging.ignore import DEFAULT_EXCLUDES_ENV, IGNORE_GITIGNORE_ENV
     from rtenv_cli.core.paths import rtenv_home
 
     key = json.dumps([str(root), kind, list(excludes), env.get(DEFAULT_EXCLUDES_ENV),
                       env.get(IGNORE_GITIGNORE_ENV)])
-    return rtenv_home() / "scans" / hashlib.sha256(key.encode(errors="surrogateescape")
-                                                   ).hexdigest()[:32]
+    try:
+        home = rtenv_home()
+    except RtenvError:  # no home this user alone can write: no listings, read or kept
+        return None
+    return home / "scans" / hashlib.sha256(key.encode(errors="surrogateescape")).hexdigest()[:32]
 
 
 def _scan(root: Path, kind: Kind, excludes: Sequence[str], env: Mapping[str, str]
