@@ -12,6 +12,16 @@ from rtenv_cli.core.watch.session import PushEvent, WatchSession
 from tests.support.wait import TIMEOUT, described, until
 
 
+class Clock:
+    """A fake clock for the debouncer and the watch loop: tests move `now` by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def wait_for(pred: Callable[[], Any], timeout: float = TIMEOUT, interval: float = 0.02) -> Any:
     """`tests.support.wait.until` with the watch's poll interval; a failure quotes PRED."""
     return until(pred, what=lambda: described(pred), timeout=timeout, interval=interval)

@@ -5,14 +5,7 @@ from __future__ import annotations
 import threading
 
 from rtenv_cli.core.watch.debounce import BURST_PATHS, Debouncer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.core.watch.helpers import Clock
 
 
 def _debouncer(**kw: float) -> tuple[Debouncer, Clock]:

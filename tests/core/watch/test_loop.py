@@ -7,15 +7,8 @@ import threading
 from pathlib import Path
 
 from rtenv_cli.core.watch.loop import STORM_EVENTS, STORM_RECONCILE_S, WatchLoop
+from tests.core.watch.helpers import Clock
 from tests.support.wait import until
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Recorder:
