@@ -7,7 +7,9 @@ it, and Ray tells plugins nothing when a worker exits, so the agent does: while 
 limits may live, a thread sweeps every second the empty `rtenv-<pid>-*` cgroups whose pid is gone
 (`Cgroups.sweep_all`); `delete_uri` and each setup sweep too. A cgroup whose worker the kernel
 OOM-killed is reported in the job's runtime_env_setup log before it goes (Ray itself reports the
-task as failed because its worker died: `WorkerCrashedError`).
+task as failed because its worker died: `WorkerCrashedError`). An agent that has started no
+worker with limits sweeps nothing: it has no job log to report in, and when two nodes share a
+machine (so one cgroup tree) the other agent's sweep reports the kill where the user looks.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Guard:
         self._thread: threading.Thread | None = None
         self._logger: logging.Logger = log
         self._checked: set[tuple[bool, bool]] = set()
+        self._watched = False  # this agent has started workers with limits (see the module doc)
 
     def check(self, limits: LimitsField) -> None:
         """Make and remove a cgroup with these controllers (once per kind): a node where
@@ -79,6 +82,7 @@ class Guard:
         """Sweep (now, and every second from a thread) until no rtenv cgroup is left for a
         while."""
         self._logger = logger
+        self._watched = True
         self.sweep()
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
@@ -89,6 +93,8 @@ class Guard:
     def sweep(self) -> int:
         from rtenv_cli.core.store.cgroups import Cgroups
 
+        if not self._watched:
+            return 0
         try:
             return Cgroups().sweep_all(self._report)
         except Exception as exc:  # never let a clean-up take the agent down
