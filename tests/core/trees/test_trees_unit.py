@@ -195,24 +195,26 @@ def test_a_racy_file_is_checked_by_its_content(
         NodeTrees(tmp_path / "node", "n1", kv.fork).ensure(first["manifest"])
 
 
-def test_small_files_go_to_the_cluster_in_puts_of_at_most_512_kib(
+def test_small_files_go_to_the_cluster_in_puts_of_at_most_pack_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GCS receives each KV put whole and its allocator keeps the buffers it frees
-    (publish.PACK_BYTES): a cold push packs small files into puts of at most 512 KiB; a
-    larger file goes alone."""
+    (publish.PACK_BYTES): a cold push packs small files into puts of at most PACK_BYTES
+    (1 MiB); a larger file goes alone."""
+    from rtenv_cli.core.trees.publish import PACK_BYTES
+
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
     src = tmp_path / "src"
     src.mkdir()
     for i in range(48):
-        (src / f"f{i}.bin").write_bytes(os.urandom(64 << 10))
-    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+        (src / f"f{i}.bin").write_bytes(os.urandom(PACK_BYTES // 12))
+    (src / "big.bin").write_bytes(os.urandom(PACK_BYTES + 1))
     kv = MemoryKV()
     publish(kv, src, tmp_path / "home")
     packs = sorted(len(v) for k, v in kv.data.items() if k.startswith("p:"))
-    assert packs[-1] == 1 << 20
+    assert packs[-1] == PACK_BYTES + 1
     assert len(packs) > 2
-    assert max(packs[:-1]) <= 512 << 10
-    assert sum(packs) == 4 << 20
+    assert max(packs[:-1]) <= PACK_BYTES
+    assert sum(packs) == 48 * (PACK_BYTES // 12) + PACK_BYTES + 1
 
 
 def test_a_spare_a_worker_wrote_into_is_not_patched(
