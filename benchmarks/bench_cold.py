@@ -180,7 +180,10 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
     runs: dict[str, list[dict]] = {"ours": [], "h2": [], "rehash": []}
     codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH}
     for i in range(_repeat(shape)):
-        for key, code in codes.items():
+        # each variant first in one round: the first push of a round was slower whichever it
+        # was (the last run's upload of the zip rows, or the GCS's freed pages)
+        order = list(codes.items())
+        for key, code in order[i % len(order):] + order[:i % len(order)]:
             _delete_trees(gcs)
             runs[key].append(_ours(code, gcs, tree, work, env=env, name=f"tree{i}"))
             assert runs[key][-1]["path"] == "tree", runs[key][-1]
