@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (errors are handled in RtenvGroup)."""
-    from rtenv_cli.cli import app
+    app = _import_app()
 
     if sys.stdout is None:  # started with standard output closed (`>&-`)
         _closed_stdout()
@@ -30,6 +30,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return 1
     return code
+
+
+# The imports of the CLI (typer, the app) make ~10^5 objects and no garbage: the cyclic garbage
+# collector's ~30 passes over them (~6 ms) are skipped (benchmarks/results/trees.json: "ablation:
+# ... the garbage collector on"; core/push.py pauses it the same way while a push runs).
+PAUSE_GC = True
+
+
+def _import_app() -> Callable[..., object]:
+    import gc
+
+    if not (PAUSE_GC and gc.isenabled()):
+        from rtenv_cli.cli import app
+
+        return app
+    gc.disable()
+    try:
+        from rtenv_cli.cli import app
+    finally:
+        gc.enable()
+    return app
 
 
 def _run(app: Callable[..., object], argv: list[str] | None) -> int:
