@@ -83,6 +83,11 @@ PROCESS_ABLATIONS = {
         "the garbage collector on",
         "cli/main.py and push.PAUSE_GC: the cyclic garbage collector paused while the CLI "
         "imports and while the push runs"),
+    "rtenv_cli.core.config:SKIP_FOREIGN_PYPROJECT": (
+        "every pyproject.toml parsed",
+        "config.SKIP_FOREIGN_PYPROJECT: the current directory's pyproject.toml (here the "
+        "repository's, which has no [tool.rtenv]) is not parsed when its text never names "
+        "rtenv (tomllib's import compiles its regexes)"),
 }
 REPUSH_ONLY = "RTENV_BENCH_TREES"
 
