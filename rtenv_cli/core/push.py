@@ -517,8 +517,9 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
 
 def move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
     """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules; with
-    `guarded`, beside the guard that fails a node without rtenv's plugin (schema.GUARD_FIELD)."""
-    from rtenv_cli.core.rayplugin.schema import FIELD, GUARD_FIELD, GUARD_MESSAGE
+    `guarded`, beside the guard that fails a node without rtenv's plugin (guard.GUARD_FIELD)."""
+    from rtenv_cli.core.rayplugin.guard import GUARD_FIELD, GUARD_MESSAGE
+    from rtenv_cli.core.spec.model import RTENV_FIELD as FIELD
 
     field_ = dict(out.get(FIELD) or {})
     if "working_dir" in moved:
