@@ -85,11 +85,19 @@ PROCESS_ABLATIONS = {
         "imports and while the push runs"),
     "rtenv_cli.core.config:SKIP_FOREIGN_PYPROJECT": (
         "every pyproject.toml parsed",
-        "config.SKIP_FOREIGN_PYPROJECT: the current directory's pyproject.toml (here the "
-        "repository's, which has no [tool.rtenv]) is not parsed when its text never names "
-        "rtenv (tomllib's import compiles its regexes)"),
+        "config.SKIP_FOREIGN_PYPROJECT: the project's pyproject.toml is not parsed when its "
+        "text never names rtenv (tomllib's import compiles its regexes)"),
 }
 REPUSH_ONLY = "RTENV_BENCH_TREES"
+# the project the whole-process ablations run in (a user's, which names no rtenv table)
+PROJECT_PYPROJECT = """[project]
+name = "train"
+version = "0.1.0"
+dependencies = ["ray[default]==2.60.0", "torch>=2.3"]
+
+[tool.ruff]
+line-length = 100
+"""
 
 
 def _gcs_rss_mib(head: object) -> float:
@@ -265,13 +273,13 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
     return rows
 
 
-def _push(gcs: str, tree: Path, env: dict[str, str], via: str, switches: str | None = None
-          ) -> dict:
+def _push(gcs: str, tree: Path, env: dict[str, str], via: str, *, switches: str | None = None,
+          cwd: Path = REPO) -> dict:
     """A whole `rtenv push` process: `python -m rtenv_cli`, or with `switches` (a string, ""
     for none) the console script's main() after those switches are set to False (CLI)."""
     launch = ["-m", "rtenv_cli"] if switches is None else ["-c", CLI, switches]
     res = run_measured([sys.executable, *launch, "push", str(tree), "--address", gcs,
-                        "--via", via, "--format", "json"], env=env, cwd=str(REPO))
+                        "--via", via, "--format", "json"], env=env, cwd=str(cwd))
     if res["returncode"] != 0:
         raise RuntimeError(res["stderr"][-3000:])
     out = json.loads(res["stdout"])
@@ -354,12 +362,17 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
         sent.append(ours[-1]["packages"][0]["tree"]["bytes_sent"])
         _edit(files[n + 10], n)
         rays.append(child(RAY_PUSH, url, str(sub), env=env)["total"])
-    # the console script's process, every switch on and each whole-process ablation, in turns
+    # the console script's process, every switch on and each whole-process ablation, in turns,
+    # run from a project's directory: a pyproject.toml of its own (the rows above run in this
+    # repository, whose pyproject.toml names rtenv, so it is parsed)
+    project = sub.parent / "project"
+    project.mkdir(exist_ok=True)
+    (project / "pyproject.toml").write_text(PROJECT_PYPROJECT)
     launched: dict[str, list[dict]] = {"": [], **{a: [] for a in PROCESS_ABLATIONS}}
     for n in range(5):
         for k, (switches, runs) in enumerate(launched.items()):
             _edit(files[150 + 5 * k + n], n)
-            runs.append(_push(gcs, sub, env, "tree", switches))
+            runs.append(_push(gcs, sub, env, "tree", switches=switches, cwd=project))
     # in process, and the same with one fast path switched off (its ablation row), in turns
     inproc: dict[str, list[float]] = {"": [], **{a: [] for a in ABLATIONS}}
     for n in range(5):
@@ -399,7 +412,9 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
         rows.append(Row("trees", f"ablation: re-push, whole `rtenv push` process, {what}", "s",
                         round(a, 3), round(r, 3), "", None,
                         f"median of 5 ({a_cpu:.3f} s CPU), in turns with the same process "
-                        f"with every fast path on: {on:.3f} s ({on_cpu:.3f} s CPU); {why}; "
+                        f"with every fast path on: {on:.3f} s ({on_cpu:.3f} s CPU), both the "
+                        f"console script's main() run in a project (its own pyproject.toml); "
+                        f"{why}; "
                         f"load average {os.getloadavg()[0]:.1f}"))
     med_sent = statistics.median(sent)
     rows.append(Row("trees", "bytes sent per one-file edit", "B", med_sent, tree_bytes,
