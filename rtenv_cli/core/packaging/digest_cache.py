@@ -73,10 +73,18 @@ class DigestCache:
         return self._loaded[root]
 
     def lookup(self, entries: Sequence[Entry]) -> dict[str, tuple[bytes, str]]:
+        return self.split(entries)[0]
+
+    def split(self, entries: Sequence[Entry]
+              ) -> tuple[dict[str, tuple[bytes, str]], list[Entry], int]:
+        """(relpath -> digests of the entries the cache holds unchanged, the other entries,
+        the bytes of the first): one pass, once per file of a tree on every push."""
         out: dict[str, tuple[bytes, str]] = {}
+        misses: list[Entry] = []
+        hit_bytes = 0
         rows: dict[str, Row] = {}
         last = None
-        for e in entries:  # once per file of the tree: unpacked, not 7 attribute reads
+        for e in entries:  # unpacked, not 7 attribute reads
             rel, fs, _is_dir, size, mode, mtime_ns, ino, _in_zip, _special = e
             root = fs[:len(fs) - len(rel) - 1] or "/"  # _root_of, inlined: 10,000 calls
             if root != last:
@@ -85,7 +93,10 @@ class DigestCache:
             if row is not None and row[0] == size and row[1] == mtime_ns and row[2] == ino \
                     and row[3] == mode:
                 out[rel] = (row[4], row[5])
-        return out
+                hit_bytes += size
+            else:
+                misses.append(e)
+        return out, misses, hit_bytes
 
     def store(self, rows: Sequence[tuple[Entry, bytes, str]], *,
               keep: Iterable[Entry] | None = None) -> None:
