@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-# The imports of the CLI (typer, the app) make ~10^5 objects and no garbage: the cyclic garbage
-# collector's ~30 passes over them (~6 ms) are skipped (benchmarks/results/trees.json: "ablation:
-# ... the garbage collector on"; core/push.py pauses it the same way while a push runs).
+# The imports of the CLI (typer, the app) make some 10^5 objects and no garbage: the cyclic
+# garbage collector's passes over them are skipped (with core/push.py's pause while a push runs,
+# benchmarks/results/
+# trees.json: "ablation: re-push, whole `rtenv push` process, the garbage collector on").
 PAUSE_GC = True
 
 

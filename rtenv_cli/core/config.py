@@ -148,8 +148,9 @@ def read_config(cwd: Path | None = None) -> list[ConfigFile]:
 
 # A project's pyproject.toml whose text never says "rtenv" has no [tool.rtenv] table (a key
 # spelled with \u escapes aside), so it is not parsed: importing tomllib compiles its regexes,
-# ~8 ms of every command run in a project (benchmarks/results/trees.json: "ablation: re-push,
-# whole `rtenv push` process, every pyproject.toml parsed"). A module switch, for that row.
+# on every command run in a project (benchmarks/results/
+# trees.json: "ablation: re-push, whole `rtenv push` process, every pyproject.toml parsed").
+# A module switch, for that row.
 SKIP_FOREIGN_PYPROJECT = True
 
 

@@ -23,8 +23,8 @@ from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 # Python's cyclic garbage collector is paused while a push scans and publishes: a tree of 10k
-# files makes ~10^5 objects (entries, digests, records) that hold no cycles and go by reference
-# counting, and the collector's passes over them cost ~20 ms of a ~0.2 s re-push
+# files makes some 10^5 objects (entries, digests, records) that hold no cycles and go by
+# reference counting, and the collector's passes over them are a good part of a re-push
 # (benchmarks/results/trees.json: "ablation: re-push in process, the garbage collector on").
 # What cycles the push makes are collected once it ends. A module switch, for that row.
 PAUSE_GC = True

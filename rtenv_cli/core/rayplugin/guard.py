@@ -1,5 +1,5 @@
 """The guard `rtenv push` writes beside an `rtenv` field of trees, apart from schema.py: a push
-imports these names alone, not the field tables schema.py builds (~6 ms of a re-push)."""
+imports these names alone, not the field tables (and difflib) schema.py imports and builds."""
 
 from __future__ import annotations
 
