@@ -83,6 +83,10 @@ PROCESS_ABLATIONS = {
         "the garbage collector on",
         "cli/main.py and push.PAUSE_GC: the cyclic garbage collector paused while the CLI "
         "imports and while the push runs"),
+    "rtenv_cli.cli.main:FREEZE_AT_EXIT": (
+        "the last collection at exit",
+        "cli/main.py FREEZE_AT_EXIT: the objects of the run frozen (gc.freeze) once the command "
+        "is done, so the interpreter's exit does not walk them"),
     "rtenv_cli.core.config:SKIP_FOREIGN_PYPROJECT": (
         "every pyproject.toml parsed",
         "config.SKIP_FOREIGN_PYPROJECT: the project's pyproject.toml is not parsed when its "
