@@ -7,7 +7,7 @@ plugin's patch of a spare tree vs Ray's unzip of the package), the GCS's memory 
 and after gc (two sessions; Ray's zips through its own KV client in the same cycle; 4 MiB packs
 as an ablation on a fresh head), and edit -> first line of the next `ray job submit`.
 
-RTENV_BENCH_TREES=repush runs the re-push rows only (a head, no second node; about a minute):
+RTENV_BENCH_TREES=repush runs the re-push rows only (a head, no second node; a few minutes):
 the other rows of the last full run are kept in the results file as they were, their notes
 saying so.
 """
@@ -93,6 +93,7 @@ PROCESS_ABLATIONS = {
         "text never names rtenv (tomllib's import compiles its regexes)"),
 }
 REPUSH_ONLY = "RTENV_BENCH_TREES"
+LAUNCHED_RUNS = 9  # processes per whole-process variant (a process's time varies more)
 # the project the whole-process ablations run in (a user's, which names no rtenv table)
 PROJECT_PYPROJECT = """[project]
 name = "train"
@@ -373,7 +374,7 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
     project.mkdir(exist_ok=True)
     (project / "pyproject.toml").write_text(PROJECT_PYPROJECT)
     launched: dict[str, list[dict]] = {"": [], **{a: [] for a in PROCESS_ABLATIONS}}
-    for n in range(5):
+    for n in range(LAUNCHED_RUNS):
         for k, (switches, runs) in enumerate(launched.items()):
             _edit(files[150 + 5 * k + n], n)
             runs.append(_push(gcs, sub, env, "tree", switches=switches, cwd=project))
@@ -417,7 +418,8 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
         a_cpu = statistics.median(p["cpu_s"] for p in launched[switches])
         rows.append(Row("trees", f"ablation: re-push, whole `rtenv push` process, {what}", "s",
                         round(a, 3), round(r, 3), "", None,
-                        f"median of 5 ({a_cpu:.3f} s CPU), in turns with the same process "
+                        f"median of {LAUNCHED_RUNS} ({a_cpu:.3f} s CPU), in turns with the "
+                        "same process "
                         f"with every fast path on: {on:.3f} s ({on_cpu:.3f} s CPU), both the "
                         f"console script's main() run in a project (its own pyproject.toml); "
                         f"{why}; "
