@@ -376,7 +376,7 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
     launched: dict[str, list[dict]] = {"": [], **{a: [] for a in PROCESS_ABLATIONS}}
     for n in range(LAUNCHED_RUNS):
         for k, (switches, runs) in enumerate(launched.items()):
-            _edit(files[150 + 5 * k + n], n)
+            _edit(files[150 + LAUNCHED_RUNS * k + n], n)
             runs.append(_push(gcs, sub, env, "tree", switches=switches, cwd=project))
     # in process, and the same with one fast path switched off (its ablation row), in turns
     inproc: dict[str, list[float]] = {"": [], **{a: [] for a in ABLATIONS}}
