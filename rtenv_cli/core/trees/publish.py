@@ -142,17 +142,18 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
     py_module directory's under its name, a single-file module as its name."""
     prefix = "" if kind == "working_dir" or scan.single_file else scan.root.name + "/"
     files, dirs = [], {}
-    for e in scan.entries:
-        if e.special or not e.in_zip:
+    new = tuple.__new__  # once per file of the tree: NamedTuple's Python-level __new__ skipped
+    for rel, fspath, is_dir, size, mode, _mtime, _ino, in_zip, special in scan.entries:
+        if special or not in_zip:
             continue
-        path = prefix + e.relpath if e.relpath != "." else prefix.rstrip("/")
-        if e.is_dir:
+        path = prefix + rel if rel != "." else prefix.rstrip("/")
+        if is_dir:
             if path:  # an empty working_dir root is the tree itself
-                dirs[path] = e.mode & 0o777
+                dirs[path] = mode & 0o777
             continue
-        digest = digests[e.relpath][1]
+        digest = digests[rel][1]
         assert digest is not None  # noqa: S101 - digest_entries gives every file a sha256
-        files.append(SourceFile(path, e.fspath, e.mode & 0o777, e.size, digest))
+        files.append(new(SourceFile, (path, fspath, mode & 0o777, size, digest)))
     return files, dirs
 
 
