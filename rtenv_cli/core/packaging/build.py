@@ -17,7 +17,8 @@ sha256, crc32 and deflate come from the same bytes (the digests only where the c
 digest cache does not have them: HASH_ONCE), in batches of small files. Forked workers write each
 batch's members (local header and data, as zipfile would) into a batch file that the main thread
 copies into the zip with one `copy_file_range` (no payload crosses a pipe); threads handing the
-bytes back in memory cost less CPU but lose time on many small files (THREADS_FOR_STORED).
+bytes back in memory cost less CPU but lose time on very many small files, so stored members go
+to threads unless the package has that many (`stored_by_forks`).
 Either way only the main thread writes the zip (workers writing into it in place contend for
 the file's lock: more CPU on many small files, as branch `build` measured) and keeps the
 central directory; members of the source's previous build whose file stat is unchanged are
@@ -273,13 +274,25 @@ class ZipPass:
 _Batch = tuple[str | None, int, list[bytes], list[tuple[Any, int, bool, bytes, str]]]
 _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its file
 
-# Stored members (no deflate) may be prepared by threads that hand back their bytes in memory
-# (a read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no
-# fork, no pickled results, no scratch file copied again), but on a calm box it is slower on many
-# small files, where the per-file Python work holds the GIL (cold.json: "ablation: hash+zip,
-# stored members by threads, 50k files/200 MB text"). So forked workers prepare them, as deflated
-# ones; True: threads, for that ablation row.
-THREADS_FOR_STORED = False
+# Stored members (no deflate) are prepared by threads that hand back their bytes in memory (a
+# read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no fork,
+# no pickled results, no scratch file written and copied again: 0.59 vs 0.70 CPU s on 1k files/
+# 200 MB text, 1.1 vs 1.3 on 10k files/200 MB), which is what counts on a loaded box. On very many
+# small files the per-file Python work, which holds the GIL, dominates and forked workers, each
+# with its own, win on wall time (50k files/200 MB text on a calm box: 2.77 s by forks vs 3.75 s
+# by threads); below that count threads won in every run (cold.json: the "hash+zip" rows and their
+# ablations "stored members by threads" / "stored members by forked workers").
+STORED_FORK_MIN_FILES = 20_000
+# the ablation switch: "auto" (by the count above), or always "threads" / always "forks"
+STORED_WORKERS: Literal["auto", "threads", "forks"] = "auto"
+
+
+def stored_by_forks(small_files: int) -> bool:
+    """Whether a stored package's `small_files` are prepared by forked workers (else threads):
+    see STORED_FORK_MIN_FILES."""
+    if STORED_WORKERS != "auto":
+        return STORED_WORKERS == "forks"
+    return small_files >= STORED_FORK_MIN_FILES
 
 
 def _prepare_batch(items: Sequence[_Item], scratch: str | None, compress: bool) -> _Batch:
@@ -338,7 +351,7 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
     plan = [(e, _info(e, scan, prefix, times), e.relpath not in known)
             for e in _in_zip(entries if entries is not None else scan.entries)]
     small = sum(1 for e, _i, _d in plan if not e.is_dir and e.size <= _SMALL)
-    forked = processes and (compress or not THREADS_FOR_STORED)
+    forked = processes and (compress or stored_by_forks(small))
     writer = None
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
@@ -685,4 +698,5 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
 
 
 __all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "fits_stored",
-           "hashed_not_zipped", "stored_size", "write_package_zip", "zip_time"]
+           "hashed_not_zipped", "stored_by_forks", "stored_size", "write_package_zip",
+           "zip_time"]

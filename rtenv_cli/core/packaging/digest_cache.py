@@ -108,6 +108,9 @@ class DigestCache:
     def _store(self, root: str, new: list[tuple[str, Row]], live: set[str] | None) -> None:
         base, journal = self._files(root)
         base.parent.mkdir(parents=True, exist_ok=True)
+        if live is not None:  # folded at once: the rows go straight into the new base (a cold
+            self._fold(root, live, new)  # build of 50k files saved a dump and a load of them)
+            return
         frame = marshal.dumps((root, new))
         fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -115,12 +118,14 @@ class DigestCache:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        if live is not None or size > _JOURNAL_MAX:
-            self._fold(root, live)
+        if size > _JOURNAL_MAX:
+            self._fold(root, None)
 
-    def _fold(self, root: str, live: set[str] | None) -> None:
-        """Rewrite the base from base + journal (pruned to `live`) and start a new journal.
-        The journal is renamed aside first: a store appending meanwhile starts a fresh one."""
+    def _fold(self, root: str, live: set[str] | None,
+              new: Sequence[tuple[str, Row]] = ()) -> None:
+        """Rewrite the base from base + journal + `new` rows (pruned to `live`) and start a new
+        journal. The journal is renamed aside first: a store appending meanwhile starts a fresh
+        one."""
         from filelock import FileLock
 
         base, journal = self._files(root)
@@ -129,6 +134,7 @@ class DigestCache:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(journal, aside)
             data = self._read(root, aside)
+            data.update(new)
             if live is not None:
                 data = {rel: r for rel, r in data.items() if rel in live}
             tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")

@@ -4,7 +4,7 @@ for many small files, threads for fewer, none for a few.
 Deflating many small files holds the GIL most of the time (zlib's per-stream set-up), so threads
 give no speed-up there; forked processes do. A stored package's files only need a read, crc32
 and the hashes, which release the GIL, but the per-file Python work does not: threads cost less
-CPU there and still lose time on many small files (build.py: THREADS_FOR_STORED).
+CPU there and lose time only on very many small files (build.py: `stored_by_forks`).
 Starting a process pool costs more than it saves on fewer files (benchmarks/results/
 fastpaths.json: "start a process pool and run one task"), and a re-push's one or two changed
 files are not worth any pool (its start and the concurrent.futures import cost more than the
