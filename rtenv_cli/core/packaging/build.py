@@ -62,7 +62,7 @@ from rtenv_cli.core.packaging.hashing import (
     uri_for_acc,
 )
 from rtenv_cli.core.packaging.ignore import Kind
-from rtenv_cli.core.packaging.pool import workers_for
+from rtenv_cli.core.packaging.pool import forks, workers_for
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
 from rtenv_cli.core.packaging.zipreuse import PreviousZip, ZipAppender
 
@@ -346,18 +346,17 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
     worker batches; the writer appends them in order.
     """
     import zipfile
-    from concurrent.futures import ProcessPoolExecutor
 
     plan = [(e, _info(e, scan, prefix, times), e.relpath not in known)
             for e in _in_zip(entries if entries is not None else scan.entries)]
     small = sum(1 for e, _i, _d in plan if not e.is_dir and e.size <= _SMALL)
     forked = processes and (compress or stored_by_forks(small))
+    scratch = f"{out}.batch" if forks(small, forked) else None  # what workers_for gives
     writer = None
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
                 zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
                 workers_for(small, forked) as pool:
-            scratch = f"{out}.batch" if isinstance(pool, ProcessPoolExecutor) else None
             writer = _MemberWriter(zf, pool, scratch, on_progress, compress)
             for e, info, digest in plan:
                 writer.add(e, info, digest)

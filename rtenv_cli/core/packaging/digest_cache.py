@@ -21,7 +21,7 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.packaging.walk import Entry
@@ -126,10 +126,8 @@ class DigestCache:
         """Rewrite the base from base + journal + `new` rows (pruned to `live`) and start a new
         journal. The journal is renamed aside first: a store appending meanwhile starts a fresh
         one."""
-        from filelock import FileLock
-
         base, journal = self._files(root)
-        with FileLock(str(base) + ".lock", timeout=10):
+        with _locked(str(base) + ".lock"):
             aside = journal.with_suffix(".folding")
             with contextlib.suppress(FileNotFoundError):
                 os.replace(journal, aside)
@@ -148,6 +146,40 @@ class DigestCache:
 
     def close(self) -> None:
         self._loaded.clear()
+
+
+_LOCK_WAIT = 10.0  # seconds a fold waits for another's (then it gives up: a cache)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold the fold lock at `path`: a flock where there is one (the `filelock` package costs
+    more to import, 50 ms of CPU, than a cold build's whole fold), else filelock's lock. Raises
+    TimeoutError (an OSError: the store gives up) after _LOCK_WAIT seconds."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        from filelock import FileLock
+
+        with FileLock(path, timeout=_LOCK_WAIT):
+            yield
+        return
+    import time
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} is held by another process") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # lets go of the flock
 
 
 def _apply_journal(data: dict[str, Row], raw: bytes, root: str) -> None:
