@@ -276,12 +276,11 @@ _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its fi
 
 # Stored members (no deflate) are prepared by threads that hand back their bytes in memory (a
 # read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no fork,
-# no pickled results, no scratch file written and copied again: 0.59 vs 0.70 CPU s on 1k files/
-# 200 MB text, 1.1 vs 1.3 on 10k files/200 MB), which is what counts on a loaded box. On very many
-# small files the per-file Python work, which holds the GIL, dominates and forked workers, each
-# with its own, win on wall time (50k files/200 MB text on a calm box: 2.77 s by forks vs 3.75 s
-# by threads); below that count threads won in every run (cold.json: the "hash+zip" rows and their
-# ablations "stored members by threads" / "stored members by forked workers").
+# no pickled results, no scratch file written and copied again), which is what counts on a
+# loaded box (cold.json: "ablation: hash+zip, stored members by forked workers, 1k files/200 MB
+# text", and on 10k files). On very many small files the per-file Python work, which holds the
+# GIL, dominates and forked workers, each with its own, win on wall time (cold.json: "ablation:
+# hash+zip, stored members by threads, 50k files/200 MB text").
 STORED_FORK_MIN_FILES = 20_000
 # the ablation switch: "auto" (by the count above), or always "threads" / always "forks"
 STORED_WORKERS: Literal["auto", "threads", "forks"] = "auto"

@@ -153,9 +153,10 @@ _LOCK_WAIT = 10.0  # seconds a fold waits for another's (then it gives up: a cac
 
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
-    """Hold the fold lock at `path`: a flock where there is one (the `filelock` package costs
-    more to import, 50 ms of CPU, than a cold build's whole fold), else filelock's lock. Raises
-    TimeoutError (an OSError: the store gives up) after _LOCK_WAIT seconds."""
+    """Hold the fold lock at `path`: a flock where there is one (importing the `filelock`
+    package costs a cold build more than its whole fold: fastpaths.json: "import filelock"),
+    else filelock's lock. Raises TimeoutError (an OSError: the store gives up) after _LOCK_WAIT
+    seconds."""
     try:
         import fcntl
     except ImportError:  # not POSIX

@@ -61,7 +61,8 @@ def workers_for(small_files: int, processes: bool = True) -> Any:
     """An executor (a context manager with `submit`) for `small_files` files: processes for
     many, threads for fewer, `Inline` for a few (module doc). `processes=False`: never fork
     (a server's threads may hold locks a forked child would wait on forever). The process
-    pool's modules are imported only for one (26 ms of CPU)."""
+    pool's modules are imported only for one (fastpaths.json:
+    "import concurrent.futures.process")."""
     if small_files <= INLINE_FILES:
         return Inline()
     workers = max(2, os.cpu_count() or 2)
