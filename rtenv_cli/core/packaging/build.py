@@ -276,11 +276,13 @@ _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its fi
 
 # Stored members (no deflate) are prepared by threads that hand back their bytes in memory (a
 # read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no fork,
-# no pickled results, no scratch file written and copied again), which is what counts on a
-# loaded box (cold.json: "ablation: hash+zip, stored members by forked workers, 1k files/200 MB
-# text", and on 10k files). On very many small files the per-file Python work, which holds the
-# GIL, dominates and forked workers, each with its own, win on wall time (cold.json: "ablation:
-# hash+zip, stored members by threads, 50k files/200 MB text").
+# no pickled results, no scratch file written and copied again) on every shape, which is what
+# counts on a busy box (cold.json: "ablation: hash+zip, stored members by forked workers, 1k
+# files/200 MB text", and the 10k-file rows). Only on very many small files, where the per-file
+# Python work that holds the GIL dominates, do forked workers (each with its own GIL) win on wall
+# time: on a calm box (50k files/200 MB text, commit 1a12760) and in most loaded runs (cold.json:
+# "ablation: hash+zip, stored members by threads, 50k files/200 MB random"), though not in all
+# (the same row for text: their extra CPU lost where both cores were busy).
 STORED_FORK_MIN_FILES = 20_000
 # the ablation switch: "auto" (by the count above), or always "threads" / always "forks"
 STORED_WORKERS: Literal["auto", "threads", "forks"] = "auto"
