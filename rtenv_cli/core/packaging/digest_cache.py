@@ -21,7 +21,7 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.packaging.walk import Entry
@@ -120,6 +120,9 @@ class DigestCache:
     def _store(self, root: str, new: list[tuple[str, Row]], live: set[str] | None) -> None:
         base, journal = self._files(root)
         base.parent.mkdir(parents=True, exist_ok=True)
+        if live is not None:  # folded at once: the rows go straight into the new base (a cold
+            self._fold(root, live, new)  # build of 50k files saved a dump and a load of them)
+            return
         frame = marshal.dumps((root, new))
         fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -127,20 +130,21 @@ class DigestCache:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        if live is not None or size > _JOURNAL_MAX:
-            self._fold(root, live)
+        if size > _JOURNAL_MAX:
+            self._fold(root, None)
 
-    def _fold(self, root: str, live: set[str] | None) -> None:
-        """Rewrite the base from base + journal (pruned to `live`) and start a new journal.
-        The journal is renamed aside first: a store appending meanwhile starts a fresh one."""
-        from filelock import FileLock
-
+    def _fold(self, root: str, live: set[str] | None,
+              new: Sequence[tuple[str, Row]] = ()) -> None:
+        """Rewrite the base from base + journal + `new` rows (pruned to `live`) and start a new
+        journal. The journal is renamed aside first: a store appending meanwhile starts a fresh
+        one."""
         base, journal = self._files(root)
-        with FileLock(str(base) + ".lock", timeout=10):
+        with _locked(str(base) + ".lock"):
             aside = journal.with_suffix(".folding")
             with contextlib.suppress(FileNotFoundError):
                 os.replace(journal, aside)
             data = self._read(root, aside)
+            data.update(new)
             if live is not None:
                 data = {rel: r for rel, r in data.items() if rel in live}
             tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")
@@ -154,6 +158,41 @@ class DigestCache:
 
     def close(self) -> None:
         self._loaded.clear()
+
+
+_LOCK_WAIT = 10.0  # seconds a fold waits for another's (then it gives up: a cache)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold the fold lock at `path`: a flock where there is one (importing the `filelock`
+    package costs a cold build more than its whole fold: fastpaths.json: "import filelock"),
+    else filelock's lock. Raises TimeoutError (an OSError: the store gives up) after _LOCK_WAIT
+    seconds."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        from filelock import FileLock
+
+        with FileLock(path, timeout=_LOCK_WAIT):
+            yield
+        return
+    import time
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} is held by another process") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # lets go of the flock
 
 
 def _apply_journal(data: dict[str, Row], raw: bytes, root: str) -> None:
