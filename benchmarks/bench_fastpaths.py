@@ -73,6 +73,13 @@ def _imports(repeat: int) -> list[Row]:
              "what explain/nvml.py saves by not importing it without a driver"),
         _row("import importlib.metadata", _import_cost("import importlib.metadata", repeat),
              "what lint/rules/requirements.py's directory listing saves"),
+        _row("import filelock", _import_cost("import filelock", repeat),
+             "what packaging/digest_cache.py's flock saves each cold build (its fold)"),
+        _row("import concurrent.futures.process",
+             _import_cost("import concurrent.futures.process", repeat,
+                          "import concurrent.futures.thread"),
+             "what packaging/pool.py saves when threads do a zip's work (the thread pool's "
+             "modules imported already)"),
     ]
 
 

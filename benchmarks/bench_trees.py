@@ -6,6 +6,10 @@ vs Ray's job-submit upload), bytes sent, node materialization after a one-file e
 plugin's patch of a spare tree vs Ray's unzip of the package), the GCS's memory after 20 edits
 and after gc (two sessions; Ray's zips through its own KV client in the same cycle; 4 MiB packs
 as an ablation on a fresh head), and edit -> first line of the next `ray job submit`.
+
+RTENV_BENCH_TREES=repush runs the re-push rows only (a head, no second node; a few minutes):
+the other rows of the last full run are kept in the results file as they were, their notes
+saying so.
 """
 
 from __future__ import annotations
@@ -57,7 +61,48 @@ ABLATIONS = {
         "publish.HOME_BASE: the last manifest's records in the home, so only changed files are "
         "looked up and a manifest of changes is sent; without it every record is built and the "
         "whole manifest is encoded and sent"),
+    "rtenv_cli.core.push:PAUSE_GC": (
+        "the garbage collector on",
+        "push.PAUSE_GC: Python's cyclic garbage collector paused while the push scans and "
+        "publishes (its passes over the scan's ~10^5 acyclic objects)"),
 }
+
+# The whole `rtenv push` process as the console script runs it (`rtenv`: main() of
+# cli/main.py), argv[1] naming module switches set to False first (`module:NAME,...`; "" for
+# none): the whole-process ablations, each in turns with the same launcher, every switch on
+CLI = """
+import importlib, sys
+for s in filter(None, sys.argv.pop(1).split(",")):
+    module, name = s.split(":")
+    setattr(importlib.import_module(module), name, False)
+from rtenv_cli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+PROCESS_ABLATIONS = {
+    "rtenv_cli.cli.main:PAUSE_GC,rtenv_cli.core.push:PAUSE_GC": (
+        "the garbage collector on",
+        "cli/main.py and push.PAUSE_GC: the cyclic garbage collector paused while the CLI "
+        "imports and while the push runs"),
+    "rtenv_cli.cli.main:FREEZE_AT_EXIT": (
+        "the last collection at exit",
+        "cli/main.py FREEZE_AT_EXIT: the objects of the run frozen (gc.freeze) once the command "
+        "is done, so the interpreter's exit does not walk them"),
+    "rtenv_cli.core.config:SKIP_FOREIGN_PYPROJECT": (
+        "every pyproject.toml parsed",
+        "config.SKIP_FOREIGN_PYPROJECT: the project's pyproject.toml is not parsed when its "
+        "text never names rtenv (tomllib's import compiles its regexes)"),
+}
+REPUSH_ONLY = "RTENV_BENCH_TREES"
+LAUNCHED_RUNS = 9  # processes per whole-process variant (a process's time varies more)
+# the project the whole-process ablations run in (a user's, which names no rtenv table)
+PROJECT_PYPROJECT = """[project]
+name = "train"
+version = "0.1.0"
+dependencies = ["ray[default]==2.60.0", "torch>=2.3"]
+
+[tool.ruff]
+line-length = 100
+"""
 
 
 def _gcs_rss_mib(head: object) -> float:
@@ -235,9 +280,13 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
     return rows
 
 
-def _push(gcs: str, tree: Path, env: dict[str, str], via: str) -> dict:
-    res = run_measured([sys.executable, "-m", "rtenv_cli", "push", str(tree), "--address", gcs,
-                        "--via", via, "--format", "json"], env=env, cwd=str(REPO))
+def _push(gcs: str, tree: Path, env: dict[str, str], via: str, *, switches: str | None = None,
+          cwd: Path = REPO) -> dict:
+    """A whole `rtenv push` process: `python -m rtenv_cli`, or with `switches` (a string, ""
+    for none) the console script's main() after those switches are set to False (CLI)."""
+    launch = ["-m", "rtenv_cli"] if switches is None else ["-c", CLI, switches]
+    res = run_measured([sys.executable, *launch, "push", str(tree), "--address", gcs,
+                        "--via", via, "--format", "json"], env=env, cwd=str(cwd))
     if res["returncode"] != 0:
         raise RuntimeError(res["stderr"][-3000:])
     out = json.loads(res["stdout"])
@@ -306,6 +355,104 @@ def _patches(nt: NodeTrees, ident: str, edits: list[Path], *, gcs: str, sub: Pat
     return times, ident
 
 
+def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, str],
+            tree_bytes: int, cold_tree: dict) -> tuple[list[dict], list[Row]]:
+    """The re-push rows: a one-file edit re-pushed by a whole `rtenv push` process vs Ray's
+    job-submit upload, in process, and each fast path's ablation; (the pushes, the rows)."""
+    rows: list[Row] = []
+    # -- re-push after a one-file edit: rtenv (a whole process) vs Ray's job-submit upload
+    ours, rays, sent = [], [], []
+    load0 = os.getloadavg()[0]
+    for n in range(5):
+        _edit(files[n], n)
+        ours.append(_push(gcs, sub, env, "tree", switches=""))  # as the console script runs
+        sent.append(ours[-1]["packages"][0]["tree"]["bytes_sent"])
+        _edit(files[n + 10], n)
+        rays.append(child(RAY_PUSH, url, str(sub), env=env)["total"])
+    # the console script's process, every switch on and each whole-process ablation, in turns,
+    # run from a project's directory: a pyproject.toml of its own (the rows above run in this
+    # repository, whose pyproject.toml names rtenv, so it is parsed)
+    project = sub.parent / "project"
+    project.mkdir(exist_ok=True)
+    (project / "pyproject.toml").write_text(PROJECT_PYPROJECT)
+    launched: dict[str, list[dict]] = {"": [], **{a: [] for a in PROCESS_ABLATIONS}}
+    for n in range(LAUNCHED_RUNS):
+        for k, (switches, runs) in enumerate(launched.items()):
+            _edit(files[150 + LAUNCHED_RUNS * k + n], n)
+            runs.append(_push(gcs, sub, env, "tree", switches=switches, cwd=project))
+    # in process, and the same with one fast path switched off (its ablation row), in turns
+    inproc: dict[str, list[float]] = {"": [], **{a: [] for a in ABLATIONS}}
+    for n in range(5):
+        for k, (switch, times) in enumerate(inproc.items()):
+            _edit(files[20 + 5 * k + n], n)
+            times.append(child(RTENV_IN_PROCESS, gcs, str(sub), *([switch] if switch else []),
+                               env=env)["total"])
+    startup = run_measured([sys.executable, "-m", "rtenv_cli", "push", "--help"], env=env,
+                           cwd=str(REPO))["seconds"]
+    o = statistics.median(p["seconds"] for p in ours)
+    r = statistics.median(rays)
+    i = statistics.median(inproc[""])
+    rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), in process",
+                    "s", round(i, 3), round(r, 3), "", None,
+                    "push() timed around the call: scan from the last listings + digest "
+                    "cache, the home's base, 1 Keys, 1 pack, a manifest delta; `rtenv push "
+                    f"--help` alone takes {startup:.2f} s here (interpreter + CLI imports)"))
+    for switch, (what, why) in ABLATIONS.items():
+        a = statistics.median(inproc[switch])
+        rows.append(Row("trees", f"ablation: re-push in process, {what}", "s", round(a, 3),
+                        round(r, 3), "", None,
+                        f"median of 5, in turns with the row above ({i:.3f} s); {why}"))
+    rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), whole "
+                    "`rtenv push` process", "s", round(o, 3), round(r, 3),
+                    "<= 0.2 s and >= 20x faster than Ray's job-submit upload",
+                    o <= 0.2 and r / o >= 20,
+                    f"median of 5 ({statistics.median(p['cpu_s'] for p in ours):.3f} s CPU); "
+                    "rtenv: the console script's process (`rtenv`: main() of cli/main.py; "
+                    "`python -m rtenv_cli` adds runpy), run in this repository: process "
+                    "start, scan + digest cache, 1 Keys, "
+                    "1 pack, a manifest delta; Ray: JobSubmissionClient upload (hash x2 + "
+                    "zip + dashboard PUT), in-process (its interpreter start not counted); "
+                    f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f} over these rows"))
+    on = statistics.median(p["seconds"] for p in launched[""])
+    on_cpu = statistics.median(p["cpu_s"] for p in launched[""])
+    for switches, (what, why) in PROCESS_ABLATIONS.items():
+        a = statistics.median(p["seconds"] for p in launched[switches])
+        a_cpu = statistics.median(p["cpu_s"] for p in launched[switches])
+        rows.append(Row("trees", f"ablation: re-push, whole `rtenv push` process, {what}", "s",
+                        round(a, 3), round(r, 3), "", None,
+                        f"median of {LAUNCHED_RUNS} ({a_cpu:.3f} s CPU), in turns with the "
+                        "same process "
+                        f"with every fast path on: {on:.3f} s ({on_cpu:.3f} s CPU), both the "
+                        f"console script's main() run in a project (its own pyproject.toml); "
+                        f"{why}; "
+                        f"load average {os.getloadavg()[0]:.1f}"))
+    med_sent = statistics.median(sent)
+    rows.append(Row("trees", "bytes sent per one-file edit", "B", med_sent, tree_bytes,
+                    "< 1% of the tree", med_sent < tree_bytes / 100,
+                    f"the edited file (~4 KB), its pack index, a manifest of changes; Ray "
+                    f"sends the whole zip. Cold push sent {cold_tree['bytes_sent']} B"))
+    return ours, rows
+
+
+def _kept_rows(metrics: set[str]) -> list[Row]:
+    """The rows of the last results file but `metrics` and the re-push ablations
+    (RTENV_BENCH_TREES=repush), their notes saying which run they come from."""
+    from benchmarks.common import RESULTS_DIR
+
+    path = RESULTS_DIR / "trees.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    rows = []
+    for r in data["rows"]:
+        if r["metric"] in metrics or r["metric"].startswith("ablation: re-push"):
+            continue
+        note = f" [kept from the run of {data['measured_at']}]"
+        rows.append(Row("trees", r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
+                        r["passed"], r["notes"].split(" [kept from")[0] + note))
+    return rows
+
+
 def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements
     sys.path.insert(0, str(REPO))
     from rtenv_cli.core.rayplugin.setup import ray_env_vars
@@ -324,8 +471,10 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
     nodes_env = {**ray_env_vars(root=work / "node-home"), "PYTHONPATH": str(REPO)}
     head = RayHead(env=nodes_env).start()
     worker = RayWorkerNode(head, env={**nodes_env, "RTENV_HOME": str(work / "worker-home")})
+    only = os.environ.get(REPUSH_ONLY) == "repush"
     try:
-        worker.start()
+        if not only:
+            worker.start()
         kv = RayKV.connect(head.address, env={})
         while not readiness(kv).ok:
             time.sleep(0.2)
@@ -335,55 +484,18 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
         gcs, url = head.address, head.dashboard_url
         # -- GCS memory: a session (cold push + 20 edits), gc, a second session, gc; Ray's
         # zips through Ray's own KV client; and the 4 MiB packs of before on a fresh head
-        rows += _memory(head, kv, sub, files, env=env, tree_bytes=tree_bytes, work=work,
-                        nodes_env=nodes_env)
+        if not only:
+            rows += _memory(head, kv, sub, files, env=env, tree_bytes=tree_bytes, work=work,
+                            nodes_env=nodes_env)
         first = _push(gcs, sub, env, "tree")  # cold again after the gc: every content once
         cold_tree = first["packages"][0]["tree"]
         child(RAY_PUSH, url, str(sub), env=env)
-        # -- re-push after a one-file edit: rtenv (a whole process) vs Ray's job-submit upload
-        ours, rays, sent = [], [], []
-        load0 = os.getloadavg()[0]
-        for n in range(5):
-            _edit(files[n], n)
-            ours.append(_push(gcs, sub, env, "tree"))
-            sent.append(ours[-1]["packages"][0]["tree"]["bytes_sent"])
-            _edit(files[n + 10], n)
-            rays.append(child(RAY_PUSH, url, str(sub), env=env)["total"])
-        # in process, and the same with one fast path switched off (its ablation row), in turns
-        inproc: dict[str, list[float]] = {"": [], **{a: [] for a in ABLATIONS}}
-        for n in range(5):
-            for k, (switch, times) in enumerate(inproc.items()):
-                _edit(files[20 + 5 * k + n], n)
-                times.append(child(RTENV_IN_PROCESS, gcs, str(sub), *([switch] if switch else []),
-                                   env=env)["total"])
-        startup = run_measured([sys.executable, "-m", "rtenv_cli", "push", "--help"], env=env,
-                               cwd=str(REPO))["seconds"]
-        o = statistics.median(p["seconds"] for p in ours)
-        r = statistics.median(rays)
-        i = statistics.median(inproc[""])
-        rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), in process",
-                        "s", round(i, 3), round(r, 3), "", None,
-                        "push() timed around the call: scan from the last listings + digest "
-                        "cache, the home's base, 1 Keys, 1 pack, a manifest delta; `rtenv push "
-                        f"--help` alone takes {startup:.2f} s here (interpreter + CLI imports)"))
-        for switch, (what, why) in ABLATIONS.items():
-            a = statistics.median(inproc[switch])
-            rows.append(Row("trees", f"ablation: re-push in process, {what}", "s", round(a, 3),
-                            round(r, 3), "", None,
-                            f"median of 5, in turns with the row above ({i:.3f} s); {why}"))
-        rows.append(Row("trees", "re-push after a one-file edit (85 MB/10k files), whole "
-                        "`rtenv push` process", "s", round(o, 3), round(r, 3),
-                        "<= 0.2 s and >= 20x faster than Ray's job-submit upload",
-                        o <= 0.2 and r / o >= 20,
-                        "median of 5; rtenv: process start, scan + digest cache, 1 Keys, "
-                        "1 pack, a manifest delta; Ray: JobSubmissionClient upload (hash x2 + "
-                        "zip + dashboard PUT), in-process (its interpreter start not counted); "
-                        f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f} over these rows"))
-        med_sent = statistics.median(sent)
-        rows.append(Row("trees", "bytes sent per one-file edit", "B", med_sent, tree_bytes,
-                        "< 1% of the tree", med_sent < tree_bytes / 100,
-                        f"the edited file (~4 KB), its pack index, a manifest of changes; Ray "
-                        f"sends the whole zip. Cold push sent {cold_tree['bytes_sent']} B"))
+        ours, rows_ = _repush(gcs, url, sub, files, env=env, tree_bytes=tree_bytes,
+                              cold_tree=cold_tree)
+        rows += rows_
+        if only:
+            kv.close()
+            return rows + _kept_rows({r.metric for r in rows})
         # -- node materialization after a one-file edit, in this process on the same KV
         nt = NodeTrees(work / "bench-node", "bench", lambda: RayKV.connect(gcs, env={}))
         ident = ours[-1]["packages"][0]["tree"]["manifest"]
@@ -482,7 +594,8 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                         "the floor alone is over a third of Ray's time"))
         kv.close()
     finally:
-        worker.stop()
+        if not only:
+            worker.stop()
         head.stop()
         shutil.rmtree(work, ignore_errors=True)
     return rows

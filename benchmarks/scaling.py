@@ -3,7 +3,8 @@
 text). Trees are deterministic (seeded by their shape) and kept under the temp dir for re-runs.
 
 The 1 GB shapes take minutes per run on a 2-core box: they are built and measured only with
-RTENV_BENCH_BIG=1. RTENV_BENCH_SHAPES=<slug>,... measures only those shapes (a slug is
+RTENV_BENCH_BIG=1, and deleted after use unless RTENV_BENCH_KEEP=1.
+RTENV_BENCH_SHAPES=<slug>,... measures only those shapes (a slug is
 `<files>-<bytes>-<content>`, e.g. 1000-200000000-text; a prefix such as `10000-` matches every
 shape that starts with it), for a quick look at the shapes a change touches.
 """
@@ -23,6 +24,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "ray", "task", "actor", "import", "d
          "for", "in", "range", "if", "else", "print", "config", "dataset", "loss"]
 BIG_ENV = "RTENV_BENCH_BIG"
 SHAPES_ENV = "RTENV_BENCH_SHAPES"
+KEEP_ENV = "RTENV_BENCH_KEEP"  # "1": keep the 1 GB trees after a run (see `release`)
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,10 @@ def make(shape: Shape) -> Path:
     (root / ".gitignore").write_text(".complete\n")
     marker.write_text("ok")
     return root
+
+
+def release(shape: Shape) -> None:
+    """Delete a 1 GB tree once its rows are measured (a gigabyte of disk each), unless
+    RTENV_BENCH_KEEP=1; the smaller trees stay for re-runs."""
+    if shape.big and os.environ.get(KEEP_ENV) != "1":
+        shutil.rmtree(ROOT / shape.slug, ignore_errors=True)

@@ -103,7 +103,7 @@ def _make_class() -> type:
                 context.command_prefix += ["source", f"{venv}/bin/activate", "1>&2", "&&"]
             if spec.limits:  # the worker execs into its own cgroup (rayplugin/limits.py)
                 context.command_prefix += command_prefix(spec.limits)
-                self._limits.watch(logger)
+                self._limits.watch()
                 logger.info("rtenv: workers of this runtime_env run in a cgroup with %s",
                             describe(spec.limits))
 

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code (errors are handled in RtenvGroup)."""
-    from rtenv_cli.cli import app
+    """Run the CLI and return its exit code (errors are handled in RtenvGroup). The process's
+    last act (the console script, `python -m rtenv_cli`): see FREEZE_AT_EXIT."""
+    app = _import_app()
 
     if sys.stdout is None:  # started with standard output closed (`>&-`)
         _closed_stdout()
@@ -29,7 +30,38 @@ def main(argv: list[str] | None = None) -> int:
         if not stdout_failed(exc):
             raise
         return 1
+    if FREEZE_AT_EXIT:
+        import gc
+
+        gc.freeze()
     return code
+
+
+# The imports of the CLI (typer, the app) make some 10^5 objects and no garbage: the cyclic
+# garbage collector's passes over them are skipped (with core/push.py's pause while a push runs,
+# benchmarks/results/
+# trees.json: "ablation: re-push, whole `rtenv push` process, the garbage collector on").
+PAUSE_GC = True
+# Once the command is done, the interpreter's exit would run one more collection over every
+# object the run made (imports, a push's scan), all freed as the process ends: frozen
+# (gc.freeze), they are not walked (benchmarks/results/
+# trees.json: "ablation: re-push, whole `rtenv push` process, the last collection at exit").
+FREEZE_AT_EXIT = True
+
+
+def _import_app() -> Callable[..., object]:
+    import gc
+
+    if not (PAUSE_GC and gc.isenabled()):
+        from rtenv_cli.cli import app
+
+        return app
+    gc.disable()
+    try:
+        from rtenv_cli.cli import app
+    finally:
+        gc.enable()
+    return app
 
 
 def _run(app: Callable[..., object], argv: list[str] | None) -> int:

@@ -126,6 +126,9 @@ def read_config(cwd: Path | None = None) -> list[ConfigFile]:
     """The rtenv table of each config file, lowest precedence first."""
     out: list[ConfigFile] = []
     for path in config_files(cwd):
+        if path.name == "pyproject.toml" and SKIP_FOREIGN_PYPROJECT and _foreign(path):
+            out.append(ConfigFile(path, {}, PYPROJECT_TABLE))
+            continue
         data: Any = _toml_load(path)
         prefix: tuple[str, ...] = ()
         if path.name == "pyproject.toml":
@@ -141,6 +144,23 @@ def read_config(cwd: Path | None = None) -> list[ConfigFile]:
             prefix = PYPROJECT_TABLE
         out.append(ConfigFile(path, data, prefix))
     return out
+
+
+# A project's pyproject.toml whose text never says "rtenv" has no [tool.rtenv] table (a key
+# spelled with \u escapes aside), so it is not parsed: importing tomllib compiles its regexes,
+# on every command run in a project (benchmarks/results/
+# trees.json: "ablation: re-push, whole `rtenv push` process, every pyproject.toml parsed").
+# A module switch, for that row.
+SKIP_FOREIGN_PYPROJECT = True
+
+
+def _foreign(path: Path) -> bool:
+    """Whether pyproject.toml `path` never names rtenv (False when unreadable: the parse says
+    why)."""
+    try:
+        return b"rtenv" not in path.read_bytes()
+    except OSError:
+        return False
 
 
 def _kind(value: Any) -> str:

@@ -8,10 +8,11 @@ the zip built and sent, so an unchanged tree costs stats plus one existence chec
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,25 @@ from rtenv_cli.core.errors import ConfigError, PackagingError
 from rtenv_cli.core.transport.base import PIN_SECONDS, RemoteServing, Target
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
+
+# Python's cyclic garbage collector is paused while a push scans and publishes: a tree of 10k
+# files makes some 10^5 objects (entries, digests, records) that hold no cycles and go by
+# reference counting, and the collector's passes over them are a good part of a re-push
+# (benchmarks/results/trees.json: "ablation: re-push in process, the garbage collector on").
+# What cycles the push makes are collected once it ends. A module switch, for that row.
+PAUSE_GC = True
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    if not PAUSE_GC or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True)
@@ -367,7 +387,7 @@ def publish(data: Mapping[str, Any], base_dir: Path, *, target: Target | None,
     (that or an error), zip (Ray's gcs:// zips)."""
     from rtenv_cli.core.packaging.walk import memoized_scans
 
-    with memoized_scans():
+    with memoized_scans(), _gc_paused():
         return _publish_all(data, base_dir, target=target, dry_run=dry_run, stage_to=stage_to,
                             env=dict(os.environ if env is None else env), progress=progress,
                             outputs=outputs, sizes=sizes, trees=trees)
@@ -497,8 +517,9 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
 
 def move_to_rtenv(out: dict[str, Any], moved: Mapping[str, Any], guarded: bool) -> None:
     """Published trees go into the `rtenv` field, out of Ray's working_dir/py_modules; with
-    `guarded`, beside the guard that fails a node without rtenv's plugin (schema.GUARD_FIELD)."""
-    from rtenv_cli.core.rayplugin.schema import FIELD, GUARD_FIELD, GUARD_MESSAGE
+    `guarded`, beside the guard that fails a node without rtenv's plugin (guard.GUARD_FIELD)."""
+    from rtenv_cli.core.rayplugin.guard import GUARD_FIELD, GUARD_MESSAGE
+    from rtenv_cli.core.spec.model import RTENV_FIELD as FIELD
 
     field_ = dict(out.get(FIELD) or {})
     if "working_dir" in moved:

@@ -181,3 +181,15 @@ def test_an_explicit_to_still_beats_a_config_address(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert _zips(explicit_target)
     assert not _zips(config_target)
+
+
+def test_a_pyproject_that_never_names_rtenv_is_not_parsed(tmp_path: Path) -> None:
+    # a project's own table, even broken TOML, is none of rtenv's business (and not parsed:
+    # config.SKIP_FOREIGN_PYPROJECT); the same file naming rtenv is parsed and its error shown
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nbroken = \n')
+    result = _rtenv_in(tmp_path, ["rules"])
+    assert result.exit_code == 0, result.stderr
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nbroken = \n[tool.rtenv]\n')
+    result = _rtenv_in(tmp_path, ["rules"])
+    assert result.exit_code == 2, result.stderr
+    assert "fix the TOML syntax" in result.stderr

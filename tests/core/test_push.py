@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rtenv_cli.core.errors import ConfigError
+from rtenv_cli.core.errors import ConfigError, RtenvError
 from rtenv_cli.core.push import load_input, package_runtime_env, push
 from rtenv_cli.core.transport.file_target import FileTarget
 
@@ -97,3 +97,36 @@ def test_the_placeholder_uri_is_defined_once() -> None:
                if re.search(r"_ray_pkg_0{16}", p.read_text())]
     assert spelled == ["core/spec/model.py"]
     assert re.fullmatch(r"gcs://_ray_pkg_0{16}\.zip", PLACEHOLDER_URI)
+
+
+def test_a_push_pauses_the_garbage_collector_and_leaves_it_as_it_found_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from rtenv_cli.core.packaging import walk
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("A = 1\n")
+    during: list[bool] = []
+    scan = walk.scan_package
+
+    def seen(*args: object, **kwargs: object) -> walk.PackageScan:
+        during.append(gc.isenabled())
+        return scan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(walk, "scan_package", seen)
+    target = FileTarget((tmp_path / "shared").as_uri())
+    assert gc.isenabled()
+    push(tmp_path / "src", target=target)
+    assert during == [False]
+    assert gc.isenabled()  # back on after the push
+    (tmp_path / "gone.yaml").write_text("working_dir: gone\n")
+    with pytest.raises(RtenvError, match="gone"):  # and after one that failed while paused
+        push(tmp_path / "gone.yaml", target=target)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller's choice to keep it off is kept
+        push(tmp_path / "src", target=target)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

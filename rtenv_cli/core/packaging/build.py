@@ -17,7 +17,8 @@ sha256, crc32 and deflate come from the same bytes (the digests only where the c
 digest cache does not have them: HASH_ONCE), in batches of small files. Forked workers write each
 batch's members (local header and data, as zipfile would) into a batch file that the main thread
 copies into the zip with one `copy_file_range` (no payload crosses a pipe); threads handing the
-bytes back in memory cost less CPU but lose time on many small files (THREADS_FOR_STORED).
+bytes back in memory cost less CPU but lose time on very many small files, so stored members go
+to threads unless the package has that many (`stored_by_forks`).
 Either way only the main thread writes the zip (workers writing into it in place contend for
 the file's lock: more CPU on many small files, as branch `build` measured) and keeps the
 central directory; members of the source's previous build whose file stat is unchanged are
@@ -61,7 +62,7 @@ from rtenv_cli.core.packaging.hashing import (
     uri_for_acc,
 )
 from rtenv_cli.core.packaging.ignore import Kind
-from rtenv_cli.core.packaging.pool import workers_for
+from rtenv_cli.core.packaging.pool import forks, workers_for
 from rtenv_cli.core.packaging.walk import Entry, PackageScan, scan_package
 from rtenv_cli.core.packaging.zipreuse import PreviousZip, ZipAppender
 
@@ -273,13 +274,26 @@ class ZipPass:
 _Batch = tuple[str | None, int, list[bytes], list[tuple[Any, int, bool, bytes, str]]]
 _Item = tuple[Entry, Any, bool]  # an entry, its ZipInfo, whether to hash its file
 
-# Stored members (no deflate) may be prepared by threads that hand back their bytes in memory
-# (a read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no
-# fork, no pickled results, no scratch file copied again), but on a calm box it is slower on many
-# small files, where the per-file Python work holds the GIL (cold.json: "ablation: hash+zip,
-# stored members by threads, 50k files/200 MB text"). So forked workers prepare them, as deflated
-# ones; True: threads, for that ablation row.
-THREADS_FOR_STORED = False
+# Stored members (no deflate) are prepared by threads that hand back their bytes in memory (a
+# read, crc32 and the hashes release the GIL): that costs less CPU than forked workers (no fork,
+# no pickled results, no scratch file written and copied again) on every shape, which is what
+# counts on a busy box (cold.json: "ablation: hash+zip, stored members by forked workers, 1k
+# files/200 MB text", and the 10k-file rows). Only on very many small files, where the per-file
+# Python work that holds the GIL dominates, do forked workers (each with its own GIL) win on wall
+# time: on a calm box (50k files/200 MB text, commit 1a12760) and in most loaded runs (cold.json:
+# "ablation: hash+zip, stored members by threads, 50k files/200 MB random"), though not in all
+# (the same row for text: their extra CPU lost where both cores were busy).
+STORED_FORK_MIN_FILES = 20_000
+# the ablation switch: "auto" (by the count above), or always "threads" / always "forks"
+STORED_WORKERS: Literal["auto", "threads", "forks"] = "auto"
+
+
+def stored_by_forks(small_files: int) -> bool:
+    """Whether a stored package's `small_files` are prepared by forked workers (else threads):
+    see STORED_FORK_MIN_FILES."""
+    if STORED_WORKERS != "auto":
+        return STORED_WORKERS == "forks"
+    return small_files >= STORED_FORK_MIN_FILES
 
 
 def _prepare_batch(items: Sequence[_Item], scratch: str | None, compress: bool) -> _Batch:
@@ -333,18 +347,17 @@ def _write_zip(scan: PackageScan, out: Path, prefix: str,  # noqa: PLR0917 - int
     worker batches; the writer appends them in order.
     """
     import zipfile
-    from concurrent.futures import ProcessPoolExecutor
 
     plan = [(e, _info(e, scan, prefix, times), e.relpath not in known)
             for e in _in_zip(entries if entries is not None else scan.entries)]
     small = sum(1 for e, _i, _d in plan if not e.is_dir and e.size <= _SMALL)
-    forked = processes and (compress or not THREADS_FOR_STORED)
+    forked = processes and (compress or stored_by_forks(small))
+    scratch = f"{out}.batch" if forks(small, forked) else None  # what workers_for gives
     writer = None
     try:
         with open(out, "w+b", buffering=1 << 20) as fh, \
                 zipfile.ZipFile(fh, "w", allowZip64=True) as zf, \
                 workers_for(small, forked) as pool:
-            scratch = f"{out}.batch" if isinstance(pool, ProcessPoolExecutor) else None
             writer = _MemberWriter(zf, pool, scratch, on_progress, compress)
             for e, info, digest in plan:
                 writer.add(e, info, digest)
@@ -685,4 +698,5 @@ def build_package(source: Path, *, kind: Kind, excludes: Sequence[str] = (),
 
 
 __all__ = ["BuiltPackage", "build_package", "build_scan", "entry_digest", "fits_stored",
-           "hashed_not_zipped", "stored_size", "write_package_zip", "zip_time"]
+           "hashed_not_zipped", "stored_by_forks", "stored_size", "write_package_zip",
+           "zip_time"]

@@ -21,7 +21,7 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rtenv_cli.core.packaging.walk import Entry
@@ -73,18 +73,30 @@ class DigestCache:
         return self._loaded[root]
 
     def lookup(self, entries: Sequence[Entry]) -> dict[str, tuple[bytes, str]]:
+        return self.split(entries)[0]
+
+    def split(self, entries: Sequence[Entry]
+              ) -> tuple[dict[str, tuple[bytes, str]], list[Entry], int]:
+        """(relpath -> digests of the entries the cache holds unchanged, the other entries,
+        the bytes of the first): one pass, once per file of a tree on every push."""
         out: dict[str, tuple[bytes, str]] = {}
+        misses: list[Entry] = []
+        hit_bytes = 0
         rows: dict[str, Row] = {}
         last = None
-        for e in entries:
-            fs, rel = e.fspath, e.relpath
+        for e in entries:  # unpacked, not 7 attribute reads
+            rel, fs, _is_dir, size, mode, mtime_ns, ino, _in_zip, _special = e
             root = fs[:len(fs) - len(rel) - 1] or "/"  # _root_of, inlined: 10,000 calls
             if root != last:
                 rows, last = self._load(root), root
             row = rows.get(rel)
-            if row is not None and row[:4] == (e.size, e.mtime_ns, e.ino, e.mode):
+            if row is not None and row[0] == size and row[1] == mtime_ns and row[2] == ino \
+                    and row[3] == mode:
                 out[rel] = (row[4], row[5])
-        return out
+                hit_bytes += size
+            else:
+                misses.append(e)
+        return out, misses, hit_bytes
 
     def store(self, rows: Sequence[tuple[Entry, bytes, str]], *,
               keep: Iterable[Entry] | None = None) -> None:
@@ -108,6 +120,9 @@ class DigestCache:
     def _store(self, root: str, new: list[tuple[str, Row]], live: set[str] | None) -> None:
         base, journal = self._files(root)
         base.parent.mkdir(parents=True, exist_ok=True)
+        if live is not None:  # folded at once: the rows go straight into the new base (a cold
+            self._fold(root, live, new)  # build of 50k files saved a dump and a load of them)
+            return
         frame = marshal.dumps((root, new))
         fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -115,20 +130,21 @@ class DigestCache:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        if live is not None or size > _JOURNAL_MAX:
-            self._fold(root, live)
+        if size > _JOURNAL_MAX:
+            self._fold(root, None)
 
-    def _fold(self, root: str, live: set[str] | None) -> None:
-        """Rewrite the base from base + journal (pruned to `live`) and start a new journal.
-        The journal is renamed aside first: a store appending meanwhile starts a fresh one."""
-        from filelock import FileLock
-
+    def _fold(self, root: str, live: set[str] | None,
+              new: Sequence[tuple[str, Row]] = ()) -> None:
+        """Rewrite the base from base + journal + `new` rows (pruned to `live`) and start a new
+        journal. The journal is renamed aside first: a store appending meanwhile starts a fresh
+        one."""
         base, journal = self._files(root)
-        with FileLock(str(base) + ".lock", timeout=10):
+        with _locked(str(base) + ".lock"):
             aside = journal.with_suffix(".folding")
             with contextlib.suppress(FileNotFoundError):
                 os.replace(journal, aside)
             data = self._read(root, aside)
+            data.update(new)
             if live is not None:
                 data = {rel: r for rel, r in data.items() if rel in live}
             tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")
@@ -142,6 +158,41 @@ class DigestCache:
 
     def close(self) -> None:
         self._loaded.clear()
+
+
+_LOCK_WAIT = 10.0  # seconds a fold waits for another's (then it gives up: a cache)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold the fold lock at `path`: a flock where there is one (importing the `filelock`
+    package costs a cold build more than its whole fold: fastpaths.json: "import filelock"),
+    else filelock's lock. Raises TimeoutError (an OSError: the store gives up) after _LOCK_WAIT
+    seconds."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        from filelock import FileLock
+
+        with FileLock(path, timeout=_LOCK_WAIT):
+            yield
+        return
+    import time
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} is held by another process") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # lets go of the flock
 
 
 def _apply_journal(data: dict[str, Row], raw: bytes, root: str) -> None:

@@ -95,13 +95,12 @@ def _map(fn: Callable[[Entry], T], todo: Sequence[Entry]) -> Iterator[T]:
             yield from done
 
 
-def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
+def digest_entries(
     entries: Sequence[Entry], *, use_cache: bool = True,
                    on_progress: Callable[[int], None] | None = None
                    ) -> dict[str, tuple[bytes, str | None]]:
     """relpath -> (Ray entry digest, sha256 of content or None for dirs/specials)."""
     out: dict[str, tuple[bytes, str | None]] = {}
-    todo: list[Entry] = []
     cache = None
     if use_cache:
         from rtenv_cli.core.packaging.digest_cache import DigestCache
@@ -113,15 +112,10 @@ def digest_entries(  # noqa: PLR0912 - cache hits, misses, progress in one pass
             out[e.relpath] = (entry_digest(e.relpath, None, True), None)
         else:
             files.append(e)
-    hits = cache.lookup(files) if cache is not None else {}
-    hit_bytes = 0
-    for e in files:
-        hit = hits.get(e.relpath)
-        if hit is not None:
-            out[e.relpath] = hit
-            hit_bytes += e.size
-        else:
-            todo.append(e)
+    hit_bytes, todo = 0, files
+    if cache is not None:
+        hits, todo, hit_bytes = cache.split(files)
+        out.update(hits)
     if on_progress and hit_bytes:
         on_progress(hit_bytes)  # once: a bar's advance per cached file costs more than a stat
     if todo:

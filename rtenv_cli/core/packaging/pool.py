@@ -4,7 +4,7 @@ for many small files, threads for fewer, none for a few.
 Deflating many small files holds the GIL most of the time (zlib's per-stream set-up), so threads
 give no speed-up there; forked processes do. A stored package's files only need a read, crc32
 and the hashes, which release the GIL, but the per-file Python work does not: threads cost less
-CPU there and still lose time on many small files (build.py: THREADS_FOR_STORED).
+CPU there and lose time only on very many small files (build.py: `stored_by_forks`).
 Starting a process pool costs more than it saves on fewer files (benchmarks/results/
 fastpaths.json: "start a process pool and run one task"), and a re-push's one or two changed
 files are not worth any pool (its start and the concurrent.futures import cost more than the
@@ -48,20 +48,32 @@ class Done:
         return self.value
 
 
+def forks(small_files: int, processes: bool = True) -> bool:
+    """Whether `workers_for` gives forked processes for `small_files` files."""
+    if not processes or small_files < PROCESS_MIN_FILES or small_files <= INLINE_FILES:
+        return False
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 def workers_for(small_files: int, processes: bool = True) -> Any:
     """An executor (a context manager with `submit`) for `small_files` files: processes for
     many, threads for fewer, `Inline` for a few (module doc). `processes=False`: never fork
-    (a server's threads may hold locks a forked child would wait on forever)."""
+    (a server's threads may hold locks a forked child would wait on forever). The process
+    pool's modules are imported only for one (fastpaths.json:
+    "import concurrent.futures.process")."""
     if small_files <= INLINE_FILES:
         return Inline()
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-
     workers = max(2, os.cpu_count() or 2)
-    if processes and small_files >= PROCESS_MIN_FILES and \
-            "fork" in multiprocessing.get_all_start_methods():
+    if forks(small_files, processes):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    from concurrent.futures import ThreadPoolExecutor
+
     return ThreadPoolExecutor(workers)
 
 
-__all__ = ["INLINE_FILES", "PROCESS_MIN_FILES", "Done", "Inline", "workers_for"]
+__all__ = ["INLINE_FILES", "PROCESS_MIN_FILES", "Done", "Inline", "forks", "workers_for"]

@@ -214,25 +214,24 @@ def _replay(  # noqa: PLR0917 - recursive walker, internal
         st.new[rel] = rec
         return True
     head = path if path.endswith("/") else path + "/"  # as os.scandir joins
-    stats = _file_stats(head, kids)
-    if stats is None:
+    made = _file_entries(head, "" if rel == "." else rel + "/", kids)
+    if made is None:
         return False
     st.new[rel] = rec
     _dir_entry(st, path, rel, s, kids)
     active: list[Matcher] | None = None  # the rules, read only if a directory below is listed
-    for (name, what, rule_), f in zip(kids, stats, strict=True):
+    for (name, what, rule_), e in zip(kids, made, strict=True):
+        if e is not None:
+            st.entries.append(e)
+            continue
         crel = name if rel == "." else f"{rel}/{name}"
-        cpath = head + name
-        if f is not None:
-            st.entries.append(Entry(crel, cpath, False, f.st_size, f.st_mode, f.st_mtime_ns,
-                                    f.st_ino))
-        elif what == _IGNORED:
+        if what == _IGNORED:
             if "/" not in crel:
                 st.ignored_top.append((crel, rule_ or ""))
         else:
             if active is None:
                 active = matchers + (ignore_file_matchers(path, rel, st.env) if igns else [])
-            _enter(st, cpath, crel, active, chain, what == _LINK_DIR, True)
+            _enter(st, head + name, crel, active, chain, what == _LINK_DIR, True)
     return True
 
 
@@ -252,23 +251,28 @@ def _fresh(path: str, s: os.stat_result, rec: Listing) -> bool | None:
     return True
 
 
-def _file_stats(head: str, kids: Sequence[tuple[str, int, str | None]]
-                ) -> list[os.stat_result | None] | None:
-    """Each kept file's stat (None for the other children; `head`: the directory's path and a
-    slash), or None when one is no longer a regular file."""
-    stats: list[os.stat_result | None] = []
+def _file_entries(head: str, prefix: str, kids: Sequence[tuple[str, int, str | None]]
+                  ) -> list[Entry | None] | None:
+    """Each kept file's Entry, from a stat (None for the other children; `head`: the
+    directory's path and a slash, `prefix`: its relpath and a slash), or None when one is no
+    longer a regular file. The replay's inner loop, once per file of the tree: the Entry is
+    made by tuple.__new__ with every field, which skips NamedTuple's Python-level __new__."""
+    out: list[Entry | None] = []
+    new, isreg, stat_ = tuple.__new__, stat.S_ISREG, os.stat
     for name, what, _rule in kids:
         if what != _FILE:
-            stats.append(None)
+            out.append(None)
             continue
+        fspath = head + name
         try:
-            f = os.stat(head + name)
+            f = stat_(fspath)
         except OSError:
             return None
-        if not stat.S_ISREG(f.st_mode):
+        if not isreg(f.st_mode):
             return None
-        stats.append(f)
-    return stats
+        out.append(new(Entry, (prefix + name, fspath, False, f.st_size, f.st_mode,
+                               f.st_mtime_ns, f.st_ino, True, False)))
+    return out
 
 
 def _enter(  # noqa: PLR0917 - recursive walker, internal

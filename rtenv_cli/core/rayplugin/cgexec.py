@@ -16,10 +16,11 @@ the kernel killed anything for the limit, says so in the worker's stderr log,
 `<temp-dir>/<session-name>/logs/worker-<worker-id>-[<job id>-]<pid>.err` (Ray's names; the core
 worker points its stderr there after the exec, so the watcher finds it from the worker's own
 arguments: `bash -c` holds them). Ray's log monitor streams that file to the driver: the user
-sees why the worker died where Ray says only "The worker died unexpectedly" (the agent's sweep
-logs it too, but on whichever node's agent sweeps first). Without such a file (not a Ray worker)
-the line goes to the inherited stderr. The watcher is this process forked (no new interpreter)
-and waits on a pidfd.
+sees why the worker died where Ray says only "The worker died unexpectedly". The same line goes
+to the job's `runtime_env_setup-<job id>.log` beside it (the job id is in the stderr log's name),
+where the dashboard shows a job's setup, in Ray's log format. Without such a file (not a Ray
+worker) the line goes to the inherited stderr. The watcher is this process forked (no new
+interpreter) and waits on a pidfd.
 """
 
 from __future__ import annotations
@@ -103,14 +104,18 @@ def _watch(pid: int, group: Cgroup, memory_bytes: int) -> None:
     _wait_for_exit(pid)
     if not group.oom_killed():
         return
-    line = oom_message(memory_bytes, str(group.dirs[-1])) + "\n"
+    line = oom_message(memory_bytes, str(group.dirs[-1]))
     log = _stderr_log(where, pid)
     if log is None:
-        sys.stderr.write(line)
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
-    else:
-        with log.open("a", encoding="utf-8") as fh:
-            fh.write(line)
+        return
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+    setup = _setup_log(log)
+    if setup is not None:
+        with setup.open("a", encoding="utf-8") as fh:  # Ray's LOGGER_FORMAT
+            fh.write(f"{_asctime()}\tWARNING cgexec.py -- {line}\n")
 
 
 def _ray_worker_args(pid: int) -> dict[str, str]:
@@ -133,6 +138,23 @@ def _stderr_log(args: dict[str, str], pid: int) -> Path | None:
     logs = Path(args["--temp-dir"]) / args["--session-name"] / "logs"
     found = sorted(logs.glob(f"worker-{args.get('--worker-id', '*')}-*{pid}.err"))
     return next((p for p in found if p.name.endswith(f"-{pid}.err")), None)
+
+
+def _setup_log(stderr_log: Path) -> Path | None:
+    """`runtime_env_setup-<job id>.log` beside `worker-<worker id>-<job id>-<pid>.err` (a
+    worker started before it had a job has no job id in its name: None)."""
+    parts = stderr_log.name.removesuffix(".err").split("-")
+    if len(parts) != 4:  # noqa: PLR2004 - worker, worker id, job id, pid
+        return None
+    return stderr_log.with_name(f"runtime_env_setup-{parts[2]}.log")
+
+
+def _asctime() -> str:
+    """The time as logging's `%(asctime)s` writes it."""
+    import time
+
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
 
 
 def _wait_for_exit(pid: int) -> None:

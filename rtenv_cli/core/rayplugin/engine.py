@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtenv_cli.core.errors import AgentError, RtenvError, UsageError, ValidationError
+from rtenv_cli.core.rayplugin import guard as guard_
 from rtenv_cli.core.rayplugin import schema
 
 if TYPE_CHECKING:
@@ -501,11 +502,11 @@ class Engine:
 
 
 def drop_guard(runtime_env: Any) -> None:
-    """Remove push's guard (schema.GUARD_FIELD) from the runtime_env Ray is setting up: it is
+    """Remove push's guard (guard.GUARD_FIELD) from the runtime_env Ray is setting up: it is
     for nodes without this plugin, and Ray's nsight plugin runs after this one."""
-    guard = runtime_env.get(schema.GUARD_FIELD)
-    if isinstance(guard, str) and guard.startswith(schema.GUARD_PREFIX):
-        del runtime_env[schema.GUARD_FIELD]
+    guard = runtime_env.get(guard_.GUARD_FIELD)
+    if isinstance(guard, str) and guard.startswith(guard_.GUARD_PREFIX):
+        del runtime_env[guard_.GUARD_FIELD]
 
 
 def apply_trees(context: Any, spec: schema.RtenvSpec, engine: Engine) -> None:

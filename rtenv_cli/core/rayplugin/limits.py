@@ -5,11 +5,15 @@ Each worker of an environment with limits runs `cgexec` (its `command_prefix`) a
 exec'd inside its own cgroup `rtenv-<worker pid>-<random>`. Nobody is left in the worker to remove
 it, and Ray tells plugins nothing when a worker exits, so the agent does: while any worker with
 limits may live, a thread sweeps every second the empty `rtenv-<pid>-*` cgroups whose pid is gone
-(`Cgroups.sweep_all`); `delete_uri` and each setup sweep too. A cgroup whose worker the kernel
-OOM-killed is reported in the job's runtime_env_setup log before it goes (Ray itself reports the
-task as failed because its worker died: `WorkerCrashedError`). An agent that has started no
-worker with limits sweeps nothing: it has no job log to report in, and when two nodes share a
-machine (so one cgroup tree) the other agent's sweep reports the kill where the user looks.
+(`Cgroups.sweep_all`); `delete_uri` and each setup sweep too.
+
+An OOM kill is told by cgexec's watcher, in the worker's stderr log and the job's
+runtime_env_setup log (rayplugin/cgexec.py): it knows the worker and its job. The sweep tells it
+again in the agent's own log (`runtime_env_agent.err`) before the cgroup goes, for a worker
+whose watcher could not be forked. It cannot use the setup's logger: Ray 2.60 gives each setup
+a logger whose files are closed when the setup returns (`SetupLoggerFactory`), so a line
+written later is lost. Ray itself reports the task as failed because its worker died
+(`WorkerCrashedError`).
 """
 
 from __future__ import annotations
@@ -55,9 +59,7 @@ class Guard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._logger: logging.Logger = log
         self._checked: set[tuple[bool, bool]] = set()
-        self._watched = False  # this agent has started workers with limits (see the module doc)
 
     def check(self, limits: LimitsField) -> None:
         """Make and remove a cgroup with these controllers (once per kind): a node where
@@ -78,11 +80,9 @@ class Guard:
         group.remove()
         self._checked.add(kind)
 
-    def watch(self, logger: logging.Logger) -> None:
+    def watch(self) -> None:
         """Sweep (now, and every second from a thread) until no rtenv cgroup is left for a
         while."""
-        self._logger = logger
-        self._watched = True
         self.sweep()
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
@@ -93,8 +93,6 @@ class Guard:
     def sweep(self) -> int:
         from rtenv_cli.core.store.cgroups import Cgroups
 
-        if not self._watched:
-            return 0
         try:
             return Cgroups().sweep_all(self._report)
         except Exception as exc:  # never let a clean-up take the agent down
@@ -117,9 +115,8 @@ class Guard:
         limit = next((read for name in ("memory.max", "memory.limit_in_bytes")
                       if (read := _read(group / name))), "?")
         pid = group.name.split("-")[1]
-        for logger in {self._logger, log}:
-            logger.warning("rtenv: worker pid %s was OOM-killed: it went past its rtenv.limits "
-                           "memory of %s bytes (cgroup %s)", pid, limit, group)
+        log.warning("rtenv: worker pid %s was OOM-killed: it went past its rtenv.limits memory "
+                    "of %s bytes (cgroup %s)", pid, limit, group)
 
 
 def _read(path: Path) -> str | None:

@@ -39,19 +39,7 @@ PLUGIN_CLASS = "rtenv_cli.ray_plugin.RtenvPlugin"
 # Before Ray's built-in plugins (10; working_dir is always first): the plugin removes push's
 # guard (GUARD_FIELD) before Ray's nsight plugin, which fails a node without rtenv's plugin
 PRIORITY = 9
-# `rtenv push` adds {"_nsight": GUARD_PREFIX + ...} beside an `rtenv` field of trees. Ray's own
-# nsight plugin (priority 10) refuses any string but "default" with a RuntimeEnvSetupError that
-# quotes it and names the node: so a node whose agent lacks rtenv's plugin fails the task, the
-# actor and a `ray job submit` entrypoint loudly instead of running them in its base
-# environment (Ray only logs a warning for a field no plugin takes). rtenv's plugin (priority
-# 9, before nsight) removes the guard from the runtime_env it is given.
-GUARD_FIELD = "_nsight"
-GUARD_PREFIX = "rtenv: "
-GUARD_MESSAGE = (GUARD_PREFIX + "this runtime_env needs rtenv's Ray plugin, and a node whose "
-                 "runtime-env agent does not load it cannot apply its `rtenv` field (working_dir/"
-                 "py_modules trees, pip/uv). hint: start the node with `rtenv ray-env` exported "
-                 "before `ray start` (check: rtenv ray-env --check --address ...), or push with "
-                 "--via zip")
+# the guard beside an `rtenv` field of trees: guard.py (push imports it without this module)
 KINDS = ("pip", "uv")
 TREES = ("working_dir", "py_modules")  # rtenv-tree:// URIs, written by `rtenv push`
 KEYS = (*KINDS, *TREES, "limits")

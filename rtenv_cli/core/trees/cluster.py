@@ -15,7 +15,7 @@ BUILTIN_PRIORITY = 10  # Ray's built-in plugins' (nsight's among them: rayplugin
 class Readiness:
     nodes: dict[str, str]  # alive node id -> address
     missing: tuple[str, ...]  # alive nodes that did not announce the plugin
-    guarded: bool = False  # every node's plugin removes push's guard (schema.GUARD_FIELD)
+    guarded: bool = False  # every node's plugin removes push's guard (guard.GUARD_FIELD)
 
     @property
     def ok(self) -> bool:

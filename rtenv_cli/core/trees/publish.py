@@ -55,23 +55,23 @@ from rtenv_cli.core.trees.manifest import (
 # until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
 # with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
 # memory rows, and their ablation at 4 MiB). 2 MiB in flight as 1 MiB x 2 rather than 512 KiB
-# x 4: half the puts (each costs ~0.3 ms of CPU in h2 here and more in the GCS), and two in
-# flight keep both cores busy (one reads the next pack while the GCS stores the last). Measured
-# on a 1k-file/200 MB tree: 0.75 s of CPU against 1.05 s (211 packs against 476), the GCS 0.25
-# s against 0.37 s.
+# x 4: half the puts (each costs CPU in h2 here and in the GCS: cold.json: "push to the GCS as
+# a tree, 1k files/200 MB text"), and two in flight keep both cores busy (one reads the next
+# pack while the GCS stores the last).
 PACK_BYTES = 1 << 20
 PARALLEL = 2
 # A file's content is read into its pack and checked to be what the scan hashed by its stat, not
-# hashed again (the sha256 of 200 MB is a tenth of a second of a cold push's second): the size,
-# mtime and inode the scan saw, after the read, as the zip path checks its members (packaging/
-# build.py) and the digest cache trusts them; a file whose ctime is within RACY_NS of the read
-# is hashed again (a write in the same timestamp tick as the scan's stat would not show in its
-# stat: git's "racy clean" files; any write or utime sets the ctime to now). A file given
-# without its stat (mtime_ns -1: a watch's snapshot, whose files are being edited) is always
-# hashed again. A content that slipped through anyway (rewritten at the same size with its mtime
-# put back, more than RACY_NS before the push) is refused by every node, which checks each
-# content's sha256 before it stores it (materialize.py): a build of a tree holding the old
-# content fails, naming it, until a gc takes that pack; never a wrong file.
+# hashed again (cold.json: "ablation: tree push hashing each file again, 1k files/200 MB
+# random", its CPU time): the size, mtime and inode the scan saw, after the read, as the zip
+# path checks its members (packaging/build.py) and the digest cache trusts them. A file whose
+# ctime is within RACY_NS of the read is hashed again (a write in the same timestamp tick as
+# the scan's stat would not show in its stat: git's "racy clean" files; any write or utime
+# sets the ctime to now). A file given without its stat (mtime_ns -1: a watch's snapshot, whose
+# files are being edited) is always hashed again. A content that slipped through anyway
+# (rewritten at the same size with its mtime put back, more than RACY_NS before the push) is
+# refused by every node, which checks each content's sha256 before it stores it
+# (materialize.py): a build of a tree holding the old content fails, naming it, until a gc
+# takes that pack; never a wrong file.
 RACY_NS = 2_000_000_000
 # The one-shot push's base from the home (`trees/base/`): False ignores it, so every push
 # compares the tree with nothing and writes a full manifest; the benchmark's ablation row flips
@@ -155,18 +155,18 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
     py_module directory's under its name, a single-file module as its name."""
     prefix = "" if kind == "working_dir" or scan.single_file else scan.root.name + "/"
     files, dirs = [], {}
-    for e in scan.entries:
-        if e.special or not e.in_zip:
+    new = tuple.__new__  # once per file of the tree: NamedTuple's Python-level __new__ skipped
+    for rel, fspath, is_dir, size, mode, mtime, ino, in_zip, special in scan.entries:
+        if special or not in_zip:
             continue
-        path = prefix + e.relpath if e.relpath != "." else prefix.rstrip("/")
-        if e.is_dir:
+        path = prefix + rel if rel != "." else prefix.rstrip("/")
+        if is_dir:
             if path:  # an empty working_dir root is the tree itself
-                dirs[path] = e.mode & 0o777
+                dirs[path] = mode & 0o777
             continue
-        digest = digests[e.relpath][1]
+        digest = digests[rel][1]
         assert digest is not None  # noqa: S101 - digest_entries gives every file a sha256
-        files.append(SourceFile(path, e.fspath, e.mode & 0o777, e.size, digest, e.mtime_ns,
-                                e.ino))
+        files.append(new(SourceFile, (path, fspath, mode & 0o777, size, digest, mtime, ino)))
     return files, dirs
 
 

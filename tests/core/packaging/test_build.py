@@ -160,9 +160,11 @@ def test_rebuild_reuses_unchanged_members_and_equals_ray(tmp_path: Path, kind: s
     assert third.path.read_bytes() == kept  # byte ranges copied verbatim, offsets rewritten
 
 
-def test_many_small_files_through_worker_processes_equal_ray(tmp_path: Path) -> None:
-    from rtenv_cli.core.packaging import pool
+def test_many_small_files_through_worker_processes_equal_ray(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtenv_cli.core.packaging import build, pool
 
+    monkeypatch.setattr(build, "STORED_FORK_MIN_FILES", pool.PROCESS_MIN_FILES)  # forked
     root = tmp_path / "many"
     for i in range(pool.PROCESS_MIN_FILES + 100):
         w(root, f"d{i % 13}/f{i}.py", f"X = {i}\n" * (i % 40 + 1))
@@ -191,8 +193,9 @@ def test_worker_batches_make_the_same_zip_in_processes_threads_and_inline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small files are zipped by workers into batch files that the writer copies in: the zip
     is the same whichever kind of worker did it, and nothing of the batches is left."""
-    from rtenv_cli.core.packaging import pool
+    from rtenv_cli.core.packaging import build, pool
 
+    monkeypatch.setattr(build, "STORED_FORK_MIN_FILES", 0)  # stored members forked when many
     root = _many(tmp_path / "src", 600)
     zips = []
     for kind, process_min, inline_max in (("processes", 512, 4), ("threads", 10**6, 4),
@@ -215,6 +218,7 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from rtenv_cli.core.packaging import build
 
+    monkeypatch.setattr(build, "STORED_FORK_MIN_FILES", 0)  # forked workers, batch files
     root = _many(tmp_path / "src", 600)
     real = build._prepare
 
@@ -228,6 +232,23 @@ def test_a_failing_worker_leaves_no_batch_files(tmp_path: Path,
         build_package(root, kind="working_dir", env={}, dest_dir=tmp_path / "out",
                       use_cache=False)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_stored_members_go_to_forked_workers_only_for_very_many_small_files(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads cost less CPU; forks win only where the per-file work dominates (build.py's
+    STORED_FORK_MIN_FILES); the ablation switch forces either side."""
+    from rtenv_cli.core.packaging import build
+
+    limit = build.STORED_FORK_MIN_FILES
+    assert not build.stored_by_forks(10_000)  # the 10k-file shapes of the scaling set
+    assert not build.stored_by_forks(limit - 1)
+    assert build.stored_by_forks(limit)
+    assert build.stored_by_forks(50_000)
+    monkeypatch.setattr(build, "STORED_WORKERS", "forks")
+    assert build.stored_by_forks(1_000)
+    monkeypatch.setattr(build, "STORED_WORKERS", "threads")
+    assert not build.stored_by_forks(50_000)
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))

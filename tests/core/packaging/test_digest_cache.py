@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,27 @@ def test_two_roots_do_not_share_digests(tmp_path: Path) -> None:
     b = _tree(tmp_path / "b", 1)  # same relpath, same content, another root
     DigestCache(tmp_path / "cache").store(_rows(a))
     assert DigestCache(tmp_path / "cache").lookup(b) == {}
+
+
+def test_a_fold_waits_for_anothers_lock_then_gives_up_without_failing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold lock is a flock on `<base>.lock` (what filelock took before, so an older rtenv
+    folding at once is excluded too); held by another, a store gives up after the wait: no
+    error, no base written, and the next store folds."""
+    fcntl = pytest.importorskip("fcntl")
+    files = _tree(tmp_path / "src", 3)
+    cache = DigestCache(tmp_path / "cache")
+    cache.store(_rows(files)[:1])  # makes the directory
+    (journal,) = (tmp_path / "cache").glob("*.journal")
+    lock = journal.with_suffix(".digests.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process's fold, as far as flock can tell
+    monkeypatch.setattr(digest_cache, "_LOCK_WAIT", 0.0)
+    try:
+        DigestCache(tmp_path / "cache").store(_rows(files), keep=files)  # gives up, quietly
+        assert not list((tmp_path / "cache").glob("*.digests"))
+    finally:
+        os.close(fd)
+    DigestCache(tmp_path / "cache").store(_rows(files), keep=files)
+    assert list((tmp_path / "cache").glob("*.digests"))
+    assert set(DigestCache(tmp_path / "cache").lookup(files)) == {"m0.py", "m1.py", "m2.py"}

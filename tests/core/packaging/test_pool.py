@@ -6,7 +6,13 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
-from rtenv_cli.core.packaging.pool import INLINE_FILES, PROCESS_MIN_FILES, Inline, workers_for
+from rtenv_cli.core.packaging.pool import (
+    INLINE_FILES,
+    PROCESS_MIN_FILES,
+    Inline,
+    forks,
+    workers_for,
+)
 
 
 def _pid() -> int:
@@ -42,3 +48,12 @@ def test_many_files_use_forked_processes_unless_told_not_to() -> None:
         assert pool.submit(_pid).result() != os.getpid()
     with workers_for(PROCESS_MIN_FILES, processes=False) as pool:
         assert isinstance(pool, ThreadPoolExecutor)
+
+
+@pytest.mark.parametrize("files", [INLINE_FILES, INLINE_FILES + 1, PROCESS_MIN_FILES - 1,
+                                   PROCESS_MIN_FILES])
+@pytest.mark.parametrize("processes", [True, False])
+def test_forks_says_what_workers_for_gives(files: int, processes: bool) -> None:
+    """The zip writer decides on batch files from `forks` before it has the pool."""
+    with workers_for(files, processes) as pool:
+        assert forks(files, processes) == isinstance(pool, ProcessPoolExecutor)
