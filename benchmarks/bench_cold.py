@@ -11,9 +11,10 @@ alternating Ray and rtenv, median of REPEAT:
   the GCS KV, trees/publish.py), the package (or every pack and manifest) deleted from the GCS
   before each run, so every run uploads. Shapes whose stored zip passes Ray's 512 MiB GCS limit
   have no zip push rows (Ray refuses them).
-- ablation rows: each fast path of the cold zip path switched off by its module switch; for the
-  workers that prepare stored members, the side `build.stored_by_forks` did not choose for the
-  shape (threads where it chose forked workers, forked workers where it chose threads).
+- ablation rows: each fast path of the cold zip path and of the cold tree path switched off by
+  its module switch; for the workers that prepare stored members, the side
+  `build.stored_by_forks` did not choose for the shape (threads where it chose forked workers,
+  forked workers where it chose threads).
 - 1 GB shapes (RTENV_BENCH_BIG=1): Ray refuses their stored zip on the GCS (over 512 MiB); the
   zip push row shows what rtenv does instead (deflate what shrinks, if that makes it fit). Their
   trees are deleted after use (RTENV_BENCH_KEEP=1 keeps them for a re-run).
@@ -59,7 +60,9 @@ assert ZIP_PUSH != RTENV_PUSH
 # the ablations: one fast path switched off each (its module's switch)
 WORKERS = "import rtenv_cli.core.packaging.build as m; m.STORED_WORKERS = {!r}\n"
 HASH_TWICE = "import rtenv_cli.core.packaging.build as m; m.HASH_ONCE = False\n"
-IN_MEMORY = "import rtenv_cli.core.trees.publish as m; m.SPOOL = False\n"
+H2_FRAMES = "import rtenv_cli.core.transport.grpc_unary as m; m.DIRECT_FRAMES = False\n"
+# every file hashed again as it is read into its pack, as if all were racy (publish.RACY_NS)
+REHASH = "import rtenv_cli.core.trees.publish as m; m.RACY_NS = 1 << 80\n"
 # deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
 # this link: packaging/build.py stores unless the target's limit needs it)
 DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
@@ -218,18 +221,23 @@ def _push_over_limit(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *,
 def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: dict[str, str],
                ray: Row | None) -> list[Row]:
     """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree,
-    and its ablation."""
+    and its ablations."""
     before = _load()
-    ours, memory = [], []
+    runs: dict[str, list[dict]] = {"ours": [], "h2": [], "rehash": []}
+    codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH}
     for i in range(_repeat(shape)):
-        for runs, code in ((ours, TREE_PUSH), (memory, IN_MEMORY + TREE_PUSH)):
+        # each variant first in one round: the first push of a round was slower whichever it
+        # was (the last run's upload of the zip rows, or the GCS's freed pages)
+        order = list(codes.items())
+        for key, code in order[i % len(order):] + order[:i % len(order)]:
             _delete_trees(gcs)
-            runs.append(_ours(code, gcs, tree, work, env=env, name=f"tree{i}"))
-            assert runs[-1]["path"] == "tree", runs[-1]
-            assert runs[-1]["packs"] > 0, runs[-1]
+            runs[key].append(_ours(code, gcs, tree, work, env=env, name=f"tree{i}"))
+            assert runs[key][-1]["path"] == "tree", runs[key][-1]
+            assert runs[key][-1]["packs"] > 0, runs[key][-1]
     _delete_trees(gcs)
     load = f"load avg {before} -> {_load()} on 2 cores"
-    o, m = _median([x["total"] for x in ours]), _median([x["total"] for x in memory])
+    med = {k: _median([x["total"] for x in v]) for k, v in runs.items()}
+    o, ours = med["ours"], runs["ours"]
     r = ray.ray if ray is not None else None
     ray_cpu = ray.notes.split("vs Ray ", 1)[1].split(";")[0] if ray is not None else "-"
     return [Row("cold", f"push to the GCS as a tree, {shape.name}", "s", round(o, 3), r,
@@ -239,11 +247,19 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
                 f"{ours[0]['bytes'] / 1e6:.0f} MB sent; Ray column: its driver push of the same "
                 "tree (row above)" + ("" if ray is not None else " (over its 512 MiB limit)")
                 + f"; CPU s {_cpu(ours)} vs Ray {ray_cpu}; {load}"),
-            Row("cold", f"ablation: tree push with in-memory puts, {shape.name}", "s",
-                round(m, 3), r, f"slower than {o:.3f} s (spooled packs)", m > o,
-                f"median of {len(memory)}; trees/publish.SPOOL off: every pack framed through "
-                f"h2 in memory instead of sent from a spool file by sendfile: {m - o:+.3f} s; "
-                f"CPU s {_cpu(memory)} vs {_cpu(ours)}; {load}")]
+            Row("cold", f"ablation: tree push with packs framed by h2, {shape.name}", "s",
+                round(med["h2"], 3), r, f"slower than {o:.3f} s (frames written from the pack)",
+                med["h2"] > o,
+                f"median of {len(runs['h2'])}; grpc_unary.DIRECT_FRAMES off: each pack copied "
+                f"through h2's send_data instead of sent by sendmsg from its buffer: "
+                f"{med['h2'] - o:+.3f} s; CPU s {_cpu(runs['h2'])} vs {_cpu(ours)}; {load}"),
+            Row("cold", f"ablation: tree push hashing each file again, {shape.name}", "s",
+                round(med["rehash"], 3), r, f"slower than {o:.3f} s (checked by stat)",
+                med["rehash"] > o,
+                f"median of {len(runs['rehash'])}; trees/publish.RACY_NS unbounded: every file "
+                "read into its pack is hashed again, as the scan did (the code before), instead "
+                f"of checked by its stat: {med['rehash'] - o:+.3f} s; CPU s "
+                f"{_cpu(runs['rehash'])} vs {_cpu(ours)}; {load}")]
 
 
 def _carried(measured: list[scaling.Shape]) -> list[Row]:
@@ -299,7 +315,7 @@ def run(quick: bool) -> list[Row]:
                                              uri=ray_cold["uri"], ray_zip=ray_cold["zip_bytes"]))
             rows.extend(_tree_push(shape, tree, work, head.address, env=env, ray=ray_push))
             scaling.release(shape)
-            print(rows[-6:], flush=True, file=sys.stderr)
+            print(rows[-7:], flush=True, file=sys.stderr)
     finally:
         head.stop()
         shutil.rmtree(work, ignore_errors=True)

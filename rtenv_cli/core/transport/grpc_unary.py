@@ -10,7 +10,10 @@ socket, except for one thing: the tail's DATA frames. Through h2 each frame's by
 three times in Python (read, framed, buffered: benchmarks/results/
 push.json: "ablation: GCS re-push without sendfile"); instead the 9-byte
 frame header is written here and the payload goes by sendfile(2), straight from the page cache,
-and h2's flow-control windows are debited by hand so that its view stays exact. Messages are
+and h2's flow-control windows are debited by hand so that its view stays exact. A tail given as
+a buffer (a tree's pack, read into memory) goes the same way, by sendmsg of the header and a view
+of the buffer: no copy in Python either (its ablation row: cold.json "ablation: tree push with
+packs framed by h2"). Messages are
 encoded with the few protobuf primitives below: the GCS calls a push needs are three tiny
 messages, and Ray's generated classes would mean importing Ray.
 """
@@ -24,12 +27,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO, TypedDict
 from urllib.parse import unquote
 
+Buffer = bytes | bytearray | memoryview  # a tail in memory
+
 _CHUNK = 1 << 20
 _FILE_FRAME = 1 << 22  # DATA payload per sendfile: the GCS takes frames up to 4 MiB
 _WINDOW = 1 << 24  # our receive window: replies are small, never stall the server
 # The sendfile path (see the module doc). False sends the tail through h2's own send_data: the
 # push benchmark flips it for its ablation row, which shows what sendfile buys on its own.
 SENDFILE = True
+# A buffer tail's frames written here (see the module doc); False: through h2's send_data, for
+# the ablation row of the cold tree push.
+DIRECT_FRAMES = True
 
 
 class _Stream(TypedDict, total=False):
@@ -204,7 +212,7 @@ class Channel:
                     st.setdefault("reset", int(ev.error_code or 0))
         self._flush()
 
-    def _send(self, sid: int, data: bytes, *, end: bool) -> None:
+    def _send(self, sid: int, data: Buffer, *, end: bool) -> None:
         view = memoryview(data)
         while True:
             size = min(self._conn.local_flow_control_window(sid),
@@ -223,12 +231,12 @@ class Channel:
                 return
 
     # -- calls ---------------------------------------------------------------------------------
-    def unary(self, method: str, message: bytes, *, tail: BinaryIO | None = None,
+    def unary(self, method: str, message: bytes, *, tail: BinaryIO | Buffer | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
               cancel: Any = None) -> bytes:
         """Call `method` (`/package.Service/Method`); the request is `message` followed by
-        `tail_size` bytes read from `tail` (the last field's value, already framed in
-        `message`). `cancel` (a threading.Event): once set, the request is abandoned at its
+        `tail_size` bytes of `tail`, a file or a buffer (the last field's value, already framed
+        in `message`). `cancel` (a threading.Event): once set, the request is abandoned at its
         next frame (the stream is reset: the server drops what it got) and GrpcError 1 raised.
         Returns the reply message."""
         import h2.exceptions
@@ -239,7 +247,7 @@ class Channel:
         except h2.exceptions.H2Error as exc:  # e.g. the server went away between calls
             raise GrpcError(14, f"HTTP/2 connection to {self.authority} failed: {exc}") from exc
 
-    def _unary(self, method: str, message: bytes, tail: BinaryIO | None,
+    def _unary(self, method: str, message: bytes, tail: BinaryIO | Buffer | None,
                tail_size: int, on_progress: Callable[[int], None] | None) -> bytes:
         sid = self._conn.get_next_available_stream_id()
         self._streams = {sid: {"headers": {}, "data": bytearray(), "done": False}}
@@ -251,9 +259,13 @@ class Channel:
         self._send(sid, b"\x00" + struct.pack(">I", total) + message, end=not tail_size)
         if tail is not None and tail_size:
             try:
-                stream = self._h2_stream(sid) if SENDFILE else None
+                buffer = isinstance(tail, bytes | bytearray | memoryview)
+                stream = self._h2_stream(sid) if (DIRECT_FRAMES if buffer else SENDFILE) \
+                    else None
                 if stream is not None:
-                    self._send_file(sid, stream, tail, tail_size, on_progress)
+                    self._send_direct(sid, stream, tail, tail_size, on_progress)
+                elif isinstance(tail, bytes | bytearray | memoryview):  # h2's framing, copying
+                    self._send(sid, memoryview(tail)[:tail_size], end=True)
                 else:  # an h2 without the stream object this relies on: the copying path
                     self._send_chunks(sid, tail, tail_size, on_progress)
             except BaseException:
@@ -292,11 +304,16 @@ class Channel:
         if self._cancel is not None and self._cancel.is_set():
             raise GrpcError(1, "cancelled")  # the caller resets the stream
 
-    def _send_file(self, sid: int, stream: Any, tail: BinaryIO,
-                   tail_size: int, on_progress: Callable[[int], None] | None) -> None:
-        """DATA frames whose payload goes by sendfile (see the module doc); the stream ends with
-        h2's own empty END_STREAM frame, so h2's stream state stays its own."""
-        start = tail.tell()
+    def _send_direct(self, sid: int, stream: Any, tail: BinaryIO | Buffer,
+                     tail_size: int, on_progress: Callable[[int], None] | None) -> None:
+        """DATA frames written here, their payload by sendfile from a file or by sendmsg from
+        a buffer (see the module doc); the stream ends with h2's own empty END_STREAM frame, so
+        h2's stream state stays its own."""
+        if isinstance(tail, bytes | bytearray | memoryview):
+            start, view = 0, memoryview(tail).cast("B")
+            tail_size = min(tail_size, len(view))
+        else:
+            start, view = tail.tell(), None
         sent = 0
         while sent < tail_size:
             if self._streams[sid]["done"]:
@@ -309,10 +326,14 @@ class Channel:
                 continue
             self._check_cancel(sid)
             self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
+            header = struct.pack(">I", size)[1:] + b"\x00\x00" + struct.pack(">I", sid)
             try:
-                self._sock.sendall(struct.pack(">I", size)[1:] + b"\x00\x00" +
-                                   struct.pack(">I", sid))
-                done = self._sock.sendfile(tail, start + sent, size)
+                if view is not None:
+                    self._sendmsg(header, view[sent:sent + size])
+                    done = size
+                else:
+                    self._sock.sendall(header)
+                    done = self._sock.sendfile(tail, start + sent, size)  # type: ignore[arg-type]
             except OSError as exc:
                 raise GrpcError(14, f"connection to {self.authority} lost: {exc}") from exc
             if done != size:  # the frame header promised more: the connection is unusable
@@ -325,6 +346,17 @@ class Channel:
             if on_progress is not None:
                 on_progress(size)
         self._conn.end_stream(sid)
+
+    def _sendmsg(self, header: bytes, payload: memoryview) -> None:
+        """`header` then `payload`, whole, by sendmsg (no joined copy of them)."""
+        parts = [memoryview(header), payload]
+        while parts:
+            n = self._sock.sendmsg(parts)
+            while parts and n >= len(parts[0]):
+                n -= len(parts[0])
+                parts.pop(0)
+            if parts:
+                parts[0] = parts[0][n:]
 
 
 def _text(value: str | bytes) -> str:

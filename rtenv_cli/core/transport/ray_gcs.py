@@ -24,6 +24,7 @@ from typing import Any
 from rtenv_cli.core.errors import TransportError
 from rtenv_cli.core.transport.base import PIN_SECONDS, ZipLayout
 from rtenv_cli.core.transport.grpc_unary import (
+    Buffer,
     Channel,
     GrpcError,
     NotGrpcError,
@@ -88,16 +89,18 @@ class RayGcsTarget:
             self._channel = Channel(host, port, metadata=meta, timeout=READ_TIMEOUT)
         return self._channel
 
-    def _call(self, method: str, message: bytes, *, tail: Path | None = None,
+    def _call(self, method: str, message: bytes, *, tail: Path | Buffer | None = None,
               tail_size: int = 0, on_progress: Callable[[int], None] | None = None,
               cancel: Any = None) -> bytes:
         """One call; a broken connection (UNAVAILABLE: the GCS restarting, an idle connection
-        closed) is retried on a new one with backoff, the file sent again from its start."""
+        closed) is retried on a new one with backoff, the file (or buffer) sent again from its
+        start."""
         delay = 0.5
         for attempt in range(_RETRIES):
             try:
-                if tail is None:
-                    return self.channel().unary(method, message)
+                if tail is None or not isinstance(tail, Path):
+                    return self.channel().unary(method, message, tail=tail, tail_size=tail_size,
+                                                on_progress=on_progress, cancel=cancel)
                 with tail.open("rb") as fh:
                     return self.channel().unary(method, message, tail=fh, tail_size=tail_size,
                                                 on_progress=on_progress, cancel=cancel)

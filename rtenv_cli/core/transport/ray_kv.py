@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rtenv_cli.core.errors import TransportError
-from rtenv_cli.core.transport.grpc_unary import field_bytes, field_varint, parse_fields, varint
+from rtenv_cli.core.transport.grpc_unary import (
+    Buffer,
+    field_bytes,
+    field_varint,
+    parse_fields,
+    varint,
+)
 from rtenv_cli.core.transport.ray_gcs import RayGcsTarget, _check_status
 
 if TYPE_CHECKING:
@@ -42,6 +47,7 @@ _KV = "/ray.rpc.InternalKVGcsService/"
 _NODES = "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"
 _CLUSTER_ID = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 _ALIVE = 0  # GcsNodeInfo.GcsNodeState.ALIVE
+_TAIL_BYTES = 64 << 10  # a put's value from this size on is sent as the request's tail
 
 
 class NoGcsRoute(TransportError):
@@ -149,19 +155,16 @@ class RayKV:
                     entry.get(2, b"") if isinstance(entry.get(2, b""), bytes) else b""  # type: ignore[assignment]
         return out
 
-    def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
-        self.target.call(_KV + "InternalKVPut", field_bytes(1, key.encode()) +
-                         field_bytes(2, value) + field_varint(3, int(overwrite)) + self._ns(4))
-
-    def put_file(self, key: str, path: Path, size: int) -> None:
-        """`put` (overwriting) of the first `size` bytes of the file `path`, which go to the
-        socket by sendfile as a package upload's do (grpc_unary's module doc): no copy of them
-        in Python, where `put` frames its value through h2 (several copies of every byte)."""
-        head = (field_bytes(1, key.encode()) + field_varint(3, 1) + self._ns(4) +
-                varint(2 << 3 | 2) + varint(size))  # the value last: its bytes follow
-        # the call RayGcsTarget.upload makes (retries, the file sent again from its start)
-        reply = self.target._call(
-            _KV + "InternalKVPut", head, tail=path, tail_size=size)
+    def put(self, key: str, value: Buffer, *, overwrite: bool = True) -> None:
+        """Store `value` under `key`. A large value is the request's tail (grpc_unary), last in
+        the message: its bytes go to the socket from `value` itself, never copied in Python."""
+        head = field_bytes(1, key.encode()) + field_varint(3, int(overwrite)) + self._ns(4)
+        size = len(memoryview(value).cast("B"))
+        if size < _TAIL_BYTES:
+            self.target.call(_KV + "InternalKVPut", head + field_bytes(2, bytes(value)))
+            return
+        reply = self.target._call(_KV + "InternalKVPut", head + varint(2 << 3 | 2) + varint(size),
+                                  tail=value, tail_size=size)
         _check_status(reply, 1, self.target.label)
 
     def exists(self, key: str) -> bool:

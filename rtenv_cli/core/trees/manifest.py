@@ -33,6 +33,9 @@ SCHEME = "rtenv-tree://"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 MAX_DEPTH = 8  # deltas in a chain before a full manifest is written again
 VERSION = 1
+# zlib's fastest level: a manifest is mostly hex digests, which level 6 shrinks only a few
+# percent more, at three times the CPU of a cold push's manifest
+_LEVEL = 1
 
 
 class TreeFormatError(RtenvError):
@@ -117,7 +120,7 @@ def value_doc(kind: str, dirs: Mapping[str, int], files: Iterable[Sequence[Any]]
 
 def encode_doc(doc: Mapping[str, Any]) -> bytes:
     """The KV value of a manifest's JSON (`value_doc`)."""
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), _LEVEL)
 
 
 def decode(raw: bytes) -> dict[str, Any]:
@@ -174,7 +177,7 @@ def manifest_id(uri: str) -> str:
 
 
 def encode_index(files: list[tuple[str, int, int]], now: float) -> bytes:
-    return zlib.compress(json.dumps({"t": now, "files": files}).encode(), 6)
+    return zlib.compress(json.dumps({"t": now, "files": files}).encode(), _LEVEL)
 
 
 def decode_index(raw: bytes) -> tuple[float, list[tuple[str, int, int]]]:

@@ -2,9 +2,10 @@
 lacks, packed, then the manifest, last.
 
 What the cluster has is learnt from one prefix listing of the pack indexes (`x:`), each index
-fetched once and kept under `$RTENV_HOME/trees/idx/` (a pack's id is the sha256 of its bytes, so
-an index never changes), and their union kept merged per cluster in `trees/have/` (read whole
-while the listing names the same packs; else updated by the packs gone and the packs new). A
+fetched once and kept under `$RTENV_HOME/trees/idx/` (a pack's id is the sha256 of its index,
+`pack_id`, so an index never changes), and their union kept merged per cluster in `trees/have/`
+(read whole while the listing names the same packs; else updated by the packs gone and the packs
+new). A
 content is sent only when no pack of the cluster holds it; small files are packed into
 PACK_BYTES objects (one KV Put each, PARALLEL at a time) and a file above it goes alone. The
 manifest goes after every pack it names, so a pusher killed at any point leaves packs no
@@ -53,15 +54,25 @@ from rtenv_cli.core.trees.manifest import (
 # preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
 # until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
 # with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
-# memory rows, and their ablation at 4 MiB).
-PACK_BYTES = 512 << 10
-PARALLEL = 4
-# A pack of this many bytes or more (half a full one) is spooled to a temporary file as it is
-# read and sent from there by sendfile (RayKV.put_file); smaller ones (a re-push's edits) go in
-# memory. SPOOL False: every pack in memory, through h2's framing, for the ablation rows, e.g.
-# cold.json: "ablation: tree push with in-memory puts, 10k files/200 MB random".
-SPOOL_BYTES = PACK_BYTES // 2
-SPOOL = True
+# memory rows, and their ablation at 4 MiB). 2 MiB in flight as 1 MiB x 2 rather than 512 KiB
+# x 4: half the puts (each costs CPU in h2 here and in the GCS: cold.json: "push to the GCS as
+# a tree, 1k files/200 MB text"), and two in flight keep both cores busy (one reads the next
+# pack while the GCS stores the last).
+PACK_BYTES = 1 << 20
+PARALLEL = 2
+# A file's content is read into its pack and checked to be what the scan hashed by its stat, not
+# hashed again (cold.json: "ablation: tree push hashing each file again, 1k files/200 MB
+# random", its CPU time): the size, mtime and inode the scan saw, after the read, as the zip
+# path checks its members (packaging/build.py) and the digest cache trusts them. A file whose
+# ctime is within RACY_NS of the read is hashed again (a write in the same timestamp tick as
+# the scan's stat would not show in its stat: git's "racy clean" files; any write or utime
+# sets the ctime to now). A file given without its stat (mtime_ns -1: a watch's snapshot, whose
+# files are being edited) is always hashed again. A content that slipped through anyway
+# (rewritten at the same size with its mtime put back, more than RACY_NS before the push) is
+# refused by every node, which checks each content's sha256 before it stores it
+# (materialize.py): a build of a tree holding the old content fails, naming it, until a gc
+# takes that pack; never a wrong file.
+RACY_NS = 2_000_000_000
 # The one-shot push's base from the home (`trees/base/`): False ignores it, so every push
 # compares the tree with nothing and writes a full manifest; the benchmark's ablation row flips
 # it to show what the base buys (benchmarks/results/trees.json: "ablation: re-push in process,
@@ -80,6 +91,8 @@ class SourceFile(NamedTuple):  # a tuple: 10k of them are built per push
     mode: int
     size: int
     digest: str  # sha256 hex
+    mtime_ns: int = -1  # the stat the digest was taken at (-1: unknown; see RACY_NS)
+    ino: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,7 +156,7 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
     prefix = "" if kind == "working_dir" or scan.single_file else scan.root.name + "/"
     files, dirs = [], {}
     new = tuple.__new__  # once per file of the tree: NamedTuple's Python-level __new__ skipped
-    for rel, fspath, is_dir, size, mode, _mtime, _ino, in_zip, special in scan.entries:
+    for rel, fspath, is_dir, size, mode, mtime, ino, in_zip, special in scan.entries:
         if special or not in_zip:
             continue
         path = prefix + rel if rel != "." else prefix.rstrip("/")
@@ -153,7 +166,7 @@ def files_of_scan(scan: Any, digests: Mapping[str, tuple[bytes, str | None]], ki
             continue
         digest = digests[rel][1]
         assert digest is not None  # noqa: S101 - digest_entries gives every file a sha256
-        files.append(new(SourceFile, (path, fspath, mode & 0o777, size, digest)))
+        files.append(new(SourceFile, (path, fspath, mode & 0o777, size, digest, mtime, ino)))
     return files, dirs
 
 
@@ -214,49 +227,53 @@ def _packs(missing: Sequence[SourceFile]) -> list[list[SourceFile]]:
     return out
 
 
-def _read(f: SourceFile) -> bytes:
+def _read_into(f: SourceFile, buf: memoryview, now_ns: int) -> None:
+    """Read `f` into `buf` (exactly its size), checked to be the content its digest names:
+    ContentChanged when it is not (see RACY_NS)."""
     try:
-        with open(f.fspath, "rb") as fh:
-            data = fh.read()
+        with open(f.fspath, "rb", buffering=0) as fh:
+            got = 0
+            while got < f.size:  # one read, but for a file beyond a read's 2 GiB limit
+                n = fh.readinto(buf[got:])
+                if not n:
+                    break
+                got += n
+            st = os.fstat(fh.fileno())
     except OSError as exc:
         raise PackagingError(f"cannot read {f.fspath}: {exc.strerror}", path=f.fspath,
                              hint="fix its permissions or exclude it") from exc
-    if hashlib.sha256(data).hexdigest() != f.digest:
+    if got != f.size or st.st_size != f.size or (
+            (st.st_mtime_ns, st.st_ino) != (f.mtime_ns, f.ino)
+            if f.mtime_ns >= 0 and st.st_ctime_ns < now_ns - RACY_NS else
+            hashlib.sha256(buf).hexdigest() != f.digest):
         raise ContentChanged(f"{f.fspath} changed while it was being pushed", path=f.fspath,
                              hint="push again once the file is saved")
-    return data
+
+
+def pack_id(index: Sequence[tuple[str, int, int]]) -> str:
+    """A pack's id: the sha256 of its index (the contents' digests, in order, and sizes), which
+    names its bytes as well as their own sha256 would, without hashing them again."""
+    h = hashlib.sha256()
+    for digest, _offset, size in index:
+        h.update(f"{digest} {size}\n".encode())
+    return h.hexdigest()[:40]
 
 
 def _send_pack(kv: RayKV, files: list[SourceFile], now: float
                ) -> tuple[str, list[tuple[str, int, int]], int]:
-    """Put one pack (spooled through a file when large: SPOOL), then its index; (pack id, its
-    index, bytes sent)."""
-    import tempfile
-
-    parts, index, offset = [], [], 0
-    whole = hashlib.sha256()
-    spool = None
-    if SPOOL and sum(f.size for f in files) >= SPOOL_BYTES:
-        spool = tempfile.NamedTemporaryFile(prefix="rtenv-pack-")  # noqa: SIM115 - closed below
-    try:
-        for f in files:
-            data = _read(f)
-            whole.update(data)
-            if spool is not None:
-                spool.write(data)
-            else:
-                parts.append(data)
-            index.append((f.digest, offset, len(data)))
-            offset += len(data)
-        pack = whole.hexdigest()[:40]
-        if spool is not None:
-            spool.flush()
-            kv.put_file(f"p:{pack}", Path(spool.name), offset)
-        else:
-            kv.put(f"p:{pack}", b"".join(parts))
-    finally:
-        if spool is not None:
-            spool.close()
+    """Put one pack (read into one buffer, sent from it: RayKV.put), then its index; (pack id,
+    its index, bytes sent)."""
+    index, offset = [], 0
+    for f in files:
+        index.append((f.digest, offset, f.size))
+        offset += f.size
+    buf = bytearray(offset)
+    view = memoryview(buf)
+    now_ns = time.time_ns()
+    for f, (_d, at, size) in zip(files, index, strict=True):
+        _read_into(f, view[at:at + size], now_ns)
+    pack = pack_id(index)
+    kv.put(f"p:{pack}", buf)
     raw_index = encode_index(index, now)
     kv.put(f"x:{pack}", raw_index)
     return pack, index, offset + len(raw_index)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -21,18 +20,20 @@ class _Recording(RayGcsTarget):
     def _call(self, method: str, message: bytes, **kw: object) -> bytes:  # type: ignore[override]
         tail = kw.get("tail")
         size = int(kw.get("tail_size", 0))  # type: ignore[call-overload]
-        body = Path(tail).read_bytes()[:size] if tail is not None else b""  # type: ignore[arg-type]
+        body = bytes(tail)[:size] if tail is not None else b""  # type: ignore[call-overload]
         self.sent.append((method, message + body))
         return b""
 
 
-def test_put_file_is_rays_put_request_with_the_file_as_its_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [5000, 300_000])
+def test_put_is_rays_put_request_whatever_the_value_s_size(size: int) -> None:
+    """A large value goes as the request's tail (after the other fields), a small one inline:
+    either way Ray's protobuf reads the same request."""
     from ray.core.generated import gcs_service_pb2 as pb
 
-    value = os.urandom(5000)
-    (tmp_path / "v").write_bytes(value + b"not sent")
+    value = os.urandom(size)
     target = _Recording()
-    RayKV(target).put_file("p:abc", tmp_path / "v", len(value))
+    RayKV(target).put("p:abc", bytearray(value))
     method, raw = target.sent[0]
     assert method.endswith("/InternalKVPut")
     msg = pb.InternalKVPutRequest.FromString(raw)
@@ -41,13 +42,20 @@ def test_put_file_is_rays_put_request_with_the_file_as_its_value(tmp_path: Path)
 
 
 @pytest.mark.ray
-def test_put_file_stores_what_get_reads(ray_cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_large_put_stores_what_get_reads(ray_cluster, monkeypatch: pytest.MonkeyPatch,
+                                           direct: bool) -> None:
+    """Its frames written by rtenv (sendmsg from the buffer) or by h2 (DIRECT_FRAMES off)."""
+    from rtenv_cli.core.transport import grpc_unary
+
+    monkeypatch.setattr(grpc_unary, "DIRECT_FRAMES", direct)
     value = os.urandom(6 * 2**20 + 7)  # several DATA frames and flow-control windows
-    (tmp_path / "v").write_bytes(value)
     kv = RayKV.connect(ray_cluster.address, env={})
     try:
-        kv.put_file("p:test-put-file", tmp_path / "v", len(value))
-        assert kv.get("p:test-put-file") == value
+        kv.put("p:test-large-put", bytearray(value))
+        assert kv.get("p:test-large-put") == value
+        kv.put("p:test-large-put", b"small")  # the connection is still in step
+        assert kv.get("p:test-large-put") == b"small"
     finally:
-        kv.delete("p:test-put-file")
+        kv.delete("p:test-large-put")
         kv.close()

@@ -42,12 +42,6 @@ class MemoryKV:
     def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
         self.data[key] = bytes(value)
 
-    def put_file(self, key: str, path: Path, size: int) -> None:
-        with path.open("rb") as fh:
-            self.data[key] = fh.read(size)
-        self.data.setdefault("spooled", b"")
-        self.data["spooled"] += key.encode() + b"\n"  # seen by every fork
-
     def exists(self, key: str) -> bool:
         return key in self.data
 
@@ -124,53 +118,103 @@ def test_an_edit_sends_one_file_and_a_delta_and_the_node_patches_its_spare(
     assert listing(path2) == listing(src)
 
 
-def test_large_packs_are_spooled_through_a_file_and_build_the_same_tree(
+def test_a_pack_s_id_names_its_index_and_its_bytes_are_the_contents_it_lists(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Packs of SPOOL_BYTES or more are sent from a temporary file (RayKV.put_file), smaller ones
-    in memory; either way the pack's id is the sha256 of its bytes and a node builds the tree."""
+    """Packs are read into memory and sent from there, not hashed again: the id is the
+    sha256 of the index (publish.pack_id), the bytes are the listed contents, in order."""
     import hashlib
-    import tempfile
 
     from rtenv_cli.core.trees import publish as pub
+    from rtenv_cli.core.trees.manifest import decode_index
 
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
-    (tmp_path / "spool").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spool"))
     src = tree(tmp_path / "src")
     for i in range(3):
         (src / "big").mkdir(exist_ok=True)
-        (src / "big" / f"b{i}.bin").write_bytes(os.urandom(pub.SPOOL_BYTES // 2 + i))
+        (src / "big" / f"b{i}.bin").write_bytes(os.urandom(pub.PACK_BYTES // 2 + i))
     kv = MemoryKV()
     first = publish(kv, src, tmp_path / "home")
-    spooled = kv.data.pop("spooled", b"").decode().split()
-    assert spooled
     packs = {k.removeprefix("p:"): v for k, v in kv.data.items() if k.startswith("p:")}
-    assert len(packs) == first["packs_sent"]
-    assert {hashlib.sha256(v).hexdigest()[:40] for v in packs.values()} == set(packs)
-    assert all(len(kv.data[k]) >= pub.SPOOL_BYTES for k in spooled)
+    assert len(packs) == first["packs_sent"] > 1
+    for pack, blob in packs.items():
+        _t, index = decode_index(kv.data[f"x:{pack}"])
+        assert pub.pack_id(index) == pack
+        assert sum(size for _d, _o, size in index) == len(blob)
+        for digest, offset, size in index:
+            assert hashlib.sha256(blob[offset:offset + size]).hexdigest() == digest
     path, _size, _how = NodeTrees(tmp_path / "node", "n1", kv.fork).ensure(first["manifest"])
     assert listing(path) == listing(src)
-    assert list((tmp_path / "spool").iterdir()) == []  # every spool file removed
 
 
-def test_small_files_go_to_the_cluster_in_puts_of_at_most_512_kib(
+def _scanned(src: Path) -> tuple[object, dict]:
+    scan = scan_package(src, kind="working_dir", env={})
+    return scan, digest_entries(scan.entries, use_cache=False)
+
+
+def test_a_file_changed_after_its_hashing_is_not_pushed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its stat is no longer the scan's: ContentChanged, and no manifest names it."""
+    from rtenv_cli.core.trees.publish import ContentChanged
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    src = tree(tmp_path / "src")
+    scan, digests = _scanned(src)
+    target = src / "a" / "f3.txt"
+    st = target.stat()
+    target.write_text("3\n" * 99 + "x\n")  # the same size
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    kv = MemoryKV()
+    with pytest.raises(ContentChanged) as err:
+        publish_scan(kv, scan, digests, "working_dir")
+    assert err.value.path == str(target)
+    assert not [k for k in kv.data if k.startswith("m:")]
+
+
+def test_a_racy_file_is_checked_by_its_content(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose ctime is recent is hashed again (a write in the scan's timestamp tick
+    keeps the stat): here its mtime was put back after the write, which only the content
+    shows. Outside the racy window the stat is trusted, and such a content is refused by the
+    node that fetches it (its sha256 checked): a failed build, never a wrong file."""
+    from rtenv_cli.core.trees import publish as pub
+    from rtenv_cli.core.trees.materialize import TreeError
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    src = tree(tmp_path / "src")
+    scan, digests = _scanned(src)
+    target = src / "a" / "f3.txt"
+    st = target.stat()
+    target.write_text("3\n" * 99 + "x\n")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(pub.ContentChanged):
+        publish_scan(MemoryKV(), scan, digests, "working_dir")
+    monkeypatch.setattr(pub, "RACY_NS", 0)  # every ctime old enough: the stat trusted
+    kv = MemoryKV()
+    first = publish_scan(kv, scan, digests, "working_dir").to_dict()
+    with pytest.raises(TreeError, match="does not match its digest"):
+        NodeTrees(tmp_path / "node", "n1", kv.fork).ensure(first["manifest"])
+
+
+def test_small_files_go_to_the_cluster_in_puts_of_at_most_pack_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GCS receives each KV put whole and its allocator keeps the buffers it frees
-    (publish.PACK_BYTES): a cold push packs small files into puts of at most 512 KiB; a
-    larger file goes alone."""
+    (publish.PACK_BYTES): a cold push packs small files into puts of at most PACK_BYTES
+    (1 MiB); a larger file goes alone."""
+    from rtenv_cli.core.trees.publish import PACK_BYTES
+
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
     src = tmp_path / "src"
     src.mkdir()
     for i in range(48):
-        (src / f"f{i}.bin").write_bytes(os.urandom(64 << 10))
-    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+        (src / f"f{i}.bin").write_bytes(os.urandom(PACK_BYTES // 12))
+    (src / "big.bin").write_bytes(os.urandom(PACK_BYTES + 1))
     kv = MemoryKV()
     publish(kv, src, tmp_path / "home")
     packs = sorted(len(v) for k, v in kv.data.items() if k.startswith("p:"))
-    assert packs[-1] == 1 << 20
+    assert packs[-1] == PACK_BYTES + 1
     assert len(packs) > 2
-    assert max(packs[:-1]) <= 512 << 10
-    assert sum(packs) == 4 << 20
+    assert max(packs[:-1]) <= PACK_BYTES
+    assert sum(packs) == 48 * (PACK_BYTES // 12) + PACK_BYTES + 1
 
 
 def test_a_spare_a_worker_wrote_into_is_not_patched(
