@@ -295,7 +295,7 @@ class Channel:
                 on_progress(len(chunk))
 
     def _h2_stream(self, sid: int) -> Any:
-        """h2's object for stream `sid`, whose send window `_send_file` debits, or None when
+        """h2's object for stream `sid`, whose send window `_send_direct` debits, or None when
         this h2 does not have it (a private API: the file then goes through h2's send_data)."""
         stream = getattr(self._conn, "_get_stream_by_id", lambda _sid: None)(sid)
         return stream if hasattr(stream, "outbound_flow_control_window") else None
@@ -309,11 +309,12 @@ class Channel:
         """DATA frames written here, their payload by sendfile from a file or by sendmsg from
         a buffer (see the module doc); the stream ends with h2's own empty END_STREAM frame, so
         h2's stream state stays its own."""
+        view, file = memoryview(b""), None  # the tail: a buffer's view, or a file
         if isinstance(tail, bytes | bytearray | memoryview):
             start, view = 0, memoryview(tail).cast("B")
             tail_size = min(tail_size, len(view))
         else:
-            start, view = tail.tell(), None
+            start, file = tail.tell(), tail
         sent = 0
         while sent < tail_size:
             if self._streams[sid]["done"]:
@@ -328,12 +329,12 @@ class Channel:
             self._flush()  # anything h2 has framed (a SETTINGS ACK, a WINDOW_UPDATE) goes first
             header = struct.pack(">I", size)[1:] + b"\x00\x00" + struct.pack(">I", sid)
             try:
-                if view is not None:
+                if file is None:
                     self._sendmsg(header, view[sent:sent + size])
                     done = size
                 else:
                     self._sock.sendall(header)
-                    done = self._sock.sendfile(tail, start + sent, size)  # type: ignore[arg-type]
+                    done = self._sock.sendfile(file, start + sent, size)
             except OSError as exc:
                 raise GrpcError(14, f"connection to {self.authority} lost: {exc}") from exc
             if done != size:  # the frame header promised more: the connection is unusable
