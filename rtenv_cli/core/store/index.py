@@ -142,6 +142,11 @@ class Index:
         # locks, polls too: hence flock(2) itself here)
         self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o600)
         self._autocheckpoint = True
+        # the upkeep thread (checkpoint_in_background), stopped and joined by close(): left
+        # running, its connection's checkpoint kept the next open of the store from truncating
+        # the WAL, and its next round met the closed lock descriptor
+        self._stop = threading.Event()
+        self._upkeep: threading.Thread | None = None
         if not path.exists():  # SQLite gives the -wal and -shm files the database's mode
             os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         try:
@@ -151,7 +156,12 @@ class Index:
             raise
 
     def close(self) -> None:
-        """Close this thread's connection and the write lock's descriptor."""
+        """Stop the upkeep thread; close this thread's connection and the write lock's
+        descriptor."""
+        self._stop.set()
+        upkeep = self._upkeep
+        if upkeep is not None and upkeep is not threading.current_thread():
+            upkeep.join(timeout=60)  # a round waits at most for one writer's transaction
         db = getattr(self._local, "db", None)
         if db is not None:
             db.close()
@@ -209,15 +219,22 @@ class Index:
             import contextlib
 
             next_prune = time.monotonic() + prune_every_s
-            while True:
-                time.sleep(interval_s)
-                with contextlib.suppress(sqlite3.Error, OSError):
-                    self.maintain()
-                    if time.monotonic() >= next_prune:
-                        next_prune = time.monotonic() + prune_every_s
-                        self.prune_refs()
+            try:
+                while not self._stop.wait(interval_s):
+                    with contextlib.suppress(sqlite3.Error, OSError):
+                        self.maintain()
+                        if time.monotonic() >= next_prune:
+                            next_prune = time.monotonic() + prune_every_s
+                            self.prune_refs()
+            finally:
+                db = getattr(self._local, "db", None)
+                if db is not None:
+                    db.close()
 
-        threading.Thread(target=loop, name="rtenv-wal-checkpoint", daemon=True).start()
+        if self._upkeep is None:
+            self._upkeep = threading.Thread(target=loop, name="rtenv-wal-checkpoint",
+                                            daemon=True)
+            self._upkeep.start()
 
     @contextmanager
     def tx(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
