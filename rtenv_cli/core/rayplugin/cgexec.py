@@ -114,8 +114,11 @@ def _watch(pid: int, group: Cgroup, memory_bytes: int) -> None:
         fh.write(line + "\n")
     setup = _setup_log(log)
     if setup is not None:
+        import logging
+
+        when = logging.Formatter().formatTime(logging.makeLogRecord({}))  # `%(asctime)s`
         with setup.open("a", encoding="utf-8") as fh:  # Ray's LOGGER_FORMAT
-            fh.write(f"{_asctime()}\tWARNING cgexec.py -- {line}\n")
+            fh.write(f"{when}\tWARNING cgexec.py -- {line}\n")
 
 
 def _ray_worker_args(pid: int) -> dict[str, str]:
@@ -147,14 +150,6 @@ def _setup_log(stderr_log: Path) -> Path | None:
     if len(parts) != 4:  # noqa: PLR2004 - worker, worker id, job id, pid
         return None
     return stderr_log.with_name(f"runtime_env_setup-{parts[2]}.log")
-
-
-def _asctime() -> str:
-    """The time as logging's `%(asctime)s` writes it."""
-    import time
-
-    now = time.time()
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
 
 
 def _wait_for_exit(pid: int) -> None:

@@ -98,7 +98,7 @@ class RayGcsTarget:
         delay = 0.5
         for attempt in range(_RETRIES):
             try:
-                if tail is None or not isinstance(tail, Path):
+                if not isinstance(tail, Path):  # none, or a buffer
                     return self.channel().unary(method, message, tail=tail, tail_size=tail_size,
                                                 on_progress=on_progress, cancel=cancel)
                 with tail.open("rb") as fh:
