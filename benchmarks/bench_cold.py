@@ -63,6 +63,8 @@ HASH_TWICE = "import rtenv_cli.core.packaging.build as m; m.HASH_ONCE = False\n"
 H2_FRAMES = "import rtenv_cli.core.transport.grpc_unary as m; m.DIRECT_FRAMES = False\n"
 # every file hashed again as it is read into its pack, as if all were racy (publish.RACY_NS)
 REHASH = "import rtenv_cli.core.trees.publish as m; m.RACY_NS = 1 << 80\n"
+# each pack read only once the last Put is answered (publish.READ_AHEAD)
+NO_READ_AHEAD = "import rtenv_cli.core.trees.publish as m; m.READ_AHEAD = False\n"
 # deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
 # this link: packaging/build.py stores unless the target's limit needs it)
 DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
@@ -223,8 +225,9 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
     """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree,
     and its ablations."""
     before = _load()
-    runs: dict[str, list[dict]] = {"ours": [], "h2": [], "rehash": []}
-    codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH}
+    codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH,
+             "serial": NO_READ_AHEAD + TREE_PUSH}
+    runs: dict[str, list[dict]] = {k: [] for k in codes}
     for i in range(_repeat(shape)):
         # each variant first in one round: the first push of a round was slower whichever it
         # was (the last run's upload of the zip rows, or the GCS's freed pages)
@@ -259,7 +262,13 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
                 f"median of {len(runs['rehash'])}; trees/publish.RACY_NS unbounded: every file "
                 "read into its pack is hashed again, as the scan did (the code before), instead "
                 f"of checked by its stat: {med['rehash'] - o:+.3f} s; CPU s "
-                f"{_cpu(runs['rehash'])} vs {_cpu(ours)}; {load}")]
+                f"{_cpu(runs['rehash'])} vs {_cpu(ours)}; {load}"),
+            Row("cold", f"ablation: tree push without read-ahead, {shape.name}", "s",
+                round(med["serial"], 3), r, f"slower than {o:.3f} s (the next pack read "
+                "while one is sent)", med["serial"] > o,
+                f"median of {len(runs['serial'])}; trees/publish.READ_AHEAD off: each pack "
+                f"read only once the last Put is answered: {med['serial'] - o:+.3f} s; CPU s "
+                f"{_cpu(runs['serial'])} vs {_cpu(ours)}; {load}")]
 
 
 def _carried(measured: list[scaling.Shape]) -> list[Row]:

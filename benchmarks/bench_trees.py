@@ -211,7 +211,6 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
     the one that grows its pools)."""
     from rtenv_cli.core.transport.ray_kv import RayKV
     from rtenv_cli.core.trees.cluster import readiness
-    from rtenv_cli.core.trees.publish import PARALLEL
     from tests.support.ray_head import RayHead
 
     one = _session(head, kv, sub, files[60:80], env=env)
@@ -240,7 +239,8 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
                 "<= 1.2x the tree's distinct bytes", grown(one) <= 1.2 * distinct,
                 f"gcs_server VmRSS {one['rss0']:.0f} -> {one['rss20']:.0f} MiB "
                 f"({grown(one) / distinct:.2f}x of {distinct / 1e6:.1f} MB distinct); packs of "
-                f"{one['pack_bytes'] >> 10} KiB, {PARALLEL} in flight; cold push "
+                f"{one['pack_bytes'] >> 10} KiB, one Put in flight (the last run, 2 in "
+                f"flight: 1.30x); cold push "
                 f"{one['cold']:.2f} s "
                 f"({one['packs']} packs). Ray: its zip ({ray['zip_bytes'] / 1e6:.1f} MB) put "
                 f"under 21 URIs through its own KV client, as 21 saves store it, VmRSS "

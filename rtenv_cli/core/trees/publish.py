@@ -7,7 +7,7 @@ fetched once and kept under `$RTENV_HOME/trees/idx/` (a pack's id is the sha256 
 (read whole while the listing names the same packs; else updated by the packs gone and the packs
 new). A
 content is sent only when no pack of the cluster holds it; small files are packed into
-PACK_BYTES objects (one KV Put each, PARALLEL at a time) and a file above it goes alone. The
+PACK_BYTES objects (one KV Put each, one at a time) and a file above it goes alone. The
 manifest goes after every pack it names, so a pusher killed at any point leaves packs no
 manifest names (the gc collects them after its grace period), never a manifest naming missing
 contents. It is written as a delta against the last manifest this home pushed for the same
@@ -27,11 +27,12 @@ either whole or refused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -53,13 +54,14 @@ from rtenv_cli.core.trees.manifest import (
 # Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
 # preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
 # until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
-# with the bytes in flight, PACK_BYTES x PARALLEL (benchmarks/results/trees.json: the GCS
-# memory rows, and their ablation at 4 MiB). 2 MiB in flight as 1 MiB x 2 rather than 512 KiB
-# x 4: half the puts (each costs CPU in h2 here and in the GCS: cold.json: "push to the GCS as
-# a tree, 1k files/200 MB text"), and two in flight keep both cores busy (one reads the next
-# pack while the GCS stores the last).
+# with the bytes in flight (benchmarks/results/trees.json: the GCS memory rows and their
+# ablation at 4 MiB; 1 MiB x 2 in flight held 1.30x the tree's bytes). One Put of PACK_BYTES
+# in flight, the next pack read into its buffer meanwhile (READ_AHEAD): both cores work (this
+# process reads while the GCS stores) for the GCS's memory of one Put.
 PACK_BYTES = 1 << 20
-PARALLEL = 2
+# The next pack read by a thread while this one is sent (cold.json: "ablation: tree push
+# without read-ahead"): False reads each pack only once the last Put is answered.
+READ_AHEAD = True
 # A file's content is read into its pack and checked to be what the scan hashed by its stat, not
 # hashed again (cold.json: "ablation: tree push hashing each file again, 1k files/200 MB
 # random", its CPU time): the size, mtime and inode the scan saw, after the read, as the zip
@@ -259,10 +261,8 @@ def pack_id(index: Sequence[tuple[str, int, int]]) -> str:
     return h.hexdigest()[:40]
 
 
-def _send_pack(kv: RayKV, files: list[SourceFile], now: float
-               ) -> tuple[str, list[tuple[str, int, int]], int]:
-    """Put one pack (read into one buffer, sent from it: RayKV.put), then its index; (pack id,
-    its index, bytes sent)."""
+def _fill_pack(files: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]], bytearray]:
+    """One pack: `files` read into one buffer (checked: `_read_into`); (its id, index, bytes)."""
     index, offset = [], 0
     for f in files:
         index.append((f.digest, offset, f.size))
@@ -272,11 +272,25 @@ def _send_pack(kv: RayKV, files: list[SourceFile], now: float
     now_ns = time.time_ns()
     for f, (_d, at, size) in zip(files, index, strict=True):
         _read_into(f, view[at:at + size], now_ns)
-    pack = pack_id(index)
-    kv.put(f"p:{pack}", buf)
-    raw_index = encode_index(index, now)
-    kv.put(f"x:{pack}", raw_index)
-    return pack, index, offset + len(raw_index)
+    return pack_id(index), index, buf
+
+
+def _filled(plan: list[list[SourceFile]]
+            ) -> Generator[tuple[str, list[tuple[str, int, int]], bytearray], None, None]:
+    """`_fill_pack` of each group of `plan`, in order; with READ_AHEAD the next one is read by a
+    thread while the caller sends this one (at most two buffers held)."""
+    if not READ_AHEAD or len(plan) < 2:  # noqa: PLR2004 - a thread only for a pack ahead
+        yield from map(_fill_pack, plan)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="rtenv-pack") as pool:
+        ahead = pool.submit(_fill_pack, plan[0])
+        for group in plan[1:]:
+            done = ahead.result()
+            ahead = pool.submit(_fill_pack, group)
+            yield done
+        yield ahead.result()
 
 
 def _last_key(address: str, label: str, kind: str) -> str:
@@ -304,46 +318,21 @@ def _depth(kv: RayKV, ident: str) -> int:
 def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[str, int, int]],
                   now: float, on_progress: Callable[[int], None] | None
                   ) -> tuple[int, int, int]:
-    """Pack and put `missing`, PARALLEL at a time (one pack: on `kv` itself); (bytes, files,
-    packs) sent. `have` learns where each content went."""
-    import queue
-
+    """Pack and put `missing`, one Put at a time (see PACK_BYTES), each pack then its index;
+    (bytes, files, packs) sent. `have` learns where each content went."""
     plan = _packs(missing)
-    if not plan:
-        return 0, 0, 0
-    conns: queue.SimpleQueue[RayKV] = queue.SimpleQueue()
-    opened = [kv.fork() for _ in range(min(PARALLEL, len(plan)))] if len(plan) > 1 else []
-    for c in opened or [kv]:
-        conns.put(c)
-
-    def send(group: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]], int]:
-        conn = conns.get()  # one call at a time per connection
-        try:
-            return _send_pack(conn, group, now)
-        finally:
-            conns.put(conn)
-
     sent = files = 0
-    try:
-        if opened:
-            from concurrent.futures import ThreadPoolExecutor
-
-            pool = ThreadPoolExecutor(len(opened))
-            results = pool.map(send, plan)
-        else:
-            pool, results = None, map(send, plan)
-        for group, (pack, index, nbytes) in zip(plan, results, strict=True):
+    with contextlib.closing(_filled(plan)) as filled:
+        for group, (pack, index, buf) in zip(plan, filled, strict=True):
+            kv.put(f"p:{pack}", buf)
+            raw_index = encode_index(index, now)
+            kv.put(f"x:{pack}", raw_index)
             for digest, offset, size in index:
                 have[digest] = (pack, offset, size)
-            sent += nbytes
+            sent += len(buf) + len(raw_index)
             files += len(group)
             if on_progress:
-                on_progress(sum(f.size for f in group))
-    finally:
-        if pool is not None:
-            pool.shutdown()
-        for c in opened:
-            c.close()
+                on_progress(len(buf))
     return sent, files, len(plan)
 
 

@@ -217,6 +217,58 @@ def test_small_files_go_to_the_cluster_in_puts_of_at_most_pack_bytes(
     assert sum(packs) == 48 * (PACK_BYTES // 12) + PACK_BYTES + 1
 
 
+class OnePutKV(MemoryKV):
+    """A MemoryKV that records the threads its puts come from and refuses to fork."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.put_threads: set[int] = set()
+
+    def fork(self) -> MemoryKV:
+        raise AssertionError("a push puts on its one connection")
+
+    def put(self, key: str, value: bytes, *, overwrite: bool = True) -> None:
+        import threading
+
+        self.put_threads.add(threading.get_ident())
+        super().put(key, value, overwrite=overwrite)
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_packs_are_put_one_at_a_time_and_a_change_read_ahead_fails_the_push(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_ahead: bool) -> None:
+    """The GCS holds each put in flight whole (publish.PACK_BYTES): the packs go one at a time
+    on the push's own connection, whichever thread read them (READ_AHEAD). A file changed
+    after its hashing, in a pack read ahead, still fails the push with no manifest."""
+    import threading
+
+    from rtenv_cli.core.trees import publish as pub
+
+    monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(pub, "READ_AHEAD", read_ahead)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(24):
+        (src / f"f{i:02}.bin").write_bytes(os.urandom(pub.PACK_BYTES // 6))
+    kv = OnePutKV()
+    first = publish(kv, src, tmp_path / "home")
+    assert first["packs_sent"] >= 4  # 24 files of a sixth of a pack each
+    assert kv.put_threads == {threading.get_ident()}
+    for i in range(24):  # new contents, one of them changed after the scan, in the last pack
+        (src / f"f{i:02}.bin").write_bytes(os.urandom(pub.PACK_BYTES // 6))
+    scan, digests = _scanned(src)
+    last = src / "f23.bin"
+    st = last.stat()
+    last.write_bytes(os.urandom(st.st_size))
+    os.utime(last, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    kv2 = OnePutKV()
+    with pytest.raises(pub.ContentChanged) as err:
+        publish_scan(kv2, scan, digests, "working_dir")
+    assert err.value.path == str(last)
+    assert not [k for k in kv2.data if k.startswith("m:")]
+    assert [k for k in kv2.data if k.startswith("p:")]  # the packs before it went
+
+
 def test_a_spare_a_worker_wrote_into_is_not_patched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kv, src, first, node = published(tmp_path, monkeypatch)
