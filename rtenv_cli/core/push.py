@@ -484,7 +484,7 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
     if mode == "zip":
         return None, None, False
     from rtenv_cli.core.transport.ray_kv import NoGcsRoute, RayKV
-    from rtenv_cli.core.trees.cluster import readiness
+    from rtenv_cli.core.trees.cluster import settled
 
     if isinstance(target, RayDashboardTarget):
         # the KV through the GCS the dashboard names: its own API cannot read it (ray_kv.py)
@@ -504,7 +504,7 @@ def tree_path(target: Target, mode: str) -> tuple[Any, str | None, bool]:
                               "addressed files through rtenv's plugin) needs one",
                               hint="pass the head's GCS address or dashboard URL, or --via auto")
         return None, None, False
-    ready = readiness(kv)
+    ready = settled(kv)
     if ready.ok:
         return kv, None, ready.guarded
     if kv.target is not target:

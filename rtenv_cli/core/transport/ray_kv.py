@@ -47,6 +47,7 @@ _KV = "/ray.rpc.InternalKVGcsService/"
 _NODES = "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"
 _CLUSTER_ID = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 _ALIVE = 0  # GcsNodeInfo.GcsNodeState.ALIVE
+# GcsNodeInfo's fields: 1 node_id, 2 node_manager_address, 7 state, 23 start_time_ms
 _TAIL_BYTES = 64 << 10  # a put's value from this size on is sent as the request's tail
 
 
@@ -192,13 +193,19 @@ class RayKV:
 
     def alive_nodes(self) -> dict[str, str]:
         """node id (hex) -> node address, for every alive node of the cluster."""
+        return {n: address for n, (address, _started) in self.alive_node_starts().items()}
+
+    def alive_node_starts(self) -> dict[str, tuple[str, int]]:
+        """node id (hex) -> (node address, when the node started: ms since the epoch, by its
+        own clock), for every alive node of the cluster."""
         reply = self.target.call(_NODES, b"")
-        out: dict[str, str] = {}
+        out: dict[str, tuple[str, int]] = {}
         for n, v in parse_fields(reply):
             if n != 2 or not isinstance(v, bytes):  # noqa: PLR2004 - `node_info_list`
                 continue
             info = dict(parse_fields(v))
-            node_id, ip = info.get(1, b""), info.get(2, b"")
+            node_id, ip, started = info.get(1, b""), info.get(2, b""), info.get(23, 0)
             if info.get(7, _ALIVE) == _ALIVE and isinstance(node_id, bytes):
-                out[node_id.hex()] = ip.decode() if isinstance(ip, bytes) else ""
+                out[node_id.hex()] = (ip.decode() if isinstance(ip, bytes) else "",
+                                      started if isinstance(started, int) else 0)
         return out

@@ -4,11 +4,18 @@ no driver: a push can afford to ask every time."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rtenv_cli.core.transport.ray_kv import RayKV
 
 BUILTIN_PRIORITY = 10  # Ray's built-in plugins' (nsight's among them: rayplugin/schema.py)
+# A node's plugin announces itself once Ray's agent has built it, a moment after the node
+# registers, and a head just started reports no alive node for a moment: a push right after
+# `ray start` waits this long for either (`settled`) rather than take the zip path for good.
+STARTING_S = 5.0
+_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,26 @@ def readiness(kv: RayKV, nodes: dict[str, str] | None = None) -> Readiness:
             return False
 
     return Readiness(nodes, missing, bool(announced) and all(map(guards, announced.values())))
+
+
+def settled(kv: RayKV, *, wait_s: float = STARTING_S,
+            sleep: Callable[[float], None] = time.sleep,
+            clock: Callable[[], float] = time.time) -> Readiness:
+    """`readiness`, asked again while the cluster may still be starting, for at most `wait_s`:
+    while it reports no alive node, or a node that has not announced the plugin started less
+    than `wait_s` ago (by its own start time, so a node long up without the plugin costs no
+    wait)."""
+    deadline = clock() + wait_s
+    while True:
+        starts = kv.alive_node_starts()
+        ready = readiness(kv, {n: address for n, (address, _) in starts.items()})
+        now = clock()
+        if ready.ok or now >= deadline:
+            return ready
+        if ready.nodes and all(now * 1000 - starts[n][1] >= wait_s * 1000
+                               for n in ready.missing):
+            return ready
+        sleep(_POLL_S)
 
 
 def recheck(kv: RayKV, last: Readiness) -> Readiness | None:

@@ -262,10 +262,15 @@ def test_a_head_without_the_plugin_gets_the_zip_path_and_fails_a_tree_job_loudly
     c = plugin_cluster
     tree_env = push_tree(c, tree_src, monkeypatch)
     assert tree_env.path == "tree"
+    before_ms = time.time() * 1000
     bare = RayHead().start()
     try:
         conn = RayKV.connect(bare.address, env={})
         until(conn.alive_nodes, what="the bare head's node to register")
+        # the node's start time (GcsNodeInfo.start_time_ms), by which a push waits for a node
+        # still starting (cluster.settled): the push below came within its STARTING_S
+        (started,) = (s for _address, s in conn.alive_node_starts().values())
+        assert before_ms - 1000 <= started <= time.time() * 1000
         conn.close()
         zipped = push(tree_src, address=bare.address, env={}, base_dir=tree_src.parent)
         assert zipped.path == "zip"

@@ -429,3 +429,52 @@ def test_recheck_reads_the_announcements_only_when_the_alive_nodes_changed() -> 
     assert again.ok
     del kv.alive["b"]
     assert recheck(kv, again) == first
+
+
+class Starting(MemoryKV):
+    """A cluster that changes as time passes: `script` maps the clock's seconds to the alive
+    nodes (id -> start time, s) and the announcements from then on; `sleep` moves the clock."""
+
+    def __init__(self, script: dict[float, tuple[dict[str, float], set[str]]]) -> None:
+        super().__init__()
+        self.script, self.now, self.polls = script, 1000.0, 0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+    def _state(self) -> tuple[dict[str, float], set[str]]:
+        return self.script[max(t for t in self.script if t <= self.now - 1000)]
+
+    def alive_node_starts(self) -> dict[str, tuple[str, int]]:
+        self.polls += 1
+        return {n: ("10.0.0.1", int(s * 1000)) for n, s in self._state()[0].items()}
+
+    def multi_get(self, keys: list[str]) -> dict[str, bytes]:
+        return {k: b"{}" for k in keys if k.removeprefix("n:") in self._state()[1]}
+
+
+@pytest.mark.parametrize(("script", "path", "waited"), [
+    # `ray start` just returned: no node yet, then the head, then its plugin's announcement
+    ({0: ({}, set()), 0.5: ({"h": 1000.4}, set()), 1.1: ({"h": 1000.4}, {"h"})}, "ok", 1.2),
+    # a node long up without the plugin: the zip path at once
+    ({0: ({"h": 100.0}, set())}, "missing", 0.0),
+    # a node that started 1 s ago and never announces: waited for until it is STARTING_S old
+    ({0: ({"h": 999.0}, set())}, "missing", 4.0),
+    # no node at all: waited for STARTING_S, then the zip path with the reason
+    ({0: ({}, set())}, "no node", 5.0),
+])
+def test_a_push_right_after_ray_start_waits_for_the_node_and_its_plugin(
+        script: dict[float, tuple[dict[str, float], set[str]]], path: str,
+        waited: float) -> None:
+    """cluster.settled: the readiness a push decides on, once no node is still starting."""
+    from rtenv_cli.core.trees.cluster import STARTING_S, settled
+
+    assert STARTING_S == 5.0  # the waits below are in its terms
+    kv = Starting(script)
+    ready = settled(kv, sleep=kv.sleep, clock=kv.clock)  # type: ignore[arg-type]
+    assert {"ok": ready.ok, "missing": ready.missing == ("h",),
+            "no node": not ready.nodes}[path], ready
+    assert kv.now - 1000 == pytest.approx(waited, abs=0.25)
