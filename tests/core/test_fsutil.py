@@ -179,3 +179,15 @@ def test_without_flock_it_is_filelocks_lock(
     with LockFile(path, 0), pytest.raises(filelock.Timeout):  # a TimeoutError, as flock's
         LockFile(path, 0).acquire()
 
+
+def test_filelock_is_imported_only_where_there_is_no_flock(tmp_path: Path) -> None:
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from rtenv_cli.core.fsutil import LockFile\n"
+            "from rtenv_cli.core.store.locks import KeyLocks\n"
+            f"root = Path({str(tmp_path)!r})\n"
+            "with LockFile(root / 'a.lock', 0):\n    pass\n"
+            "with KeyLocks(root).lock('k', blocking=False) as got:\n    assert got\n"
+            "print('filelock' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "False"
