@@ -112,8 +112,9 @@ def read_cache(path: Path) -> Any:
         return None
 
 
-def flock(fd: int, wait: float | None = None) -> bool:
-    """Lock the open file `fd` exclusively with flock(2); True once held, False if not had in
+def flock(fd: int, wait: float | None = None, *, shared: bool = False) -> bool:
+    """Lock the open file `fd` with flock(2), exclusively (or `shared`: many hold it, none
+    exclusively; a holder converts its lock either way); True once held, False if not had in
     time. `wait` None waits until it is had (the kernel wakes the waiter as the holder lets go:
     no polling), 0 tries once, a number tries every _LOCK_POLL_S for at most that many seconds.
 
@@ -121,13 +122,14 @@ def flock(fd: int, wait: float | None = None) -> bool:
     even in one process, but threads sharing `fd` do not (hold a thread lock in front). Closing
     the last descriptor of it, or `unflock`, lets go. Only where HAVE_FLOCK."""
     assert fcntl is not None  # noqa: S101 - a caller's bug: callers check HAVE_FLOCK
+    how = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     if wait is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, how)
         return True
     deadline = time.monotonic() + wait
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:

@@ -12,12 +12,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-from rtenv_cli.core.fsutil import LockFile
-
-try:
-    import fcntl
-except ImportError:  # not POSIX
-    fcntl = None  # type: ignore[assignment]
+from rtenv_cli.core.fsutil import HAVE_FLOCK, LockFile, flock, unflock
 
 _KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -77,20 +72,18 @@ class Owners:
     def claim(self) -> bool:
         """Hold the lock shared; True if this process had it exclusively first (no other
         store is open on this root, in any process): then it stays exclusive until `share`."""
-        if fcntl is None:
+        if not HAVE_FLOCK:
             return False
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)  # waits out another's exclusive recovery
-            return False
-        return True
+        if flock(self._fd, 0):
+            return True
+        flock(self._fd, shared=True)  # waits out another's exclusive recovery
+        return False
 
     def share(self) -> None:
         """From exclusive to shared: others may open the store too."""
-        if fcntl is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        if HAVE_FLOCK:
+            flock(self._fd, shared=True)
 
     def release(self) -> None:
-        if fcntl is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if HAVE_FLOCK:
+            unflock(self._fd)
