@@ -116,6 +116,25 @@ def test_no_wait_returns_at_once_without_polling(
     assert slept == []
 
 
+
+def test_shared_holders_coexist_and_keep_an_exclusive_out(tmp_path: Path) -> None:
+    """The store's owners.lock: every open store holds it shared; one alone gets it
+    exclusively (recovery), and converts to shared."""
+    path = tmp_path / "owners.lock"
+    fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o600) for _ in range(3)]
+    try:
+        assert flock(fds[0], 0)  # alone: exclusive
+        assert flock(fds[1], 0, shared=True) is False
+        assert flock(fds[0], 0, shared=True)  # converted
+        assert flock(fds[1], 0, shared=True)
+        assert flock(fds[2], 0) is False  # not alone now
+        unflock(fds[0])
+        unflock(fds[1])
+        assert flock(fds[2], 0)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
 def test_no_time_limit_waits_in_the_kernel_not_by_polling(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a limit the waiter sleeps in flock(2) itself, so the holder's release wakes it
