@@ -51,8 +51,10 @@ class KeyLocks:
             held = LockFile(self.path(key), None if blocking else 0, remove=True)
             try:
                 held.acquire()
-            except TimeoutError:  # another holds it, and `blocking` is off
-                yield False
+            except TimeoutError:
+                if blocking:  # not the lock's wait (that has none): an OSError of the file
+                    raise
+                yield False  # another holds it
                 return
             try:
                 yield True
