@@ -21,9 +21,10 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from rtenv_cli.core.fsutil import LockFile
 from rtenv_cli.core.packaging.walk import Entry
 from rtenv_cli.core.paths import digest_cache_path
 
@@ -139,7 +140,8 @@ class DigestCache:
         journal. The journal is renamed aside first: a store appending meanwhile starts a fresh
         one."""
         base, journal = self._files(root)
-        with _locked(str(base) + ".lock"):
+        # a flock, polled for: TimeoutError (an OSError: the store gives up) after _LOCK_WAIT
+        with LockFile(str(base) + ".lock", _LOCK_WAIT, mode=0o644):
             aside = journal.with_suffix(".folding")
             with contextlib.suppress(FileNotFoundError):
                 os.replace(journal, aside)
@@ -161,38 +163,6 @@ class DigestCache:
 
 
 _LOCK_WAIT = 10.0  # seconds a fold waits for another's (then it gives up: a cache)
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Hold the fold lock at `path`: a flock where there is one (importing the `filelock`
-    package costs a cold build more than its whole fold: fastpaths.json: "import filelock"),
-    else filelock's lock. Raises TimeoutError (an OSError: the store gives up) after _LOCK_WAIT
-    seconds."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        from filelock import FileLock
-
-        with FileLock(path, timeout=_LOCK_WAIT):
-            yield
-        return
-    import time
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + _LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{path} is held by another process") from None
-                time.sleep(0.02)
-        yield
-    finally:
-        os.close(fd)  # lets go of the flock
 
 
 def _apply_journal(data: dict[str, Row], raw: bytes, root: str) -> None:

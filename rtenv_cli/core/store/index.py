@@ -16,10 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # not POSIX
-    fcntl = None  # type: ignore[assignment]
+from rtenv_cli.core.fsutil import HAVE_FLOCK, flock, unflock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -114,17 +111,17 @@ class WriterBusy(Exception):
 
 @contextmanager
 def _flocked(fd: int, *, wait: bool = True) -> Iterator[None]:
-    if fcntl is None:  # not POSIX: SQLite's own locking alone
+    """Hold the write lock on `fd` (the index's, open for its life: let go, not closed);
+    WriterBusy at once when another holds it and `wait` is off."""
+    if not HAVE_FLOCK:  # not POSIX: SQLite's own locking alone
         yield
         return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise WriterBusy from None
+    if not flock(fd, None if wait else 0):
+        raise WriterBusy
     try:
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        unflock(fd)
 
 
 class Index:
@@ -138,8 +135,8 @@ class Index:
         self._write_lock = threading.Lock()
         # ... and one writer at a time across processes (`rtenv agent --workers N`, the CLI): a
         # blocking flock wakes the next writer when the lock is released, where SQLite's busy
-        # handler would poll with sleeps of 1-100 ms (and filelock, used for the per-key build
-        # locks, polls too: hence flock(2) itself here)
+        # handler would poll with sleeps of 1-100 ms (and filelock polls too: hence flock(2)
+        # itself here, fsutil.flock with no time limit)
         self._lock_fd = os.open(f"{path}.wlock", os.O_RDWR | os.O_CREAT, 0o600)
         self._autocheckpoint = True
         # the upkeep thread (checkpoint_in_background), stopped and joined by close(): left

@@ -12,10 +12,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # not POSIX
-    fcntl = None  # type: ignore[assignment]
+from rtenv_cli.core.fsutil import HAVE_FLOCK, LockFile, flock, unflock
 
 _KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -38,39 +35,31 @@ class KeyLocks:
 
     @contextlib.contextmanager
     def lock(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
-        """Hold `key` exclusively in this process (thread lock) and across processes (flock).
+        """Hold `key` exclusively in this process (thread lock) and across processes (a flock
+        on its lock file, which exists only while held: `LockFile(remove=True)`, so none is
+        left behind by an entry removed, a build that failed, a package asked for that never
+        came).
 
         Yields False when `blocking` is off and someone else holds it.
         """
-        from filelock import FileLock, Timeout
-
         with self._guard:
             tlock = self._thread_locks.setdefault(key, threading.Lock())
         if not tlock.acquire(blocking=blocking):
             yield False
             return
         try:
-            path = self.path(key)
-            if fcntl is not None:
-                fd = _flock_file(path, blocking=blocking)
-                if fd is None:
-                    yield False
-                    return
-                try:
-                    yield True
-                finally:
-                    _let_go(path, fd)
-                return
-            flock = FileLock(str(path), thread_local=False)
+            held = LockFile(self.path(key), None if blocking else 0, remove=True)
             try:
-                flock.acquire(timeout=-1 if blocking else 0, poll_interval=0.02)
-            except Timeout:
-                yield False
+                held.acquire()
+            except TimeoutError:
+                if blocking:  # not the lock's wait (that has none): an OSError of the file
+                    raise
+                yield False  # another holds it
                 return
             try:
                 yield True
             finally:
-                flock.release()
+                held.release()
         finally:
             tlock.release()
 
@@ -85,61 +74,18 @@ class Owners:
     def claim(self) -> bool:
         """Hold the lock shared; True if this process had it exclusively first (no other
         store is open on this root, in any process): then it stays exclusive until `share`."""
-        if fcntl is None:
+        if not HAVE_FLOCK:
             return False
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)  # waits out another's exclusive recovery
-            return False
-        return True
+        if flock(self._fd, 0):
+            return True
+        flock(self._fd, shared=True)  # waits out another's exclusive recovery
+        return False
 
     def share(self) -> None:
         """From exclusive to shared: others may open the store too."""
-        if fcntl is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        if HAVE_FLOCK:
+            flock(self._fd, shared=True)
 
     def release(self) -> None:
-        if fcntl is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-
-def _flock_file(path: Path, *, blocking: bool) -> int | None:
-    """An fd holding `path` locked (flock), or None if `blocking` is off and it is taken.
-
-    Its holder removes the lock file as it lets go (`_let_go`), while others may wait on it: a
-    lock won on a file that no longer has that name is let go and taken again on the current
-    one. So a lock is held only while `path` names the locked file, and only its holder can
-    unlink that name: two holders never overlap.
-    """
-    assert fcntl is not None  # noqa: S101 - callers check
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
-def _let_go(path: Path, fd: int) -> None:
-    """Remove the lock file, still holding its lock, then release it (closing the descriptor
-    releases the flock). Lock files exist only while held: none is left behind by an entry
-    removed, a build that failed, a package asked for that never came. A waiter on this file
-    finds the name gone (or naming a newer file) and locks afresh (`_flock_file`)."""
-    try:
-        if os.stat(path).st_ino == os.fstat(fd).st_ino:
-            os.unlink(path)
-    except FileNotFoundError:  # recovery, alone on the store, cleared locks/
-        pass
-    finally:
-        os.close(fd)
+        if HAVE_FLOCK:
+            unflock(self._fd)

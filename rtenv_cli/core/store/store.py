@@ -151,7 +151,7 @@ class Store:
                 return False
             if key.startswith("package:"):  # a delta package may have both forms
                 self.packages.forget(key.removeprefix("package:"))
-            return True  # the lock file goes as the lock is let go (locks._let_go)
+            return True  # the lock file goes as the lock is let go (KeyLocks.lock)
 
     # -- packages and manifests -------------------------------------------------------------------
     def package_path(self, name: str) -> Path:
