@@ -4,7 +4,7 @@ with Ray's own zip path, on a real 2-node Ray 2.60 cluster with the plugin loade
 Rows: re-push after a one-file edit of the 85 MB / 10k-file tree (a whole `rtenv push` process
 vs Ray's job-submit upload), bytes sent, node materialization after a one-file edit (the
 plugin's patch of a spare tree vs Ray's unzip of the package), the GCS's memory after 20 edits
-and after gc (two sessions; Ray's zips through its own KV client in the same cycle; 4 MiB packs
+and after gc (two sessions; Ray's zips through its own KV client in the same cycle; 1 MiB packs
 as an ablation on a fresh head), and edit -> first line of the next `ray job submit`.
 
 RTENV_BENCH_TREES=repush runs the re-push rows only (a head, no second node; a few minutes):
@@ -207,7 +207,7 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
             env: dict[str, str], tree_bytes: int, work: Path, nodes_env: dict[str, str]
             ) -> list[Row]:
     """The GCS memory rows: two sessions and their gcs, Ray's zips through the same cycle,
-    and the 4 MiB packs of before on a fresh head (an ablation: the first session of a GCS is
+    and the 1 MiB packs of before on a fresh head (an ablation: the first session of a GCS is
     the one that grows its pools)."""
     from rtenv_cli.core.transport.ray_kv import RayKV
     from rtenv_cli.core.trees.cluster import readiness
@@ -218,12 +218,12 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
     ray = _ray_cycle(head, sub, work, 21)
     fresh = RayHead(env=nodes_env).start()
     try:
-        kv4 = RayKV.connect(fresh.address, env={})
-        while not readiness(kv4).ok:
+        kv_old = RayKV.connect(fresh.address, env={})
+        while not readiness(kv_old).ok:
             time.sleep(0.2)
-        env4 = {**env, **fresh.client_env()}
-        old = _session(fresh, kv4, sub, files[120:140], env=env4, pack_bytes=4 << 20)
-        kv4.close()
+        env_old = {**env, **fresh.client_env()}
+        old = _session(fresh, kv_old, sub, files[120:140], env=env_old, pack_bytes=1 << 20)
+        kv_old.close()
     finally:
         fresh.stop()
     distinct = tree_bytes + 20 * 5000
@@ -239,16 +239,15 @@ def _memory(head: object, kv: object, sub: Path, files: list[Path], *,
                 "<= 1.2x the tree's distinct bytes", grown(one) <= 1.2 * distinct,
                 f"gcs_server VmRSS {one['rss0']:.0f} -> {one['rss20']:.0f} MiB "
                 f"({grown(one) / distinct:.2f}x of {distinct / 1e6:.1f} MB distinct); packs of "
-                f"{one['pack_bytes'] >> 10} KiB, one Put in flight (the last run, 2 in "
-                f"flight: 1.30x); cold push "
+                f"{one['pack_bytes'] >> 10} KiB, one Put in flight; cold push "
                 f"{one['cold']:.2f} s "
                 f"({one['packs']} packs). Ray: its zip ({ray['zip_bytes'] / 1e6:.1f} MB) put "
                 f"under 21 URIs through its own KV client, as 21 saves store it, VmRSS "
                 f"{ray['rss0']:.0f} -> {ray['rss20']:.0f} MiB{load}")]
-    rows.append(Row("trees", "ablation: GCS memory growth, 4 MiB packs (before)", "MB",
+    rows.append(Row("trees", "ablation: GCS memory growth, 1 MiB packs (before)", "MB",
                     round(grown(old) / 1e6, 1), round(ray_grown / 1e6, 1),
                     "", None,
-                    f"a fresh head, the same session with PACK_BYTES = 4 MiB: VmRSS "
+                    f"a fresh head, the same session with PACK_BYTES = 1 MiB: VmRSS "
                     f"{old['rss0']:.0f} -> {old['rss20']:.0f} MiB "
                     f"({grown(old) / distinct:.2f}x); cold push {old['cold']:.2f} s "
                     f"({old['packs']} packs) against {two['cold']:.2f} s with "
@@ -508,7 +507,7 @@ def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measu
                "PYTHONPATH": str(REPO)}
         gcs, url = head.address, head.dashboard_url
         # -- GCS memory: a session (cold push + 20 edits), gc, a second session, gc; Ray's
-        # zips through Ray's own KV client; and the 4 MiB packs of before on a fresh head
+        # zips through Ray's own KV client; and the 1 MiB packs of before on a fresh head
         if not only:
             rows += _memory(head, kv, sub, files, env=env, tree_bytes=tree_bytes, work=work,
                             nodes_env=nodes_env)

@@ -54,11 +54,13 @@ from rtenv_cli.core.trees.manifest import (
 # Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
 # preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
 # until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
-# with the bytes in flight (benchmarks/results/trees.json: the GCS memory rows and their
-# ablation at 4 MiB; 1 MiB x 2 in flight held 1.30x the tree's bytes). One Put of PACK_BYTES
-# in flight, the next pack read into its buffer meanwhile (READ_AHEAD): both cores work (this
-# process reads while the GCS stores) for the GCS's memory of one Put.
-PACK_BYTES = 1 << 20
+# with the Puts in flight and their size (benchmarks/results/trees.json: the GCS memory rows
+# and their ablation at 1 MiB; a cold push and 20 edits of the 85 MB tree held, in one run on
+# fresh heads each: 1.45x its bytes with 4 MiB packs, 1.30x with 1 MiB x 2 in flight,
+# 1.18-1.21x with 1 MiB x 1, 1.15-1.19x with 512 KiB x 1). One Put of PACK_BYTES in flight,
+# the next pack read into its buffer meanwhile (READ_AHEAD): both cores work (this process
+# reads while the GCS stores) for the GCS's memory of one Put.
+PACK_BYTES = 512 << 10
 # The next pack read by a thread while this one is sent (cold.json: "ablation: tree push
 # without read-ahead"): False reads each pack only once the last Put is answered.
 READ_AHEAD = True

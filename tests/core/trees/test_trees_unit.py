@@ -199,7 +199,7 @@ def test_small_files_go_to_the_cluster_in_puts_of_at_most_pack_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GCS receives each KV put whole and its allocator keeps the buffers it frees
     (publish.PACK_BYTES): a cold push packs small files into puts of at most PACK_BYTES
-    (1 MiB); a larger file goes alone."""
+    (512 KiB); a larger file goes alone."""
     from rtenv_cli.core.trees.publish import PACK_BYTES
 
     monkeypatch.setenv("RTENV_HOME", str(tmp_path / "home"))
