@@ -293,12 +293,6 @@ def _push(gcs: str, tree: Path, env: dict[str, str], via: str, *, switches: str 
     return out
 
 
-def _median_process(argv: list[str], env: dict[str, str]) -> float:
-    """Median seconds of 5 runs of the process `argv`."""
-    return statistics.median(run_measured(argv, env=env, cwd=str(REPO))["seconds"]
-                             for _ in range(5))
-
-
 def _first_line(head: object, env_json: dict | None, wd: Path | None, env: dict[str, str]
                 ) -> float:
     """Seconds from now to the first line the job's entrypoint prints (`ray job submit`)."""
@@ -392,9 +386,15 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
             _edit(files[20 + 5 * k + n], n)
             times.append(child(RTENV_IN_PROCESS, gcs, str(sub), *([switch] if switch else []),
                                env=env)["total"])
-    startup = _median_process([sys.executable, "-m", "rtenv_cli", "push", "--help"], env)
-    interp = _median_process([sys.executable, "-c", "pass"], env)
-    typer_s = _median_process([sys.executable, "-c", "import typer"], env)
+    # the CLI's start, the interpreter's and typer's import, in turns (a process's time here
+    # varies by half from one to the next)
+    starts: dict[tuple[str, ...], list[float]] = {
+        ("-m", "rtenv_cli", "push", "--help"): [], ("-c", "pass"): [], ("-c", "import typer"): []}
+    for _ in range(LAUNCHED_RUNS):
+        for args, times in starts.items():
+            times.append(run_measured([sys.executable, *args], env=env,
+                                      cwd=str(REPO))["seconds"])
+    startup, interp, typer_s = (statistics.median(t) for t in starts.values())
     stats = []
     paths = [os.path.join(d, f) for d, _dirs, fs in os.walk(sub) for f in fs]
     for _ in range(5):
@@ -431,8 +431,8 @@ def _repush(gcs: str, url: str, sub: Path, files: list[Path], *, env: dict[str, 
     rows.append(Row("trees", "re-push, whole `rtenv push` process: its floor here (the CLI's "
                     "start and one stat per file)", "s", round(floor, 3), round(r, 3), "", None,
                     f"`rtenv push --help` as a process: {startup:.3f} s (the interpreter alone "
-                    f"{interp:.3f} s, `import typer` alone {typer_s - interp:.3f} s more), "
-                    f"median of 5; a stat of each of the tree's {len(paths)} files: "
+                    f"{interp:.3f} s, `python -c 'import typer'` {typer_s:.3f} s), medians of "
+                    f"{LAUNCHED_RUNS} in turns; a stat of each of the tree's {len(paths)} files: "
                     f"{stat_s:.3f} s, median of 5. No whole process re-pushes below this; "
                     f"0.2 s leaves {0.2 - floor:.3f} s for the push's own work, which takes "
                     f"{i:.3f} s in process (row above). `push --watch` is the resident "
