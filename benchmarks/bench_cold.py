@@ -19,8 +19,9 @@ alternating Ray and rtenv, median of REPEAT:
   zip push row shows what rtenv does instead (deflate what shrinks, if that makes it fit). Their
   trees are deleted after use (RTENV_BENCH_KEEP=1 keeps them for a re-run).
 
-RTENV_BENCH_SHAPES (scaling.py) measures some shapes only; the rows of the other shapes are then
-carried over from the results file, marked with the run they come from.
+RTENV_BENCH_SHAPES (scaling.py) measures some shapes only; the rows of the other shapes (and of
+the 1 GB shapes, without RTENV_BENCH_BIG=1) are then carried over from the results file, marked
+with the run they come from.
 
 Target (issue 23): cold push >= 1.2x faster than Ray on every shape.
 """
@@ -63,8 +64,6 @@ HASH_TWICE = "import rtenv_cli.core.packaging.build as m; m.HASH_ONCE = False\n"
 H2_FRAMES = "import rtenv_cli.core.transport.grpc_unary as m; m.DIRECT_FRAMES = False\n"
 # every file hashed again as it is read into its pack, as if all were racy (publish.RACY_NS)
 REHASH = "import rtenv_cli.core.trees.publish as m; m.RACY_NS = 1 << 80\n"
-# each pack read only once the last Put is answered (publish.READ_AHEAD)
-NO_READ_AHEAD = "import rtenv_cli.core.trees.publish as m; m.READ_AHEAD = False\n"
 # deflate what shrinks, as if the package did not fit stored (what deflate costs or buys on
 # this link: packaging/build.py stores unless the target's limit needs it)
 DEFLATE = "import rtenv_cli.core.packaging.build as m; m.fits_stored = lambda *a: False\n"
@@ -225,8 +224,7 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
     """A cold tree push (the cluster holds no pack) vs Ray's cold zip push of the same tree,
     and its ablations."""
     before = _load()
-    codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH,
-             "serial": NO_READ_AHEAD + TREE_PUSH}
+    codes = {"ours": TREE_PUSH, "h2": H2_FRAMES + TREE_PUSH, "rehash": REHASH + TREE_PUSH}
     runs: dict[str, list[dict]] = {k: [] for k in codes}
     for i in range(_repeat(shape)):
         # each variant first in one round: the first push of a round was slower whichever it
@@ -262,18 +260,12 @@ def _tree_push(shape: scaling.Shape, tree: Path, work: Path, gcs: str, *, env: d
                 f"median of {len(runs['rehash'])}; trees/publish.RACY_NS unbounded: every file "
                 "read into its pack is hashed again, as the scan did (the code before), instead "
                 f"of checked by its stat: {med['rehash'] - o:+.3f} s; CPU s "
-                f"{_cpu(runs['rehash'])} vs {_cpu(ours)}; {load}"),
-            Row("cold", f"ablation: tree push without read-ahead, {shape.name}", "s",
-                round(med["serial"], 3), r, f"slower than {o:.3f} s (the next pack read "
-                "while one is sent)", med["serial"] > o,
-                f"median of {len(runs['serial'])}; trees/publish.READ_AHEAD off: each pack "
-                f"read only once the last Put is answered: {med['serial'] - o:+.3f} s; CPU s "
-                f"{_cpu(runs['serial'])} vs {_cpu(ours)}; {load}")]
+                f"{_cpu(runs['rehash'])} vs {_cpu(ours)}; {load}")]
 
 
 def _carried(measured: list[scaling.Shape]) -> list[Row]:
-    """The rows of the shapes this run did not measure (RTENV_BENCH_SHAPES), from the results
-    file, marked with their run."""
+    """The rows of the shapes this run did not measure (RTENV_BENCH_SHAPES; the 1 GB shapes
+    unless RTENV_BENCH_BIG=1), from the results file, marked with their run."""
     names = {s.name for s in measured}
     try:
         old = json.loads((RESULTS_DIR / "cold.json").read_text())
@@ -328,9 +320,6 @@ def run(quick: bool) -> list[Row]:
     finally:
         head.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if not quick and os.environ.get(scaling.SHAPES_ENV):
+    if not quick:  # the 1 GB shapes without RTENV_BENCH_BIG=1, the others' of SHAPES_ENV
         rows += _carried(shapes)
-    elif not quick and os.environ.get(scaling.BIG_ENV) != "1":
-        rows.append(Row("cold", "1 GB shapes", "", None, None, "", None,
-                        f"not measured in this run (set {scaling.BIG_ENV}=1)"))
     return rows

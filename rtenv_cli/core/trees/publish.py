@@ -27,12 +27,11 @@ either whole or refused.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -54,16 +53,12 @@ from rtenv_cli.core.trees.manifest import (
 # Packs are small for the GCS's memory, not for speed: the gcs_server (under the jemalloc Ray
 # preloads) receives each Put whole into buffers it then frees to arenas that keep freed pages
 # until later traffic ticks their 10 s decay, so what it holds beyond the stored bytes grows
-# with the Puts in flight and their size (benchmarks/results/trees.json: the GCS memory rows
-# and their ablation at 1 MiB; a cold push and 20 edits of the 85 MB tree held, in one run on
-# fresh heads each: 1.45x its bytes with 4 MiB packs, 1.30x with 1 MiB x 2 in flight,
-# 1.18-1.21x with 1 MiB x 1, 1.15-1.19x with 512 KiB x 1). One Put of PACK_BYTES in flight,
-# the next pack read into its buffer meanwhile (READ_AHEAD): both cores work (this process
-# reads while the GCS stores) for the GCS's memory of one Put.
+# with the Puts in flight and their size, as measured by
+# trees.json: "GCS memory growth after a cold push + 20 one-file edits" and its 1 MiB ablation
+# (larger packs, or two Puts in flight, held more in earlier runs: README, "The GCS's memory"):
+# one Put of PACK_BYTES at a time. Reading the next pack in a thread meanwhile did not pay
+# (README: the removed fast paths), so a pack is read, then sent.
 PACK_BYTES = 512 << 10
-# The next pack read by a thread while this one is sent (cold.json: "ablation: tree push
-# without read-ahead"): False reads each pack only once the last Put is answered.
-READ_AHEAD = True
 # A file's content is read into its pack and checked to be what the scan hashed by its stat, not
 # hashed again (cold.json: "ablation: tree push hashing each file again, 1k files/200 MB
 # random", its CPU time): the size, mtime and inode the scan saw, after the read, as the zip
@@ -277,24 +272,6 @@ def _fill_pack(files: list[SourceFile]) -> tuple[str, list[tuple[str, int, int]]
     return pack_id(index), index, buf
 
 
-def _filled(plan: list[list[SourceFile]]
-            ) -> Generator[tuple[str, list[tuple[str, int, int]], bytearray], None, None]:
-    """`_fill_pack` of each group of `plan`, in order; with READ_AHEAD the next one is read by a
-    thread while the caller sends this one (at most two buffers held)."""
-    if not READ_AHEAD or len(plan) < 2:  # noqa: PLR2004 - a thread only for a pack ahead
-        yield from map(_fill_pack, plan)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="rtenv-pack") as pool:
-        ahead = pool.submit(_fill_pack, plan[0])
-        for group in plan[1:]:
-            done = ahead.result()
-            ahead = pool.submit(_fill_pack, group)
-            yield done
-        yield ahead.result()
-
-
 def _last_key(address: str, label: str, kind: str) -> str:
     return hashlib.sha256(json.dumps([address, label, kind]).encode()).hexdigest()[:32]
 
@@ -324,17 +301,17 @@ def _send_missing(kv: RayKV, missing: list[SourceFile], have: dict[str, tuple[st
     (bytes, files, packs) sent. `have` learns where each content went."""
     plan = _packs(missing)
     sent = files = 0
-    with contextlib.closing(_filled(plan)) as filled:
-        for group, (pack, index, buf) in zip(plan, filled, strict=True):
-            kv.put(f"p:{pack}", buf)
-            raw_index = encode_index(index, now)
-            kv.put(f"x:{pack}", raw_index)
-            for digest, offset, size in index:
-                have[digest] = (pack, offset, size)
-            sent += len(buf) + len(raw_index)
-            files += len(group)
-            if on_progress:
-                on_progress(len(buf))
+    for group in plan:
+        pack, index, buf = _fill_pack(group)
+        kv.put(f"p:{pack}", buf)
+        raw_index = encode_index(index, now)
+        kv.put(f"x:{pack}", raw_index)
+        for digest, offset, size in index:
+            have[digest] = (pack, offset, size)
+        sent += len(buf) + len(raw_index)
+        files += len(group)
+        if on_progress:
+            on_progress(len(buf))
     return sent, files, len(plan)
 
 
