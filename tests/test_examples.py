@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import urllib.request
@@ -144,15 +145,14 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
     steps = readme_steps(text)
     assert steps, f"{readme}: no ```console block with `$ ` commands"
     box = _sandbox(tmp_path, folder, head)
-    agent_ports = _two_free_ports() if folder == "slurm" else []  # local/srun's per-node agents
-    if agent_ports:
-        box.env.update(FAKE_SRUN_PORT=str(agent_ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"))
-        box.subs += [(f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}")
-                     for i, p in enumerate(agent_ports)]
     serve_port = _serve_on_free_port(box) if folder == "serve" else 0
     if serve_port and head is not None:  # a failed step must not leave Serve on the shared head
         request.addfinalizer(lambda: _serve_gone(head, serve_port) or _serve_shutdown(head))
-    results = [box.run(step.command) for step in steps]
+    agent_ports: list[int] = []  # local/srun's per-node agents (slurm)
+    if folder == "slurm":
+        results, agent_ports = _run_slurm(box, steps, tmp_path)
+    else:
+        results = [box.run(step.command) for step in steps]
     if UPDATE:
         readme.write_text(write_block_outputs(text, results), encoding="utf-8")
         steps = readme_steps(readme.read_text(encoding="utf-8"))
@@ -173,6 +173,29 @@ def test_readme_commands_run_as_shown(folder: str, head: RayHead | None, tmp_pat
         assert answer.output == [f"hello from serve, from package {package}"]
         until(lambda: _serve_gone(head, serve_port),
               what=lambda: f"Serve gone from the head: {_serve_actors(head)}")
+
+
+def _run_slurm(box: Sandbox, steps: list, tmp_path: Path) -> tuple[list, list[int]]:
+    """The slurm README's steps, local/srun's per-node agents on two free ports. Those ports
+    are picked from the kernel's ephemeral range, which every outgoing connection of the
+    suite's Ray head also draws from: one taken between the pick and the agent's bind fails
+    that node's agent (`port ... is in use`), and the batch script then waits for its ready
+    file until READY_TIMEOUT. So the gate is given 60 s, and a run that lost such a race is
+    run again, from a clean shared directory, on two other ports (at most 3 runs)."""
+    base_subs = list(box.subs)
+    for _attempt in range(3):
+        ports = _two_free_ports()
+        box.env.update(FAKE_SRUN_PORT=str(ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"),
+                       READY_TIMEOUT="60")
+        box.subs = [*base_subs, *((f"127.0.0.1:{p}", f"127.0.0.1:{8790 + i}")
+                                  for i, p in enumerate(ports))]
+        results = [box.run(step.command) for step in steps]
+        raced = any(f"port {p} on 127.0.0.1 is in use" in line
+                    for r in results for line in r.output for p in ports)
+        if not raced:
+            break
+        shutil.rmtree(box.root / ".rtenv-slurm", ignore_errors=True)
+    return results, ports
 
 
 def _two_free_ports() -> list[int]:
