@@ -17,6 +17,9 @@ _rtenv_takes_value() {  # $1: the command path, $2: a word; 0 if it takes a valu
         " cache gc --older-than"|" cache gc --keep-storage"|" cache gc --kind"|" cache gc --agent"|" cache gc --token"|" cache gc --address"|" cache gc --format"|" cache gc -f") return 0 ;;
         " cache purge --agent"|" cache purge --token"|" cache purge --address"|" cache purge --kind"|" cache purge --format"|" cache purge -f") return 0 ;;
         " ray-env --format"|" ray-env -f"|" ray-env --root"|" ray-env --max-size"|" ray-env --max-age"|" ray-env --check") return 0 ;;
+        " daemon start --idle"|" daemon start --format"|" daemon start -f") return 0 ;;
+        " daemon stop --format"|" daemon stop -f") return 0 ;;
+        " daemon status --format"|" daemon status -f") return 0 ;;
         " doctor --address"|" doctor --format"|" doctor -f") return 0 ;;
     esac
     return 1
@@ -51,6 +54,10 @@ _rtenv() {
             " cache gc") path=" cache gc" ;;
             " cache purge") path=" cache purge" ;;
             " ray-env") path=" ray-env" ;;
+            " daemon") path=" daemon" ;;
+            " daemon start") path=" daemon start" ;;
+            " daemon stop") path=" daemon stop" ;;
+            " daemon status") path=" daemon status" ;;
             " doctor") path=" doctor" ;;
         esac
     done
@@ -141,6 +148,10 @@ _rtenv() {
         " ray-env --max-size") COMPREPLY=(); return ;;
         " ray-env --max-age") COMPREPLY=(); return ;;
         " ray-env --check") COMPREPLY=(); return ;;
+        " daemon start --idle") COMPREPLY=(); return ;;
+        " daemon start --format"|" daemon start -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        " daemon stop --format"|" daemon stop -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
+        " daemon status --format"|" daemon status -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
         " doctor --address") COMPREPLY=(); return ;;
         " doctor --format"|" doctor -f") COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;
     esac
@@ -160,12 +171,16 @@ _rtenv() {
             " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
             " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
             " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;
+            " daemon") COMPREPLY=($(compgen -W '--help -h' -- "$cur")) ;;
+            " daemon start") COMPREPLY=($(compgen -W '--idle --format -f --help -h' -- "$cur")) ;;
+            " daemon stop") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
+            " daemon status") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
             " doctor") COMPREPLY=($(compgen -W '--address --format -f --help -h' -- "$cur")) ;;
         esac
         return
     fi
     case "$path" in
-        "") COMPREPLY=($(compgen -W 'validate rules agent run push ls-files check-ignore explain cache ray-env doctor' -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W 'validate rules agent run push ls-files check-ignore explain cache ray-env daemon doctor' -- "$cur")) ;;
         " validate") COMPREPLY=($(compgen -f -- "$cur")) ;;
         " rules") COMPREPLY=($(compgen -W 'RTE001 RTE002 RTE003 RTE004 RTE005 RTE006 RTE007 RTE008 RTE009 RTE101 RTE102 RTE103 RTE104 RTE105 RTE106 RTE107 RTE108 RTE109 RTE110 RTE111 RTE112 RTE120 RTE121 RTE122 RTE123 RTE124 RTE130 RTE131 RTE132 RTE133 RTE134 RTE135 RTE136 RTE137 RTE138 RTE139 RTE140 RTE141 RTE142 RTE143 RTE144 RTE145 RTE146 RTE147 RTE148 RTE149 RTE150 RTE151 RTE160 RTE161 RTE170 RTE171 RTE172 RTE180 RTE181 RTE183 RTE184 RTE185 RTE186 RTE190 RTE191 RTE192 RTE193 RTE194' -- "$cur")) ;;
         " agent") COMPREPLY=($(compgen -W '--host --port --root --token --no-token --allow-file-root --max-size --max-age --workers --read-timeout --max-connections --max-body --max-upload --ready-file --help -h' -- "$cur")) ;;
@@ -179,6 +194,10 @@ _rtenv() {
         " cache gc") COMPREPLY=($(compgen -W '--older-than --keep-storage --kind --agent --token --address --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " cache purge") COMPREPLY=($(compgen -W '--agent --token --address --kind --dry-run -n --yes -y --format -f --help -h' -- "$cur")) ;;
         " ray-env") COMPREPLY=($(compgen -W '--format -f --root --max-size --max-age --check --help -h' -- "$cur")) ;;
+        " daemon") COMPREPLY=($(compgen -W 'start stop status' -- "$cur")) ;;
+        " daemon start") COMPREPLY=($(compgen -W '--idle --format -f --help -h' -- "$cur")) ;;
+        " daemon stop") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
+        " daemon status") COMPREPLY=($(compgen -W '--format -f --help -h' -- "$cur")) ;;
         " doctor") COMPREPLY=($(compgen -f -- "$cur")) ;;
     esac
 }

@@ -18,6 +18,7 @@ complete -c rtenv -n '__fish_use_subcommand' -f -a check-ignore -d 'Say which ig
 complete -c rtenv -n '__fish_use_subcommand' -f -a explain -d 'Show the exact environment a Ray 2.60 worker gets, and where each variable comes from.'
 complete -c rtenv -n '__fish_use_subcommand' -f -a cache -d 'Inspect and clean environment caches: the embedded store, an rtenv agent, Ray nodes.'
 complete -c rtenv -n '__fish_use_subcommand' -f -a ray-env -d 'Print the environment variables that load rtenv'\''s Ray plugin, to export before `ray start` on every node.'
+complete -c rtenv -n '__fish_use_subcommand' -f -a daemon -d 'Keep a resident rtenv that runs `rtenv push` without starting Python afresh.'
 complete -c rtenv -n '__fish_use_subcommand' -f -a doctor -d 'Check this machine and a cluster for what rtenv'\''s commands need, with the fix for each problem.'
 complete -c rtenv -n '__fish_use_subcommand' -f
 complete -c rtenv -n '__fish_use_subcommand' -l version -s V -d 'Print the version and exit.'
@@ -157,6 +158,21 @@ complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l max-size -x -d 'Ke
 complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l max-age -x -d 'Drop unreferenced environments unused for this long after each build (e.g. 7d).'
 complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l check -x -d 'Instead: report per node of the Ray cluster at this address (dashboard URL or GCS address) whether its agent loads the plugin; exit 1 if one does not.'
 complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l help -s h -d 'Show help and exit.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a start -d 'Start the daemon for this user and RTENV_HOME (nothing to do if a current one runs; one that runs other code, after an upgrade, is replaced).'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a stop -d 'Stop the daemon (commands it runs finish first).'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a status -d 'Say whether a daemon runs, since when, and whether it runs this install'\''s code.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -l help -s h -d 'Show help and exit.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from start' -f
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from start' -l idle -x -d 'Exit after this long with no command to run (e.g. 30m, 8h).'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from start' -l format -s f -x -a 'text json' -d 'Output format.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from start' -l help -s h -d 'Show help and exit.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from stop' -f
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from stop' -l format -s f -x -a 'text json' -d 'Output format.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from stop' -l help -s h -d 'Show help and exit.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from status' -f
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from status' -l format -s f -x -a 'text json' -d 'Output format.'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and __fish_seen_subcommand_from status' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from doctor' -l address -x -d 'Also check what this names: a Ray cluster (its GCS host:6379, its dashboard http://host:8265, or auto), checked for reachability, auth and every node'\''s Ray version, plugin, caches and disk; an rtenv agent URL; or a file:///shared/dir.'
 complete -c rtenv -n '__fish_seen_subcommand_from doctor' -l format -s f -x -a 'text json' -d 'Output format.'
 complete -c rtenv -n '__fish_seen_subcommand_from doctor' -l help -s h -d 'Show help and exit.'

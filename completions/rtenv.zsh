@@ -13,6 +13,53 @@ _rtenv_doctor() {
         '*:file:_files'
 }
 
+_rtenv_daemon_status() {
+    _arguments -S \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit.]' \
+        '-h[Show help and exit.]'
+}
+
+_rtenv_daemon_stop() {
+    _arguments -S \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit.]' \
+        '-h[Show help and exit.]'
+}
+
+_rtenv_daemon_start() {
+    _arguments -S \
+        '--idle[Exit after this long with no command to run (e.g. 30m, 8h).]:value: ' \
+        '--format[Output format.]:value:(text json)' \
+        '-f[Output format.]:value:(text json)' \
+        '--help[Show help and exit.]' \
+        '-h[Show help and exit.]'
+}
+
+_rtenv_daemon() {
+    local -a subcommands
+    subcommands=(
+        'start:Start the daemon for this user and RTENV_HOME (nothing to do if a current one runs; one that runs other code, after an upgrade, is replaced).'
+        'stop:Stop the daemon (commands it runs finish first).'
+        'status:Say whether a daemon runs, since when, and whether it runs this install'\''s code.'
+    )
+    _arguments -C \
+        '--help[Show help and exit.]' \
+        '-h[Show help and exit.]' \
+        '1: :->cmd' '*:: :->args'
+    case $state in
+        cmd) _describe 'command' subcommands ;;
+        args)
+            case $words[1] in
+                start) _rtenv_daemon_start ;;
+                stop) _rtenv_daemon_stop ;;
+                status) _rtenv_daemon_status ;;
+            esac ;;
+    esac
+}
+
 _rtenv_ray_env() {
     _arguments -S \
         '--format[shell (export lines), json ({"env"\: {...}}) or yaml (a KubeRay `env\:` list); with --check\: text or json.]:value:(shell json yaml text)' \
@@ -263,6 +310,7 @@ _rtenv() {
         'explain:Show the exact environment a Ray 2.60 worker gets, and where each variable comes from.'
         'cache:Inspect and clean environment caches\: the embedded store, an rtenv agent, Ray nodes.'
         'ray-env:Print the environment variables that load rtenv'\''s Ray plugin, to export before `ray start` on every node.'
+        'daemon:Keep a resident rtenv that runs `rtenv push` without starting Python afresh.'
         'doctor:Check this machine and a cluster for what rtenv'\''s commands need, with the fix for each problem.'
     )
     _arguments -C \
@@ -288,6 +336,7 @@ _rtenv() {
                 explain) _rtenv_explain ;;
                 cache) _rtenv_cache ;;
                 ray-env) _rtenv_ray_env ;;
+                daemon) _rtenv_daemon ;;
                 doctor) _rtenv_doctor ;;
             esac ;;
     esac

@@ -1,5 +1,5 @@
 """`python -m rtenv_cli` runs the CLI."""
 
-from rtenv_cli.cli.main import main
+from rtenv_cli.launch import main
 
 raise SystemExit(main())

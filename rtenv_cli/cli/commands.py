@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "agent, Ray nodes."),
     "ray-env": ("ray_env", "Print the environment variables that load rtenv's Ray plugin, to "
                            "export before `ray start` on every node."),
+    "daemon": ("daemon", "Keep a resident rtenv that runs `rtenv push` without starting Python "
+                         "afresh."),
     "doctor": ("doctor", "Check this machine and a cluster for what rtenv's commands need, "
                          "with the fix for each problem."),
 }
@@ -39,14 +41,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build(name: str, finish: Callable[[Any], Any] = lambda command: command) -> Any:
     """Import the module of command NAME and build its click command (a group for `cache`),
-    passed through `finish` (the root group gives it its context class)."""
-    import typer
+    passed through `finish` (the root group gives it its context class). Built once per
+    process and FINISH: the resident rtenv (resident/server.py) builds `push` before it forks,
+    and each of its children runs that command."""
+    key = (name, finish)
+    if key not in _BUILT:
+        import typer
 
-    module = importlib.import_module(f"rtenv_cli.cli.{COMMANDS[name][0]}")
-    holder = typer.Typer(rich_markup_mode=None, add_completion=False,
-                         pretty_exceptions_show_locals=False)
-    module.register(holder)
-    return finish(typer.main.get_group(holder).commands[name])
+        module = importlib.import_module(f"rtenv_cli.cli.{COMMANDS[name][0]}")
+        holder = typer.Typer(rich_markup_mode=None, add_completion=False,
+                             pretty_exceptions_show_locals=False)
+        module.register(holder)
+        _BUILT[key] = finish(typer.main.get_group(holder).commands[name])
+    return _BUILT[key]
+
+
+_BUILT: dict[tuple[str, Callable[[Any], Any]], Any] = {}
 
 
 class LazyCommands(MutableMapping[str, Any]):

@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
 
-from rtenv_cli.core.errors import UsageError
+TYPE_CHECKING = False  # typing's and pathlib's imports: see home_location
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# errors (dataclasses, inspect) is imported where an error is raised: the resident client
+# (resident/client.py) finds the daemon's socket through rtenv_home() before any other import
 
 HOME_ENV = "RTENV_HOME"
 _TRUSTED: set[tuple[str, int, int, int, int]] = set()  # (path, dev, ino, uid, mode) checked
@@ -22,12 +26,22 @@ _TRUSTED: set[tuple[str, int, int, int, int]] = set()  # (path, dev, ino, uid, m
 def rtenv_home() -> Path:
     """The root of the embedded default: the local store, digest cache and logs (made 0700 if
     absent; refused if it is not this user's alone, see `private_dir`)."""
+    from pathlib import Path
+
+    where, what = home_location()
+    return private_dir(Path(where), what)
+
+
+def home_location() -> tuple[str, str]:
+    """Where rtenv's home is (not made, not checked: `rtenv_home` does both), and what names it
+    in errors. A string: the resident client (resident/client.py) finds the daemon's socket
+    from it before pathlib, the CLI or typer are imported."""
     override = os.environ.get(HOME_ENV)
     if override:
-        return private_dir(Path(override).expanduser(), HOME_ENV)
+        return os.path.expanduser(override), HOME_ENV
     from platformdirs import user_cache_dir
 
-    return private_dir(Path(user_cache_dir("rtenv", appauthor=False)), "rtenv's home")
+    return user_cache_dir("rtenv", appauthor=False), "rtenv's home"
 
 
 def store_root() -> Path:
@@ -82,6 +96,8 @@ def private_dir(path: Path, what: str) -> Path:
         return path
     try:
         _make_private(path)
+        from pathlib import Path
+
         real = Path(os.path.realpath(path))
         st = os.lstat(real)  # a link swapped in since realpath is no directory: refused
         key = (str(real), st.st_dev, st.st_ino, st.st_uid, st.st_mode)
@@ -89,6 +105,8 @@ def private_dir(path: Path, what: str) -> Path:
             _check(real, what, st, named=path)
             _TRUSTED.add(key)
     except OSError as exc:
+        from rtenv_cli.core.errors import UsageError
+
         raise UsageError(f"cannot use {what} {path}: {exc.strerror or exc}", path=str(path),
                          hint=f"choose a directory this user can create and write (set "
                          f"{HOME_ENV}, or --root for `rtenv agent`)") from None
@@ -98,30 +116,38 @@ def private_dir(path: Path, what: str) -> Path:
 def _check(real: Path, what: str, st: os.stat_result, *, named: Path) -> None:
     """private_dir's rule for the directory `real` (`st`, no link in its path) and its
     ancestors; errors name it as the user did (`named`), and where a link led."""
+    problem = _problem(real, what, st, named=named)
+    if problem is not None:
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError(problem[0], path=str(named), hint=problem[1])
+
+
+def _problem(real: Path, what: str, st: os.stat_result, *,
+             named: Path) -> tuple[str, str] | None:
+    """What is wrong with `real` and its ancestors (message, hint), or None."""
     me = os.geteuid()
-    linked = real != Path(os.path.abspath(named))
+    linked = os.path.abspath(named) != str(real)
     shown = f"{named} (a link to {real})" if linked else str(named)
     elsewhere = f"choose another directory (set {HOME_ENV}, or --root for `rtenv agent`)"
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{what} {shown} is not a directory", path=str(named),
-                         hint=f"remove it, or {elsewhere}")
+        return f"{what} {shown} is not a directory", f"remove it, or {elsewhere}"
     if st.st_uid != me or _writable_by_others(st):
-        raise UsageError(
-            f"{what} {shown} is not this user's alone: owned by {owner_name(st.st_uid)}, mode "
-            f"{stat.S_IMODE(st.st_mode):04o}; another user could change what rtenv runs",
-            path=str(named),
-            hint=f"`chown {user_name(me)} {real} && chmod 700 {real}` if it is yours, or "
-            f"{elsewhere}")
+        return (f"{what} {shown} is not this user's alone: owned by {owner_name(st.st_uid)}, "
+                f"mode {stat.S_IMODE(st.st_mode):04o}; another user could change what rtenv "
+                "runs",
+                f"`chown {user_name(me)} {real} && chmod 700 {real}` if it is yours, or "
+                f"{elsewhere}")
     for parent in real.parents:
         pst = os.stat(parent)
         if pst.st_uid not in (me, 0) or (_writable_by_others(pst)
                                          and not pst.st_mode & stat.S_ISVTX):
-            raise UsageError(
-                f"{what} {shown} is in {parent}, which another user can change: owned by "
-                f"{owner_name(pst.st_uid)}, mode {stat.S_IMODE(pst.st_mode):04o} (it could "
-                "replace the directory)", path=str(named),
-                hint=f"{elsewhere}, under one that only this user and root can write, e.g. "
-                "under $HOME")
+            return (f"{what} {shown} is in {parent}, which another user can change: owned by "
+                    f"{owner_name(pst.st_uid)}, mode {stat.S_IMODE(pst.st_mode):04o} (it could "
+                    "replace the directory)",
+                    f"{elsewhere}, under one that only this user and root can write, e.g. "
+                    "under $HOME")
+    return None
 
 
 def _make_private(path: Path) -> None:

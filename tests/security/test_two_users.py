@@ -23,7 +23,7 @@ import signal
 import socket
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -477,3 +477,119 @@ def test_read_only_commands_work_beside_an_untrusted_home_and_touch_nothing(
         res = run_process(args, env={"RTENV_HOME": str(home)}, cwd=str(tmp_path))
         assert res.exit_code == 0, (args, res.stderr)
     assert list(home.iterdir()) == []
+
+
+# -- the resident rtenv (`rtenv daemon`): a request carries the caller's environment (tokens)
+
+
+def _as_user(user: User, work: Callable[[], bytes]) -> bytes:
+    """WORK's result, run in a forked child as USER (modules already loaded only)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(user.gid)
+            os.setuid(user.uid)
+            os.write(write_fd, work())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        chunks = []
+        while chunk := os.read(read_fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+    return b"".join(chunks)
+
+
+def test_the_daemon_client_hands_nothing_to_another_users_socket(other_user: User) -> None:
+    """A socket served by another user where the daemon's would be: the client sees the peer's
+    uid and closes without a byte (the command then runs in the caller's own process)."""
+    import select
+    import tempfile
+    import threading
+
+    from rtenv_cli.resident.client import _connect
+
+    place = Path(tempfile.mkdtemp(prefix="rtd", dir="/tmp"))  # reachable by the other user
+    os.chmod(place, 0o755)  # noqa: S103 - the other user listens there
+    os.chown(place, other_user.uid, other_user.gid)
+    path = str(place / "daemon.sock")
+    ready_r, ready_w = os.pipe()
+
+    def listen() -> bytes:
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        os.chmod(path, 0o666)  # noqa: S103 - any client may connect: the uid check decides
+        srv.listen(1)
+        os.write(ready_w, b"1")
+        conn, _ = srv.accept()
+        conn.settimeout(60)
+        got = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                got += chunk
+        return b"got:" + got
+
+    done: list[bytes] = []
+    runner = threading.Thread(target=lambda: done.append(_as_user(other_user, listen)))
+    runner.start()
+    try:
+        assert select.select([ready_r], [], [], 120)[0], "the other user's listener"
+        assert os.read(ready_r, 1) == b"1"
+        assert _connect(path) is None
+    finally:
+        runner.join(120)
+        os.close(ready_r)
+        os.close(ready_w)
+        shutil.rmtree(place, ignore_errors=True)
+    assert done == [b"got:"]
+
+
+def test_the_daemon_answers_another_user_nothing(other_user: User) -> None:
+    """Another user who reaches the daemon's socket (its directory opened up on purpose here)
+    gets no answer and runs nothing."""
+    import tempfile
+
+    from rtenv_cli.resident.wire import recv_frame, send_frame
+
+    home = tempfile.mkdtemp(prefix="rtd", dir="/tmp")
+    env = {"RTENV_HOME": home, "RTENV_DAEMON": ""}
+    try:
+        started = run_process(["daemon", "start", "-f", "json"], env=env)
+        assert started.exit_code == 0, started.stderr
+        sock_path = Path(home) / "run" / "daemon.sock"
+        for opened in (Path(home), sock_path.parent):
+            os.chmod(opened, 0o711)  # noqa: S103 - opened up on purpose: the test's point
+        os.chmod(sock_path, 0o666)  # noqa: S103 - the same
+
+        def ask() -> bytes:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(60)
+                conn.connect(str(sock_path))
+                send_frame(conn, {"op": "run", "argv": ["push", "--help"], "cwd": "/",
+                                  "env": {"RTENV_HOME": home}, "umask": 0o22,
+                                  "streams": [None, None, None], "fp": ""}, fds=[0, 1, 2])
+                try:
+                    reply, _ = recv_frame(conn)
+                except ConnectionResetError:  # closed with our request unread
+                    reply = None
+                except OSError as exc:
+                    return f"error:{exc}".encode()
+                return b"no answer" if reply is None else repr(reply).encode()
+
+        # the stream ends without a frame: not even `stale` (which a caller of this user with
+        # another install's fingerprint, as here, would be told)
+        assert _as_user(other_user, ask) == b"no answer"
+        status = run_process(["daemon", "status", "-f", "json"], env=env)
+        assert status.json["pid"] == started.json["pid"]  # still serving its own user
+    finally:
+        for opened in (Path(home), Path(home) / "run"):
+            with contextlib.suppress(OSError):
+                os.chmod(opened, 0o700)
+        run_process(["daemon", "stop"], env=env)
+        shutil.rmtree(home, ignore_errors=True)

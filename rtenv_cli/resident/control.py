@@ -1,0 +1,177 @@
+"""Start, stop and ask the resident rtenv (the work behind `rtenv daemon start|stop|status`)."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rtenv_cli.core.errors import RtenvError, UsageError
+from rtenv_cli.resident import (
+    MAX_SOCKET_PATH,
+    fingerprint,
+    run_dir,
+    socket_path,
+)
+from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
+
+START_S = 60.0  # the server's imports on a loaded box
+STOP_S = 10.0
+LOG_NAME = "daemon.log"
+SERVER_MODULE = "rtenv_cli.resident.server"
+
+
+@dataclass(frozen=True)
+class DaemonState:
+    """What `rtenv daemon status` reports (and start/stop, of the daemon they acted on)."""
+
+    running: bool
+    socket: str
+    pid: int | None = None
+    started: float | None = None  # epoch seconds
+    idle_exit_s: float | None = None  # how long it stays with nothing to run
+    current: bool | None = None  # runs the code this process would run
+    log: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status() -> DaemonState:
+    """The daemon serving this RTENV_HOME, if one answers."""
+    path = socket_path()
+    reply = _ask({"op": "status"})
+    if reply is None or "pid" not in reply:
+        return DaemonState(running=False, socket=str(path))
+    return DaemonState(running=True, socket=str(path), pid=int(reply["pid"]),
+                       started=float(reply["started"]), idle_exit_s=float(reply["idle"]),
+                       current=reply.get("fp") == fingerprint(),
+                       log=str(run_dir() / LOG_NAME))
+
+
+def start(*, idle: float) -> tuple[DaemonState, bool]:
+    """Start a daemon unless a current one runs; (its state, whether this started it). A stale
+    one (other code) is stopped first."""
+    state = status()
+    if state.running and state.current:
+        return state, False
+    if state.running:
+        stop()
+    path = socket_path()
+    if len(str(path).encode()) > MAX_SOCKET_PATH:
+        raise UsageError(f"the daemon's socket path {path} is longer than {MAX_SOCKET_PATH} "
+                         "bytes (AF_UNIX's limit)", path=str(path),
+                         hint="set RTENV_HOME to a shorter directory")
+    log = run_dir() / LOG_NAME
+    read_fd, write_fd = os.pipe()
+    with open(log, "ab") as sink:
+        os.chmod(log, 0o600)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", SERVER_MODULE, "--idle", str(idle),
+             "--ready-fd", str(write_fd)],
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, pass_fds=(write_fd,),
+            start_new_session=True)  # not in the caller's job: its Ctrl-C is not the server's
+    os.close(write_fd)
+    try:
+        ready, _, _ = select.select([read_fd], [], [], START_S)
+        line = os.read(read_fd, 64) if ready else b""
+    finally:
+        os.close(read_fd)
+    if not line.strip().isdigit():
+        if proc.poll() is None:
+            proc.terminate()
+        raise RtenvError(f"the rtenv daemon did not start: {_last_line(log)}", path=str(log),
+                         hint=f"see {log}")
+    return status(), True
+
+
+def stop() -> DaemonState:
+    """Stop the daemon (the state it had; running=False if none ran). One that does not answer
+    (another version's protocol, a wedged server) is found by its lock and sent SIGTERM."""
+    state = status()
+    if state.running and state.pid is not None:
+        _ask({"op": "stop"})
+        _wait_gone(state.pid)
+        return state
+    pid = _lock_holder()
+    if pid is None:
+        return state
+    os.kill(pid, signal.SIGTERM)
+    _wait_gone(pid)
+    return DaemonState(running=True, socket=state.socket, pid=pid, current=False)
+
+
+def _lock_holder() -> int | None:
+    """The pid of the daemon holding RTENV_HOME/run's lock: a process of this user that runs
+    the server module, or None (no daemon, or a pid that is no longer it)."""
+    from rtenv_cli.core.fsutil import flock, unflock
+    from rtenv_cli.resident.server import LOCK_NAME
+
+    try:
+        fd = os.open(run_dir() / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if flock(fd, wait=0):
+            unflock(fd)
+            return None  # nobody holds it
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return None
+    return pid if owner == os.geteuid() and SERVER_MODULE.encode() in argv else None
+
+
+def _wait_gone(pid: int) -> None:
+    """Until process PID has ended (a pidfd turns readable), at most STOP_S."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return
+    try:
+        select.select([fd], [], [], STOP_S)
+    finally:
+        os.close(fd)
+
+
+def _ask(request: dict[str, Any]) -> dict[str, Any] | None:
+    path = str(socket_path())
+    if len(path.encode()) > MAX_SOCKET_PATH or not os.path.exists(path):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5.0)
+        try:
+            sock.connect(path)
+            if peer_uid(sock) != os.geteuid():
+                raise UsageError(f"{path} is served by another user's process",
+                                 path=path, hint="remove the socket; check who can write "
+                                 "RTENV_HOME/run")
+            send_frame(sock, request)
+            reply, _ = recv_frame(sock)
+        except (OSError, ProtocolError):
+            return None
+    return reply
+
+
+def _last_line(log: os.PathLike[str]) -> str:
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+            lines = [line for line in fh.read().decode(errors="replace").splitlines() if line]
+    except OSError:
+        return "(no log)"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["it exited without a word"])[-1]

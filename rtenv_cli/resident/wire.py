@@ -1,0 +1,72 @@
+"""The resident rtenv's wire: length-prefixed frames on an AF_UNIX stream, with the caller's
+standard streams passed as descriptors (SCM_RIGHTS), and the peer's uid (SO_PEERCRED)."""
+
+from __future__ import annotations
+
+import marshal
+import socket
+import struct
+
+TYPE_CHECKING = False  # typing's import would cost every resident `rtenv` some ms
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_FRAME = 4 << 20  # a request is argv, cwd and the environment: bounded all the same
+_HEADER = struct.Struct(">I")
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+class ProtocolError(Exception):
+    """The other end sent something that is not a frame of this protocol."""
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of the AF_UNIX socket SOCK (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return int(_UCRED.unpack(raw)[1])
+
+
+# Frames are marshal's, read only from a peer whose uid is this process's own (peer_uid is
+# checked first): such a peer can already do all this user can, and marshal costs no import
+# (json's would cost re's, some 7 ms of every `rtenv` process).
+def send_frame(sock: socket.socket, value: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = marshal.dumps(value)
+    payload = _HEADER.pack(len(data)) + data
+    if fds:
+        sent = socket.send_fds(sock, [payload], fds)
+        payload = payload[sent:]
+    if payload:
+        sock.sendall(payload)
+
+
+def recv_frame(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any] | None,
+                                                                   list[int]]:
+    """The next frame (None at a clean end of stream), and the descriptors sent with it."""
+    if max_fds:
+        head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, max_fds)
+    else:
+        head, fds = sock.recv(_HEADER.size), []
+    if not head:
+        return None, fds
+    head += _recv_exact(sock, _HEADER.size - len(head))
+    (size,) = _HEADER.unpack(head)
+    if size > MAX_FRAME:
+        raise ProtocolError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+    try:
+        value = marshal.loads(_recv_exact(sock, size))  # noqa: S302 - see above
+    except (ValueError, EOFError, TypeError) as exc:
+        raise ProtocolError(f"a frame that is not marshal data: {exc}") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("a frame that is not a mapping")
+    return value, fds
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 16))
+        if not chunk:
+            raise ProtocolError("the stream ended inside a frame")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
