@@ -40,13 +40,19 @@ def start(
 
 @daemon_app.command("stop")
 def stop(fmt: FormatOpt = TextJson.text) -> None:
-    """Stop the daemon (commands it runs finish first)."""
+    """Stop the daemon (commands it is running go on to their end).
+
+    Exit status: 0 stopped (or none ran), 1 it has not ended within a minute, 2 usage error.
+    """
     from rtenv_cli.render.daemon import render_state
     from rtenv_cli.resident.control import stop as stop_daemon
 
     state = stop_daemon()
     Output(fmt.value).result(state, lambda out, s: render_state(
-        out, s, verb="stopped" if s.running else "not running"))
+        out, s, verb="not running" if not s.running else "stopped" if s.stopped
+        else "still stopping"))
+    if state.stopped is False:
+        raise typer.Exit(1)
 
 
 @daemon_app.command("status")

@@ -32,6 +32,12 @@ def rtenv_home() -> Path:
     return private_dir(Path(where), what)
 
 
+def forget_trusted() -> None:
+    """Check every directory again on its next use (the resident rtenv's child, forked from a
+    process that checked them earlier, as a new process would)."""
+    _TRUSTED.clear()
+
+
 def home_location() -> tuple[str, str]:
     """Where rtenv's home is (not made, not checked: `rtenv_home` does both), and what names it
     in errors. A string: the resident client (resident/client.py) finds the daemon's socket

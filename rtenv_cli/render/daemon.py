@@ -18,9 +18,9 @@ def render_state(out: Output, state: DaemonState, *, verb: str) -> None:
         out.line(f"rtenv daemon: {verb} (socket {state.socket})")
         return
     facts = [f"pid {state.pid}"]
-    if state.started is not None and verb != "stopped":
+    if state.started is not None and verb in ("running", "started", "already running"):
         facts.append(f"up {human_duration(max(0.0, time.time() - state.started), exact=False)}")
-    if state.idle_exit_s is not None and verb != "stopped":
+    if state.idle_exit_s is not None and verb in ("running", "started", "already running"):
         facts.append(f"exits after {human_duration(state.idle_exit_s)} idle")
     if state.current is False:
         facts.append("STALE: it runs other code than this install; `rtenv daemon start` "

@@ -72,17 +72,32 @@ def existing_socket() -> str | None:
 
 
 def fingerprint() -> str:
-    """What makes a server's loaded code the caller's: the interpreter, the import path (less
-    its first entry, the caller's script or cwd), each rtenv_cli source file's size and mtime,
-    and the mtime of each import-path directory (an install or upgrade changes it)."""
+    """What makes a server's loaded code and standing the caller's: the interpreter, the
+    import path (less its first entry, the caller's script or cwd), each rtenv_cli source
+    file's size and mtime, the mtime of each site-packages directory on it (an install or an
+    upgrade changes it; other directories, a checkout's root, change with every save), and
+    the process's groups, namespaces and cgroup (a command runs with the daemon's: only where
+    they are the caller's)."""
     import rtenv_cli
 
-    parts: list[Any] = [sys.executable, sys.version, rtenv_cli.__version__, sys.path[1:]]
+    parts: list[Any] = [sys.executable, sys.version, rtenv_cli.__version__, sys.path[1:],
+                        os.getegid(), sorted(os.getgroups())]
     for entry in sys.path[1:]:
+        if os.path.basename(entry) in ("site-packages", "dist-packages"):
+            try:
+                parts.append(os.stat(entry).st_mtime_ns)
+            except OSError:
+                parts.append(None)
+    for ns in ("mnt", "net", "pid", "user", "ipc", "uts"):
         try:
-            parts.append(os.stat(entry).st_mtime_ns)
+            parts.append(os.stat(f"/proc/self/ns/{ns}").st_ino)
         except OSError:
             parts.append(None)
+    try:
+        with open("/proc/self/cgroup", "rb") as fh:
+            parts.append(fh.read(4096))
+    except OSError:
+        parts.append(None)
     root = os.path.dirname(rtenv_cli.__file__)
     for top, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONNECT_S = 1.0  # a daemon that does not accept within this is skipped
-START_S = 10.0  # nor one whose child has not started the command within this (a full box)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+START_S = 3.0  # nor one whose child has not answered within this (then it never runs it)
+# the caller's signals, raised in the child: Ctrl-C, a kill, a hang-up, Ctrl-\, and Ctrl-Z
+# (the child stops too, and goes on with the caller's SIGCONT)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)
 
 
 def run_resident(argv: list[str]) -> int | None:
@@ -30,15 +32,8 @@ def run_resident(argv: list[str]) -> int | None:
     sock = _connect(path) if path is not None else None
     if sock is None:
         return None
-    from rtenv_cli.resident.wire import ProtocolError
-
     with sock:
-        try:
-            started = _start(sock, argv)
-        except (OSError, ProtocolError):
-            started = False
-        # nothing ran yet when the child did not start: running it here is safe
-        return _relay(sock) if started else None
+        return _Handover(sock).run(argv)
 
 
 def _socket(argv: list[str]) -> str | None:
@@ -72,50 +67,128 @@ def _connect(path: str) -> socket.socket | None:
     return sock
 
 
-def _start(sock: socket.socket, argv: list[str]) -> bool:
-    """Send the request; True once the daemon's child has started the command."""
-    from rtenv_cli.resident.wire import recv_frame, send_frame
+class _Handover:
+    """One command handed to the daemon: the request, the go-ahead with the standard streams
+    and the cwd, then the caller's signals forwarded until the child's exit code (or its death
+    by a forwarded signal) arrives.
 
-    request: dict[str, Any] = {
-        "op": "run", "fp": fingerprint(), "argv": argv, "cwd": os.getcwd(),
-        "env": dict(os.environ), "umask": _umask(),
-        "streams": [_stream_kind(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
-    }
-    send_frame(sock, request, fds=[0, 1, 2])
-    sock.settimeout(START_S)
-    reply, _ = recv_frame(sock)
-    return reply is not None and "pid" in reply
+    The child runs the command only after this side's `go`, sent once its pid arrived within
+    START_S: a child that answers later finds the connection closed and runs nothing, so a
+    command never runs both here and there. A signal that arrives before `go` is held, and
+    then either forwarded or, when the command runs nowhere, acted on here."""
 
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.child: int | None = None
+        self.pending: list[int] = []
+        self.last: int | None = None  # the last signal forwarded
 
-def _relay(sock: socket.socket) -> int:
-    """Forward signals to the child until it reports its exit code."""
-    from rtenv_cli.resident.wire import ProtocolError, recv_frame
+    def run(self, argv: list[str]) -> int | None:
+        from rtenv_cli.resident.wire import ProtocolError, recv_frame, send_frame
 
-    sock.settimeout(None)
-    previous = {sig: signal.signal(sig, lambda n, _f: _forward(sock, n)) for sig in FORWARDED}
-    try:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
+        try:
+            try:
+                send_frame(self.sock, _request(argv))
+                reply, _ = recv_frame(self.sock, within=START_S)
+                if reply is None or "pid" not in reply:
+                    return self._not_run()
+                # the descriptors only now: a daemon that never answers holds none of them
+                # (a pipe it held would keep `rtenv push | cat` waiting)
+                cwd = _cwd_fd()
+                try:
+                    send_frame(self.sock, {"go": True}, fds=[0, 1, 2, cwd])
+                finally:
+                    os.close(cwd)
+            except (OSError, ProtocolError):
+                return self._not_run()
+            self.child = int(reply["pid"])
+            for signum in self.pending:
+                self._forward(signum)
+            return self._relay()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _not_run(self) -> int | None:
+        """Nothing ran: the caller runs the command, unless a signal to end came meanwhile."""
+        ends = [n for n in self.pending if n != signal.SIGTSTP]
+        if not ends:
+            return None
+        signum = ends[-1]
+        if signum == signal.SIGINT:
+            sys.stderr.write("\ninterrupted\n")
+            return 130
+        return self._die_by(signum)
+
+    def _relay(self) -> int | None:
+        from rtenv_cli.resident.wire import ProtocolError, recv_frame
+
+        self.sock.settimeout(None)
         while True:
             try:
-                reply, _ = recv_frame(sock)
+                reply, _ = recv_frame(self.sock)
             except (OSError, ProtocolError):
                 reply = None
-            if reply is None:
-                sys.stderr.write("error: the rtenv daemon's process for this command ended "
-                                 "without an exit code (killed?)\nhint: run it again; "
-                                 "`RTENV_DAEMON=0 rtenv ...` runs it without the daemon\n")
-                return 1
-            if "exit" in reply:
+            if reply is not None and "exit" in reply:
                 return int(reply["exit"])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if reply is not None and "fallback" in reply:
+                return None  # the child could not become this process: nothing ran
+            if reply is None:
+                break
+        if self.last is not None:  # it died of the signal it was sent: so does its caller
+            return self._die_by(self.last)
+        sys.stderr.write("error: the rtenv daemon's process for this command ended without an "
+                         "exit code (killed?)\nhint: run it again; `RTENV_DAEMON=0 rtenv ...` "
+                         "runs it without the daemon\n")
+        return 1
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.child is None:
+            self.pending.append(signum)  # never a frame inside the request's frame
+        else:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        from rtenv_cli.resident.wire import send_frame
+
+        with contextlib.suppress(OSError):  # the child is gone: _relay reports its end
+            send_frame(self.sock, {"signal": int(signum)})
+        if signum == signal.SIGTSTP:
+            self._stop_too()
+        else:
+            self.last = signum
+
+    def _stop_too(self) -> None:
+        """Ctrl-Z: stop this process as the terminal asked (the child stops itself); on the
+        shell's SIGCONT, wake the child too (stopped, it reads no frame)."""
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # returns once continued
+        signal.signal(signal.SIGTSTP, self._on_signal)
+        if self.child is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.child, signal.SIGCONT)
+
+    @staticmethod
+    def _die_by(signum: int) -> int:
+        """End as a process killed by SIGNUM (the exit status a shell or `timeout` reads)."""
+        sys.stdout.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return 128 + signum  # a signal whose default is not to end the process
 
 
-def _forward(sock: socket.socket, signum: int) -> None:
-    from rtenv_cli.resident.wire import send_frame
+def _request(argv: list[str]) -> dict[str, Any]:
+    return {"op": "run", "fp": fingerprint(), "argv": argv, "env": dict(os.environ),
+            "umask": _umask(),
+            "streams": [_stream_kind(s) for s in (sys.stdin, sys.stdout, sys.stderr)]}
 
-    with contextlib.suppress(OSError):  # the child is gone: _relay reports its end
-        send_frame(sock, {"signal": int(signum)})
+
+def _cwd_fd() -> int:
+    """The working directory itself (O_PATH: no read permission needed), for the child's
+    fchdir: the same directory even if its path changed or means another in the child's
+    mount namespace."""
+    return os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def _umask() -> int:

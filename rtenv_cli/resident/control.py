@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rtenv_cli.core.errors import RtenvError, UsageError
@@ -21,9 +21,10 @@ from rtenv_cli.resident import (
 from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
 
 START_S = 60.0  # the server's imports on a loaded box
-STOP_S = 10.0
+STOP_S = 60.0  # a server ends within a second: this bounds a wedged one
 LOG_NAME = "daemon.log"
 SERVER_MODULE = "rtenv_cli.resident.server"
+START_LOCK = "start.lock"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class DaemonState:
     idle_exit_s: float | None = None  # how long it stays with nothing to run
     current: bool | None = None  # runs the code this process would run
     log: str | None = None
+    stopped: bool | None = None  # after a stop: whether it has ended
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,25 +58,37 @@ def status() -> DaemonState:
 
 def start(*, idle: float) -> tuple[DaemonState, bool]:
     """Start a daemon unless a current one runs; (its state, whether this started it). A stale
-    one (other code) is stopped first."""
-    state = status()
-    if state.running and state.current:
-        return state, False
-    if state.running:
-        stop()
+    one (other code) is stopped first. Two starts at once: the second waits for the first and
+    finds its daemon running."""
+    from rtenv_cli.core.fsutil import LockFile
+
+    with LockFile(run_dir() / START_LOCK, wait=START_S + STOP_S):
+        state = status()
+        if state.running and state.current:
+            return state, False
+        if state.running:
+            stop()
+        return _spawn(idle), True
+
+
+def _spawn(idle: float) -> DaemonState:
     path = socket_path()
     if len(str(path).encode()) > MAX_SOCKET_PATH:
         raise UsageError(f"the daemon's socket path {path} is longer than {MAX_SOCKET_PATH} "
                          "bytes (AF_UNIX's limit)", path=str(path),
                          hint="set RTENV_HOME to a shorter directory")
-    log = run_dir() / LOG_NAME
+    home = run_dir()
+    log = home / LOG_NAME
     read_fd, write_fd = os.pipe()
-    with open(log, "ab") as sink:
-        os.chmod(log, 0o600)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with open(fd, "wb") as sink:  # this daemon's log alone: an error read below is its own
         proc = subprocess.Popen(
             [sys.executable, "-m", SERVER_MODULE, "--idle", str(idle),
              "--ready-fd", str(write_fd)],
             stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, pass_fds=(write_fd,),
+            # the private run directory: `-m` puts the cwd first on the import path, and a
+            # module planted in the directory `daemon start` ran in would run as this user
+            cwd=home,
             start_new_session=True)  # not in the caller's job: its Ctrl-C is not the server's
     os.close(write_fd)
     try:
@@ -87,23 +101,35 @@ def start(*, idle: float) -> tuple[DaemonState, bool]:
             proc.terminate()
         raise RtenvError(f"the rtenv daemon did not start: {_last_line(log)}", path=str(log),
                          hint=f"see {log}")
-    return status(), True
+    return status()
 
 
 def stop() -> DaemonState:
-    """Stop the daemon (the state it had; running=False if none ran). One that does not answer
-    (another version's protocol, a wedged server) is found by its lock and sent SIGTERM."""
+    """Stop the daemon: the state it had, with `stopped` saying whether it is gone (a daemon
+    that has not ended within STOP_S is still stopping). One that does not answer (another
+    version's protocol, a wedged server) is found by its lock and sent SIGTERM."""
     state = status()
     if state.running and state.pid is not None:
         _ask({"op": "stop"})
-        _wait_gone(state.pid)
-        return state
+        return replace(state, stopped=_wait_gone(state.pid))
     pid = _lock_holder()
     if pid is None:
         return state
     os.kill(pid, signal.SIGTERM)
-    _wait_gone(pid)
-    return DaemonState(running=True, socket=state.socket, pid=pid, current=False)
+    return DaemonState(running=True, socket=state.socket, pid=pid, current=False,
+                       stopped=_wait_gone(pid))
+
+
+def _wait_gone(pid: int) -> bool:
+    """Whether process PID has ended within STOP_S (a pidfd turns readable when it does)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], STOP_S)[0])
+    finally:
+        os.close(fd)
 
 
 def _lock_holder() -> int | None:
@@ -133,18 +159,6 @@ def _lock_holder() -> int | None:
     except OSError:
         return None
     return pid if owner == os.geteuid() and SERVER_MODULE.encode() in argv else None
-
-
-def _wait_gone(pid: int) -> None:
-    """Until process PID has ended (a pidfd turns readable), at most STOP_S."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        return
-    try:
-        select.select([fd], [], [], STOP_S)
-    finally:
-        os.close(fd)
 
 
 def _ask(request: dict[str, Any]) -> dict[str, Any] | None:

@@ -221,11 +221,10 @@ def become(conn: socket.socket) -> int:
     try:
         if peer_uid(conn) != os.geteuid():
             return 2  # another user's process: it gets nothing, not even an answer
-        conn.settimeout(REQUEST_S)
-        request, fds = recv_frame(conn, max_fds=len(STREAMS))
-        conn.settimeout(None)
+        request, _ = recv_frame(conn, within=REQUEST_S)
     except (OSError, ProtocolError):
         return 2
+    fds: list[int] = []  # the caller's, once it says go
     try:
         return _answer(conn, request, fds)
     except OSError:  # the caller went away before its answer: nothing is left to tell it
@@ -246,9 +245,14 @@ def _answer(conn: socket.socket, request: dict[str, Any] | None, fds: list[int])
         os.kill(_CONTEXT["server"], signal.SIGTERM)
         send_frame(conn, {"stopping": _CONTEXT["server"]})
         return 0
-    if op != "run" or request is None or len(fds) != len(STREAMS):
+    if op != "run" or request is None:
         send_frame(conn, {"refused": "not a request of this protocol"})
         return 2
+    return _run(conn, request, fds)
+
+
+def _run(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> int:
+    """Run the caller's command here, once it is the caller's code and the caller says go."""
     if request.get("fp") != _CONTEXT["fp"]:
         # the caller runs other code: an upgrade or an edit since the daemon started (then it
         # stops: the next start loads the code of now), or another install sharing this home
@@ -258,12 +262,19 @@ def _answer(conn: socket.socket, request: dict[str, Any] | None, fds: list[int])
         if stale:
             os.kill(_CONTEXT["server"], signal.SIGTERM)
         return 0
+    send_frame(conn, {"pid": os.getpid()})
+    # the go-ahead brings the caller's streams and cwd; a caller that gave up sends none, and
+    # then nothing runs
+    go, got = recv_frame(conn, max_fds=len(STREAMS) + 1, within=REQUEST_S)
+    fds.extend(got)
+    conn.settimeout(None)
+    if not (go or {}).get("go") or len(fds) != len(STREAMS) + 1:
+        return 0
     try:
         _take_over(request, fds)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        send_frame(conn, {"fallback": f"{type(exc).__name__}: {exc}"})
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # before the command: the
+        send_frame(conn, {"fallback": f"{type(exc).__name__}: {exc}"})  # caller runs it
         return 0
-    send_frame(conn, {"pid": os.getpid()})
     finished = threading.Event()
     threading.Thread(target=_signals, args=(conn, finished), daemon=True).start()
     from rtenv_cli.cli.main import main
@@ -271,6 +282,9 @@ def _answer(conn: socket.socket, request: dict[str, Any] | None, fds: list[int])
     code = 1
     try:
         code = main(list(request["argv"]))
+    except KeyboardInterrupt:  # a Ctrl-C before the CLI's own handling began
+        sys.stderr.write("\ninterrupted\n")
+        code = 130
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -282,16 +296,23 @@ def _answer(conn: socket.socket, request: dict[str, Any] | None, fds: list[int])
 
 
 def _take_over(request: dict[str, Any], fds: list[int]) -> None:
-    """Become the caller: its cwd, umask, environment, standard streams and argv."""
-    os.chdir(request["cwd"])
+    """Become the caller: its cwd, umask, environment, standard streams and argv; and trust
+    no directory checked before (paths.private_dir checks again, as a new process would)."""
+    from rtenv_cli.core import paths
+
+    os.fchdir(fds[len(STREAMS)])
     os.umask(int(request["umask"]))
+    paths.forget_trusted()
     env = request["env"]
     if not isinstance(env, dict):
         raise TypeError("env is not a mapping")
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in env.items()})
-    for target, fd in enumerate(fds):
+    for target, fd in zip(STREAMS, fds, strict=False):
         os.dup2(fd, target)
+    for fd in fds:  # the caller's descriptors now live on as 0, 1, 2 and the cwd
+        os.close(fd)
+    fds.clear()
     kinds = request["streams"]
     sys.stdin = sys.__stdin__ = _stream(0, "r", kinds[0])  # type: ignore[misc]
     sys.stdout = sys.__stdout__ = _stream(1, "w", kinds[1])  # type: ignore[misc]
@@ -322,7 +343,9 @@ def _signals(conn: socket.socket, finished: threading.Event) -> None:
                 os.kill(os.getpid(), signal.SIGHUP)
             return
         signum = frame.get("signal")
-        if isinstance(signum, int) and signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signum == signal.SIGTSTP:  # Ctrl-Z: stop (a TSTP is discarded in the daemon's
+            os.kill(os.getpid(), signal.SIGSTOP)  # orphaned process group); the caller wakes us
+        elif signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             os.kill(os.getpid(), signum)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import marshal
 import socket
 import struct
+import time
 
 TYPE_CHECKING = False  # typing's import would cost every resident `rtenv` some ms
 if TYPE_CHECKING:
@@ -39,21 +40,25 @@ def send_frame(sock: socket.socket, value: dict[str, Any], fds: list[int] | None
         sock.sendall(payload)
 
 
-def recv_frame(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any] | None,
-                                                                   list[int]]:
-    """The next frame (None at a clean end of stream), and the descriptors sent with it."""
+def recv_frame(sock: socket.socket, *, max_fds: int = 0, within: float | None = None
+               ) -> tuple[dict[str, Any] | None, list[int]]:
+    """The next frame (None at a clean end of stream), and the descriptors sent with it. With
+    WITHIN, the whole frame must arrive in that many seconds (socket.timeout otherwise), not
+    each read: a peer that trickles bytes cannot hold the reader."""
+    deadline = None if within is None else time.monotonic() + within
+    _arm(sock, deadline)
     if max_fds:
         head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, max_fds)
     else:
         head, fds = sock.recv(_HEADER.size), []
     if not head:
         return None, fds
-    head += _recv_exact(sock, _HEADER.size - len(head))
+    head += _recv_exact(sock, _HEADER.size - len(head), deadline)
     (size,) = _HEADER.unpack(head)
     if size > MAX_FRAME:
         raise ProtocolError(f"a frame of {size} bytes (at most {MAX_FRAME})")
     try:
-        value = marshal.loads(_recv_exact(sock, size))  # noqa: S302 - see above
+        value = marshal.loads(_recv_exact(sock, size, deadline))  # noqa: S302 - see above
     except (ValueError, EOFError, TypeError) as exc:
         raise ProtocolError(f"a frame that is not marshal data: {exc}") from None
     if not isinstance(value, dict):
@@ -61,9 +66,18 @@ def recv_frame(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any]
     return value, fds
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def _arm(sock: socket.socket, deadline: float | None) -> None:
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("a frame did not arrive in time")
+        sock.settimeout(left)
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
     chunks = []
     while size:
+        _arm(sock, deadline)
         chunk = sock.recv(min(size, 1 << 16))
         if not chunk:
             raise ProtocolError("the stream ended inside a frame")

@@ -3,6 +3,8 @@ handed to it (same output, exit code, cwd, environment and Ctrl-C as a push of i
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import select
 import shutil
@@ -13,12 +15,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rtenv_cli.resident import wanted
 from tests.support.cli import CliResult, default_signals, run_process
 from tests.support.packages import make_tree
+from tests.support.wait import until
 
 
 @pytest.fixture
@@ -115,49 +119,144 @@ def test_a_watch_is_never_handed_over() -> None:
         assert not wanted(argv), argv
 
 
-def test_ctrl_c_reaches_the_command_in_the_daemon(daemon: dict[str, str],
-                                                  project: Path) -> None:
-    """A push to an agent that accepts and never answers: Ctrl-C of the caller interrupts the
-    command in the daemon's child (exit 130, `interrupted`), as it would in-process."""
+@contextlib.contextmanager
+def _stuck_push(env: dict[str, str], project: Path, stderr: Any = subprocess.PIPE
+                ) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
+    """`rtenv push` (with -X importtime) to an agent URL whose listener accepts and never
+    answers: (the caller's process, the connection its command made, once made)."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rtenv_cli", "push", str(project), "--address",
-             f"http://127.0.0.1:{port}"], env={**os.environ, **daemon},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-X", "importtime", "-m", "rtenv_cli", "push", str(project),
+             "--address", f"http://127.0.0.1:{port}"], env={**os.environ, **env},
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
             preexec_fn=default_signals)  # noqa: PLW1509 - only signal() calls
         try:
-            silent.settimeout(120)
-            conn, _ = silent.accept()  # the child is in the command, waiting on us
-            proc.send_signal(signal.SIGINT)
-            _out, err = proc.communicate(timeout=120)
-            conn.close()
+            silent.settimeout(120)  # a bound for a failure
+            conn, _ = silent.accept()  # the command runs, waiting on us
+            with conn:
+                yield proc, conn
         finally:
             if proc.poll() is None:
                 proc.kill()
+            proc.communicate(timeout=120)
+
+
+def _handed_over(err: str) -> bool:
+    return "typer" not in _imports(CliResult(0, "", err))
+
+
+def test_ctrl_c_reaches_the_command_in_the_daemon(daemon: dict[str, str],
+                                                  project: Path) -> None:
+    """Ctrl-C of the caller interrupts the command in the daemon's child (exit 130,
+    `interrupted`), as it would in-process."""
+    with _stuck_push(daemon, project) as (proc, _conn):
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err
+    assert _handed_over(err)
 
 
-def test_a_killed_caller_ends_its_command(daemon: dict[str, str], project: Path) -> None:
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        port = silent.getsockname()[1]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rtenv_cli", "push", str(project), "--address",
-             f"http://127.0.0.1:{port}"], env={**os.environ, **daemon},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        silent.settimeout(120)
-        conn, _ = silent.accept()
+def test_a_kill_ends_caller_and_command_as_it_would_one_process(
+        daemon: dict[str, str], project: Path) -> None:
+    """SIGTERM to the caller: the command in the daemon dies of it, and so does the caller
+    (status -15 for `timeout`, a supervisor or `wait`), with no message of its own."""
+    with _stuck_push(daemon, project) as (proc, conn):
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+        conn.settimeout(120)
+        while conn.recv(1 << 16):
+            pass  # the request the push sent, then the end: the child is gone too
+    assert proc.returncode == -signal.SIGTERM, err
+    assert _handed_over(err)
+    assert "ended without an exit code" not in err
+
+
+def test_ctrl_z_stops_the_command_too(daemon: dict[str, str], project: Path) -> None:
+    """Ctrl-Z stops the caller and the daemon's child; the shell's SIGCONT wakes both."""
+    server = run_process(["daemon", "status", "-f", "json"], env=daemon).json["pid"]
+    with _stuck_push(daemon, project) as (proc, _conn):
+        child = until(lambda: _children(server), what="the daemon's child")[0]
+        proc.send_signal(signal.SIGTSTP)
+        until(lambda: _state(proc.pid) == "T" and _state(child) == "T",
+              what=lambda: f"caller {_state(proc.pid)}, child {_state(child)}: both stopped")
+        proc.send_signal(signal.SIGCONT)
+        until(lambda: _state(proc.pid) != "T" and _state(child) != "T",
+              what=lambda: f"caller {_state(proc.pid)}, child {_state(child)}: both running")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+
+
+def test_a_killed_caller_ends_its_command(daemon: dict[str, str], project: Path,
+                                          tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    with log.open("w") as sink, _stuck_push(daemon, project, stderr=sink) as (proc, conn):
         proc.kill()
         proc.wait(timeout=120)
-        with conn:
-            conn.settimeout(120)  # a bound for a failure: the child ends at once
-            while conn.recv(1 << 16):
-                pass  # the request the push sent, then the end: the child hung up
+        conn.settimeout(120)  # a bound for a failure: the child ends at once
+        while conn.recv(1 << 16):
+            pass  # the request the push sent, then the end: the child hung up
+    assert _handed_over(log.read_text())
+
+
+def test_a_wedged_daemon_is_passed_over(daemon: dict[str, str], project: Path) -> None:
+    """A daemon that accepts but never answers (stopped here): the push runs in its own
+    process after the hand-over's bound, and the daemon, woken, serves again."""
+    server = run_process(["daemon", "status", "-f", "json"], env=daemon).json["pid"]
+    os.kill(server, signal.SIGSTOP)
+    try:
+        result = _client(["push", str(project), "-f", "json"], daemon)
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert result.exit_code == 0, result.stderr
+    assert "typer" in _imports(result)
+    again = _client(["push", str(project), "-f", "json"], daemon)
+    assert again.exit_code == 0, again.stderr
+    assert "typer" not in _imports(again)
+    assert again.json["packages"][0]["uri"] == result.json["packages"][0]["uri"]
+
+
+def test_a_module_in_the_starting_directory_is_not_imported(home: dict[str, str],
+                                                            project: Path,
+                                                            tmp_path: Path) -> None:
+    """`daemon start` run in a directory holding a module that shadows one rtenv imports: the
+    daemon runs from its private run directory, so the module never runs."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "ran"
+    (planted / "yaml.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    started = subprocess.run([sys.executable, "-m", "rtenv_cli", "daemon", "start"],
+                             env={**os.environ, **home}, cwd=planted, capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert started.returncode == 0, started.stderr
+    pushed = _client(["push", str(project)], home)
+    assert pushed.exit_code == 0, pushed.stderr
+    assert "typer" not in _imports(pushed)
+    assert not marker.exists()
+
+
+def test_two_starts_at_once_share_one_daemon(home: dict[str, str]) -> None:
+    starts = [subprocess.Popen([sys.executable, "-m", "rtenv_cli", "daemon", "start", "-f",
+                                "json"], env={**os.environ, **home}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in starts]
+    assert [p.returncode for p in starts] == [0, 0], outs
+    pids = {json.loads(out)["pid"] for out, _err in outs}
+    assert len(pids) == 1
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(p) for p in fh.read().split()]
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_start_status_stop(home: dict[str, str]) -> None:
@@ -203,7 +302,7 @@ def test_an_upgrade_under_the_daemon_stops_it(home: dict[str, str], project: Pat
     env = _with_path(home, tmp_path)
     started = run_process(["daemon", "start", "-f", "json"], env=env)
     assert started.exit_code == 0, started.stderr
-    (tmp_path / "extra" / "newly_installed.py").write_text("")
+    (tmp_path / "extra" / "site-packages" / "newly_installed.py").write_text("")
     result = _client(["push", str(project), "-f", "json"], env)
     assert result.exit_code == 0, result.stderr
     assert "typer" in _imports(result)
@@ -211,8 +310,8 @@ def test_an_upgrade_under_the_daemon_stops_it(home: dict[str, str], project: Pat
 
 
 def _with_path(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
-    extra = tmp_path / "extra"
-    extra.mkdir(exist_ok=True)
+    extra = tmp_path / "extra" / "site-packages"  # an install's directory: its mtime counts
+    extra.mkdir(parents=True, exist_ok=True)
     return {**env, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(extra), os.environ.get("PYTHONPATH", "")]))}
 

@@ -573,7 +573,7 @@ def test_the_daemon_answers_another_user_nothing(other_user: User) -> None:
                 conn.connect(str(sock_path))
                 send_frame(conn, {"op": "run", "argv": ["push", "--help"], "cwd": "/",
                                   "env": {"RTENV_HOME": home}, "umask": 0o22,
-                                  "streams": [None, None, None], "fp": ""}, fds=[0, 1, 2])
+                                  "streams": [None, None, None], "fp": ""})
                 try:
                     reply, _ = recv_frame(conn)
                 except ConnectionResetError:  # closed with our request unread
