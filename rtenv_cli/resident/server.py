@@ -3,10 +3,12 @@
 Run as `python -m rtenv_cli.resident.server` by `rtenv daemon start` (cli/daemon.py). The
 server is single-threaded and starts no thread before it forks (a fork copies only the calling
 thread). It accepts on RTENV_HOME/run/daemon.sock, forks at once, and the child does the rest:
-it checks the caller's uid and code fingerprint, becomes the caller (cwd, umask, environment,
-standard streams, argv), reports its pid, runs the command through cli.main.main exactly as a
-new process would, reports the exit code and ends as any rtenv process ends (atexit handlers,
-non-daemon threads joined). The server itself ends after `idle` seconds with no command
+it checks the caller's uid, reads the request and compares the code fingerprints, reports its
+pid, waits for the caller's go-ahead (which brings the standard streams and the cwd), becomes
+the caller (cwd, umask, environment, standard streams, argv), runs the command through
+cli.main.main exactly as a new process would, reports the exit code and ends as any rtenv
+process ends (atexit handlers, such as the ignore cache's save, after the caller has its
+answer). The server itself ends after `idle` seconds with no command
 running, on `rtenv daemon stop`, on SIGTERM, or when its socket was removed or replaced.
 """
 
@@ -33,15 +35,18 @@ from rtenv_cli.resident import (
 )
 from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
 
-# What a push imports, done once in the server (a child imports only what these do not
-# cover: tests/cli/test_daemon.py checks that a push imports no rtenv module of its own).
+# What a push imports, done once in the server: these packages whole, the modules of LAZY
+# (imported inside functions), and the resident commands built (tests/resident/test_server.py
+# checks that a push by each route imports none of rtenv's modules or of these afresh).
 WARM = (
-    "rtenv_cli.cli", "rtenv_cli.cli.push", "rtenv_cli.cli.push_watch", "rtenv_cli.api",
-    "rtenv_cli.core.push", "rtenv_cli.core.push_carrier", "rtenv_cli.render.push",
-    "rtenv_cli.render.output", "rtenv_cli.core.trees", "rtenv_cli.core.transport",
+    "rtenv_cli.cli", "rtenv_cli.api", "rtenv_cli.render", "rtenv_cli.core.push",
+    "rtenv_cli.core.push_carrier", "rtenv_cli.core.trees", "rtenv_cli.core.transport",
     "rtenv_cli.core.packaging", "rtenv_cli.core.spec", "rtenv_cli.core.rayplugin",
-    "rtenv_cli.core.lint", "rtenv_cli.core.config",
+    "rtenv_cli.core.lint", "rtenv_cli.core.config", "rtenv_cli.core.store",
+    "rtenv_cli.core.cache", "rtenv_cli.core.run",
 )
+LAZY = ("yaml", "h2.connection", "requests", "platformdirs", "tomllib", "zipfile", "tempfile",
+        "sqlite3")
 MAX_CHILDREN = 16  # commands running at once; one more is refused and runs in its caller
 REQUEST_S = 5.0  # a caller has this long to send its request once connected
 LOCK_NAME = "daemon.lock"
@@ -64,13 +69,7 @@ def warm() -> None:
                 importlib.import_module(info.name)
     for name in RESIDENT_COMMANDS:
         build(name, use_rtenv_context)  # the root group's: what a child's run looks up
-    _warm_lazy_imports()
-
-
-def _warm_lazy_imports() -> None:
-    """Third-party modules the push path imports inside functions."""
-    for name in ("yaml", "h2.connection", "h2.config", "h2.events", "requests", "platformdirs",
-                 "hashlib", "zlib", "zipfile", "concurrent.futures", "tomllib"):
+    for name in LAZY:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 
