@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 RESIDENT_COMMANDS = frozenset({"push"})
 DAEMON_ENV = "RTENV_DAEMON"  # 0: never use a running daemon
 SOCKET_NAME = "daemon.sock"
+LOCK_NAME = "daemon.lock"  # held by the serving daemon, which writes its pid in it
 # AF_UNIX paths are at most 107 bytes on Linux (sun_path is 108, with the NUL)
 MAX_SOCKET_PATH = 107
 
@@ -58,6 +59,18 @@ def socket_path() -> Path:
     return run_dir() / SOCKET_NAME
 
 
+def bindable_socket() -> Path:
+    """`socket_path`, or a UsageError when it is too long for AF_UNIX."""
+    path = socket_path()
+    if len(str(path).encode()) > MAX_SOCKET_PATH:
+        from rtenv_cli.core.errors import UsageError
+
+        raise UsageError(f"the daemon's socket path {path} is longer than {MAX_SOCKET_PATH} "
+                         "bytes (AF_UNIX's limit)", path=str(path),
+                         hint="set RTENV_HOME to a shorter directory")
+    return path
+
+
 def existing_socket() -> str | None:
     """The daemon's socket when there is one (nothing made: no daemon, no new directory). Not
     checked with `private_dir` (which needs pathlib, before the CLI would import it): what the
@@ -66,9 +79,12 @@ def existing_socket() -> str | None:
     from rtenv_cli.core.paths import home_location
 
     path = os.path.join(home_location()[0], "run", SOCKET_NAME)
-    if len(path.encode()) > MAX_SOCKET_PATH or not os.path.exists(path):
-        return None
-    return path
+    return path if served(path) else None
+
+
+def served(path: str) -> bool:
+    """Whether a client may try the socket PATH: it exists and AF_UNIX can name it."""
+    return len(path.encode()) <= MAX_SOCKET_PATH and os.path.exists(path)
 
 
 def fingerprint() -> str:

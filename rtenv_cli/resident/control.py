@@ -13,9 +13,11 @@ from typing import Any
 
 from rtenv_cli.core.errors import RtenvError, UsageError
 from rtenv_cli.resident import (
-    MAX_SOCKET_PATH,
+    LOCK_NAME,
+    bindable_socket,
     fingerprint,
     run_dir,
+    served,
     socket_path,
 )
 from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
@@ -72,12 +74,7 @@ def start(*, idle: float) -> tuple[DaemonState, bool]:
 
 
 def _spawn(idle: float) -> DaemonState:
-    path = socket_path()
-    if len(str(path).encode()) > MAX_SOCKET_PATH:
-        raise UsageError(f"the daemon's socket path {path} is longer than {MAX_SOCKET_PATH} "
-                         "bytes (AF_UNIX's limit)", path=str(path),
-                         hint="set RTENV_HOME to a shorter directory")
-    home = run_dir()
+    home = bindable_socket().parent
     log = home / LOG_NAME
     read_fd, write_fd = os.pipe()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -136,8 +133,6 @@ def _lock_holder() -> int | None:
     """The pid of the daemon holding RTENV_HOME/run's lock: a process of this user that runs
     the server module, or None (no daemon, or a pid that is no longer it)."""
     from rtenv_cli.core.fsutil import flock, unflock
-    from rtenv_cli.resident.server import LOCK_NAME
-
     try:
         fd = os.open(run_dir() / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -163,7 +158,7 @@ def _lock_holder() -> int | None:
 
 def _ask(request: dict[str, Any]) -> dict[str, Any] | None:
     path = str(socket_path())
-    if len(path.encode()) > MAX_SOCKET_PATH or not os.path.exists(path):
+    if not served(path):
         return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(5.0)

@@ -27,12 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtenv_cli.resident import (
-    MAX_SOCKET_PATH,
-    SOCKET_NAME,
-    fingerprint,
-    run_dir,
-)
+from rtenv_cli.resident import LOCK_NAME, bindable_socket, fingerprint
 from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
 
 # What a push imports, done once in the server: these packages whole, the modules of LAZY
@@ -49,7 +44,6 @@ LAZY = ("yaml", "h2.connection", "requests", "platformdirs", "tomllib", "zipfile
         "sqlite3")
 MAX_CHILDREN = 16  # commands running at once; one more is refused and runs in its caller
 REQUEST_S = 5.0  # a caller has this long to send its request once connected
-LOCK_NAME = "daemon.lock"
 STREAMS = (0, 1, 2)  # stdin, stdout, stderr: passed by the caller, in this order
 
 
@@ -103,12 +97,8 @@ class _Server:
         from rtenv_cli.core.errors import UsageError
         from rtenv_cli.core.fsutil import flock
 
-        home = run_dir()
-        path = home / SOCKET_NAME
-        if len(str(path).encode()) > MAX_SOCKET_PATH:
-            raise UsageError(f"the daemon's socket path {path} is longer than {MAX_SOCKET_PATH} "
-                             "bytes (AF_UNIX's limit)", path=str(path),
-                             hint="set RTENV_HOME to a shorter directory")
+        path = bindable_socket()
+        home = path.parent
         lock_fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if not flock(lock_fd, wait=0):
             os.close(lock_fd)
