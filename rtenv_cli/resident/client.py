@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 
 CONNECT_S = 1.0  # a daemon that does not accept within this is skipped
 START_S = 3.0  # nor one whose child has not answered within this (then it never runs it)
-# the caller's signals, raised in the child: Ctrl-C, a kill, a hang-up, Ctrl-\, and Ctrl-Z
-# (the child stops too, and goes on with the caller's SIGCONT)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)
+# the caller's signals, raised in the child: Ctrl-C, a kill, a hang-up, Ctrl-\. Not Ctrl-Z:
+# a child stopped with its caller would stay stopped, holding the caller's terminal or pipe,
+# if the caller were then killed (it could no longer hear the hang-up); a push goes on to its
+# end instead, as a background job's output would.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def run_resident(argv: list[str]) -> int | None:
@@ -112,10 +114,9 @@ class _Handover:
 
     def _not_run(self) -> int | None:
         """Nothing ran: the caller runs the command, unless a signal to end came meanwhile."""
-        ends = [n for n in self.pending if n != signal.SIGTSTP]
-        if not ends:
+        if not self.pending:
             return None
-        signum = ends[-1]
+        signum = self.pending[-1]
         if signum == signal.SIGINT:
             sys.stderr.write("\ninterrupted\n")
             return 130
@@ -154,20 +155,7 @@ class _Handover:
 
         with contextlib.suppress(OSError):  # the child is gone: _relay reports its end
             send_frame(self.sock, {"signal": int(signum)})
-        if signum == signal.SIGTSTP:
-            self._stop_too()
-        else:
-            self.last = signum
-
-    def _stop_too(self) -> None:
-        """Ctrl-Z: stop this process as the terminal asked (the child stops itself); on the
-        shell's SIGCONT, wake the child too (stopped, it reads no frame)."""
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTSTP)  # returns once continued
-        signal.signal(signal.SIGTSTP, self._on_signal)
-        if self.child is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.child, signal.SIGCONT)
+        self.last = signum
 
     @staticmethod
     def _die_by(signum: int) -> int:

@@ -332,9 +332,7 @@ def _signals(conn: socket.socket, finished: threading.Event) -> None:
                 os.kill(os.getpid(), signal.SIGHUP)
             return
         signum = frame.get("signal")
-        if signum == signal.SIGTSTP:  # Ctrl-Z: stop (a TSTP is discarded in the daemon's
-            os.kill(os.getpid(), signal.SIGSTOP)  # orphaned process group); the caller wakes us
-        elif signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             os.kill(os.getpid(), signum)
 
 

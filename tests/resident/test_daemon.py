@@ -22,7 +22,6 @@ import pytest
 from rtenv_cli.resident import wanted
 from tests.support.cli import CliResult, default_signals, run_process
 from tests.support.packages import make_tree
-from tests.support.wait import until
 
 
 @pytest.fixture
@@ -175,22 +174,6 @@ def test_a_kill_ends_caller_and_command_as_it_would_one_process(
     assert "ended without an exit code" not in err
 
 
-def test_ctrl_z_stops_the_command_too(daemon: dict[str, str], project: Path) -> None:
-    """Ctrl-Z stops the caller and the daemon's child; the shell's SIGCONT wakes both."""
-    server = run_process(["daemon", "status", "-f", "json"], env=daemon).json["pid"]
-    with _stuck_push(daemon, project) as (proc, _conn):
-        child = until(lambda: _children(server), what="the daemon's child")[0]
-        proc.send_signal(signal.SIGTSTP)
-        until(lambda: _state(proc.pid) == "T" and _state(child) == "T",
-              what=lambda: f"caller {_state(proc.pid)}, child {_state(child)}: both stopped")
-        proc.send_signal(signal.SIGCONT)
-        until(lambda: _state(proc.pid) != "T" and _state(child) != "T",
-              what=lambda: f"caller {_state(proc.pid)}, child {_state(child)}: both running")
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-
-
 def test_a_killed_caller_ends_its_command(daemon: dict[str, str], project: Path,
                                           tmp_path: Path) -> None:
     log = tmp_path / "stderr"
@@ -247,16 +230,6 @@ def test_two_starts_at_once_share_one_daemon(home: dict[str, str]) -> None:
     assert [p.returncode for p in starts] == [0, 0], outs
     pids = {json.loads(out)["pid"] for out, _err in outs}
     assert len(pids) == 1
-
-
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as fh:
-        return [int(p) for p in fh.read().split()]
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_start_status_stop(home: dict[str, str]) -> None:
