@@ -159,7 +159,7 @@ complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l max-age -x -d 'Dro
 complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l check -x -d 'Instead: report per node of the Ray cluster at this address (dashboard URL or GCS address) whether its agent loads the plugin; exit 1 if one does not.'
 complete -c rtenv -n '__fish_seen_subcommand_from ray-env' -l help -s h -d 'Show help and exit.'
 complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a start -d 'Start the daemon for this user and RTENV_HOME (nothing to do if a current one runs; one that runs other code, after an upgrade, is replaced).'
-complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a stop -d 'Stop the daemon (commands it runs finish first).'
+complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a stop -d 'Stop the daemon (commands it is running go on to their end).'
 complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f -a status -d 'Say whether a daemon runs, since when, and whether it runs this install'\''s code.'
 complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -f
 complete -c rtenv -n '__fish_seen_subcommand_from daemon; and not __fish_seen_subcommand_from start stop status' -l help -s h -d 'Show help and exit.'

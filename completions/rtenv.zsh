@@ -42,7 +42,7 @@ _rtenv_daemon() {
     local -a subcommands
     subcommands=(
         'start:Start the daemon for this user and RTENV_HOME (nothing to do if a current one runs; one that runs other code, after an upgrade, is replaced).'
-        'stop:Stop the daemon (commands it runs finish first).'
+        'stop:Stop the daemon (commands it is running go on to their end).'
         'status:Say whether a daemon runs, since when, and whether it runs this install'\''s code.'
     )
     _arguments -C \

@@ -89,7 +89,7 @@ class _Server:
         self.ident = os.stat(path)
         self.pid = os.getpid()
         self.started = time.time()
-        self.fp = fingerprint()
+        self.stamp = fingerprint()
         self.children: set[int] = set()
 
     @classmethod
@@ -167,7 +167,7 @@ class _Server:
         if pid == 0:
             self.listener.close()
             os.close(self.lock_fd)
-            _CONTEXT.update(server=self.pid, started=self.started, fp=self.fp, idle=self.idle)
+            _CONTEXT.update(server=self.pid, started=self.started, fp=self.stamp, idle=self.idle)
             return conn
         self.children.add(pid)
         conn.close()

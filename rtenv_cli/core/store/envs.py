@@ -174,7 +174,12 @@ class Environments:
                 install_wheel(archive, tree / "d", cache_dir=self.uv_cache())
             else:  # Ray strips a single top-level directory of remote (file://, http(s)://)
                 # zips, never of gcs:// packages (packaging.download_and_unpack_package)
-                extract(archive, tree / "d", strip_top_level=scheme != "gcs")
+                try:
+                    extract(archive, tree / "d", strip_top_level=scheme != "gcs")
+                except FileNotFoundError:  # `cache purge` takes even a held package
+                    raise PackagingError(f"package {uri} left the store while it was being "
+                                         "unpacked (a `cache purge`)",
+                                         hint="rtenv push it again (rtenv run does this)") from None
             if scheme != "gcs":
                 archive.unlink()  # a download or copy into the build dir, not the entry
 
