@@ -16,8 +16,8 @@ TYPE_CHECKING = False  # typing's and pathlib's imports: see home_location
 if TYPE_CHECKING:
     from pathlib import Path
 
-# errors (dataclasses, inspect) is imported where an error is raised: the resident client
-# (resident/client.py) finds the daemon's socket through rtenv_home() before any other import
+# pathlib and errors (dataclasses, inspect) are imported where they are used: the resident
+# client (resident/client.py) imports this module for home_location() before anything else
 
 HOME_ENV = "RTENV_HOME"
 _TRUSTED: set[tuple[str, int, int, int, int]] = set()  # (path, dev, ino, uid, mode) checked

@@ -216,8 +216,8 @@ def become(conn: socket.socket) -> int:
     fds: list[int] = []  # the caller's, once it says go
     try:
         return _answer(conn, request, fds)
-    except OSError:  # the caller went away before its answer: nothing is left to tell it
-        return 2
+    except (OSError, ProtocolError):  # the caller went away, or spoke no protocol of ours,
+        return 2  # before its command began: there is nothing left to tell it
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
