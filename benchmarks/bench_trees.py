@@ -514,10 +514,14 @@ def _kept_rows(metrics: set[str]) -> list[Row]:
     for r in data["rows"]:
         if r["metric"] in metrics or r["metric"].startswith("ablation: re-push"):
             continue
-        note = f" [kept from the run of {data['measured_at']}]"
+        text, _, kept = r["notes"].partition(KEPT)
+        when = kept.removesuffix("]") or data["measured_at"]  # a row kept before: its own run
         rows.append(Row("trees", r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
-                        r["passed"], r["notes"].split(" [kept from")[0] + note))
+                        r["passed"], f"{text}{KEPT}{when}]"))
     return rows
+
+
+KEPT = " [kept from the run of "
 
 
 def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements
