@@ -431,18 +431,20 @@ def test_slurm_job_step_waits_for_every_agent(tmp_path: Path) -> None:
     import socket
 
     box = Sandbox.create(tmp_path, ["slurm"], dict(os.environ))
-    ports = _two_free_ports()
-    box.env.update(FAKE_SRUN_PORT=str(ports[0]), FAKE_SRUN_DIR=str(tmp_path / "nodes"),
-                   SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="2", READY_TIMEOUT="3600",
-                   PATH=f"{box.root / 'examples/slurm/local'}:{box.env['PATH']}")
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", ports[1]))
+        # node0's port, held from the start (a port picked free and bound later can be taken
+        # in between: the kernel's ephemeral range is every outgoing connection's too)
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
+        port = taken.getsockname()[1]
+        box.env.update(FAKE_SRUN_PORT=str(port), FAKE_SRUN_DIR=str(tmp_path / "nodes"),
+                       SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="2", READY_TIMEOUT="3600",
+                       PATH=f"{box.root / 'examples/slurm/local'}:{box.env['PATH']}")
         result = box.run("bash examples/slurm/rtenv.sbatch", timeout=120)
     output = "\n".join(result.output)
     assert result.exit_code == 1, output
-    assert "error: the agent on node1 exited (status 2) before it was ready" in output
+    assert "error: the agent on node0 exited (status 2) before it was ready" in output
     assert "six 1.17.0" not in output  # no job step ran
     ready = {p.name for p in (box.root / ".rtenv-slurm/7.0/ready").iterdir()}
-    assert "node1" not in ready
-    assert _port_free(ports[0])  # node0's agent was stopped with the script
+    assert "node0" not in ready
+    assert _port_free(port + 1)  # node1's agent, if it started, was stopped with the script
