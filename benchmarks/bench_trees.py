@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.bench_push import RAY_PUSH, ROOT, _edit, child, make_tree
-from benchmarks.common import Row, bytecode_env, run_measured
+from benchmarks.common import Row, bytecode_env, kept_rows, run_measured
 
 if TYPE_CHECKING:
     from rtenv_cli.core.trees.materialize import NodeTrees
@@ -504,24 +504,7 @@ def _repush(  # noqa: PLR0912, PLR0915 - one linear script of measurements
 def _kept_rows(metrics: set[str]) -> list[Row]:
     """The rows of the last results file but `metrics` and the re-push ablations
     (RTENV_BENCH_TREES=repush), their notes saying which run they come from."""
-    from benchmarks.common import RESULTS_DIR
-
-    path = RESULTS_DIR / "trees.json"
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text())
-    rows = []
-    for r in data["rows"]:
-        if r["metric"] in metrics or r["metric"].startswith("ablation: re-push"):
-            continue
-        text, _, kept = r["notes"].partition(KEPT)
-        when = kept.removesuffix("]") or data["measured_at"]  # a row kept before: its own run
-        rows.append(Row("trees", r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
-                        r["passed"], f"{text}{KEPT}{when}]"))
-    return rows
-
-
-KEPT = " [kept from the run of "
+    return kept_rows("trees", lambda m: m in metrics or m.startswith("ablation: re-push"))
 
 
 def run(quick: bool) -> list[Row]:  # noqa: PLR0915 - one linear script of measurements

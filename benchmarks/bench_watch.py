@@ -44,6 +44,7 @@ from benchmarks.common import (
     RAY_DRIVER_PUSH,
     Row,
     bytecode_env,
+    kept_rows,
     ray_gcs_put_floor,
     ray_put_floor,
     run_measured,
@@ -250,21 +251,8 @@ def _agent_rows(work: Path, tree: Path, *, files: int, total: int, n_edits: int,
 
 def _kept_rows(metrics: set[str]) -> list[Row]:
     """The rows of the last results file but `metrics` (RTENV_BENCH_WATCH=agent)."""
-    from benchmarks.common import RESULTS_DIR
-
-    path = RESULTS_DIR / f"{B}.json"
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text())
-    rows = []
-    for r in data["rows"]:
-        if r["metric"] in metrics or r["metric"].startswith(("agent", "ablation: agent",
-                                                                "watcher idle")):
-            continue
-        note = f" [kept from the run of {data['measured_at']}]"
-        rows.append(Row(B, r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
-                        r["passed"], r["notes"].split(" [kept from")[0] + note))
-    return rows
+    return kept_rows(B, lambda m: m in metrics or m.startswith(
+        ("agent", "ablation: agent", "watcher idle")))
 
 
 def _edit(root: Path, i: int) -> Path:

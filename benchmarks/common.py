@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -9,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,28 @@ class Row:
         data = asdict(self)
         data["ratio"] = self.ratio
         return data
+
+
+KEPT = " [kept from the run of "
+
+
+def kept_rows(benchmark: str, skip: Callable[[str], bool]) -> list[Row]:
+    """The rows of benchmark's last results file whose metric SKIP does not name (a run that
+    measured only some rows keeps the others), each note ending with the run it was measured
+    in: a row kept before keeps its own run's date, not that of the file that carried it."""
+    path = RESULTS_DIR / f"{benchmark}.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    rows = []
+    for r in data["rows"]:
+        if skip(r["metric"]):
+            continue
+        text, _, kept = r["notes"].partition(KEPT)
+        when = kept.removesuffix("]") or data["measured_at"]
+        rows.append(Row(benchmark, r["metric"], r["unit"], r["rtenv"], r["ray"], r["target"],
+                        r["passed"], f"{text}{KEPT}{when}]"))
+    return rows
 
 
 def machine() -> dict[str, Any]:
