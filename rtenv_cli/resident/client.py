@@ -1,7 +1,7 @@
 """The caller's side of the resident rtenv: hand a command to the daemon, relay its end.
 
-Imported by every `rtenv` process before typer (cli/main.py), so it imports nothing heavy and
-costs one stat when no daemon runs.
+Imported by `rtenv push` (launch.py) before typer, so it imports nothing heavy and costs one
+stat when no daemon runs.
 """
 
 from __future__ import annotations
@@ -53,20 +53,12 @@ def _socket(argv: list[str]) -> str | None:
 
 
 def _connect(path: str) -> socket.socket | None:
-    import socket
+    from rtenv_cli.resident.wire import connect_own
 
-    from rtenv_cli.resident.wire import peer_uid
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_S)
-    try:
-        sock.connect(path)
-        if peer_uid(sock) != os.geteuid():
-            raise ConnectionRefusedError  # never hand this user's environment to another's
+    try:  # never hand this user's environment to another user's listener (ForeignPeer)
+        return connect_own(path, CONNECT_S)
     except OSError:
-        sock.close()
         return None
-    return sock
 
 
 class _Handover:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -20,10 +19,17 @@ from rtenv_cli.resident import (
     served,
     socket_path,
 )
-from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
+from rtenv_cli.resident.wire import (
+    ForeignPeer,
+    ProtocolError,
+    connect_own,
+    recv_frame,
+    send_frame,
+)
 
 START_S = 60.0  # the server's imports on a loaded box
 STOP_S = 60.0  # a server ends within a second: this bounds a wedged one
+ASK_S = 5.0  # a status or stop request and its answer
 LOG_NAME = "daemon.log"
 SERVER_MODULE = "rtenv_cli.resident.server"
 START_LOCK = "start.lock"
@@ -49,7 +55,7 @@ class DaemonState:
 def status() -> DaemonState:
     """The daemon serving this RTENV_HOME, if one answers."""
     path = socket_path()
-    reply = _ask({"op": "status"})
+    reply = _ask({"op": "status"}, str(path))
     if reply is None or "pid" not in reply:
         return DaemonState(running=False, socket=str(path))
     return DaemonState(running=True, socket=str(path), pid=int(reply["pid"]),
@@ -107,7 +113,7 @@ def stop() -> DaemonState:
     version's protocol, a wedged server) is found by its lock and sent SIGTERM."""
     state = status()
     if state.running and state.pid is not None:
-        _ask({"op": "stop"})
+        _ask({"op": "stop"}, state.socket)
         return replace(state, stopped=_wait_gone(state.pid))
     pid = _lock_holder()
     if pid is None:
@@ -133,6 +139,7 @@ def _lock_holder() -> int | None:
     """The pid of the daemon holding RTENV_HOME/run's lock: a process of this user that runs
     the server module, or None (no daemon, or a pid that is no longer it)."""
     from rtenv_cli.core.fsutil import flock, unflock
+
     try:
         fd = os.open(run_dir() / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -156,18 +163,19 @@ def _lock_holder() -> int | None:
     return pid if owner == os.geteuid() and SERVER_MODULE.encode() in argv else None
 
 
-def _ask(request: dict[str, Any]) -> dict[str, Any] | None:
-    path = str(socket_path())
+def _ask(request: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The daemon's answer to REQUEST on its socket PATH, or None (none answers)."""
     if not served(path):
         return None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(5.0)
+    try:
+        sock = connect_own(path, ASK_S)
+    except ForeignPeer:
+        raise UsageError(f"{path} is served by another user's process", path=path,
+                         hint="remove the socket; check who can write RTENV_HOME/run") from None
+    except OSError:
+        return None
+    with sock:
         try:
-            sock.connect(path)
-            if peer_uid(sock) != os.geteuid():
-                raise UsageError(f"{path} is served by another user's process",
-                                 path=path, hint="remove the socket; check who can write "
-                                 "RTENV_HOME/run")
             send_frame(sock, request)
             reply, _ = recv_frame(sock)
         except (OSError, ProtocolError):

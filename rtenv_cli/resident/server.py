@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.resident import LOCK_NAME, bindable_socket, fingerprint
-from rtenv_cli.resident.wire import ProtocolError, peer_uid, recv_frame, send_frame
+from rtenv_cli.resident.wire import ProtocolError, own_peer, recv_frame, send_frame
 
 # What a push imports, done once in the server: these packages whole, the modules of LAZY
 # (imported inside functions), and the resident commands built (tests/resident/test_server.py
@@ -208,8 +208,7 @@ def become(conn: socket.socket) -> int:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        if peer_uid(conn) != os.geteuid():
-            return 2  # another user's process: it gets nothing, not even an answer
+        own_peer(conn)  # another user's process (ForeignPeer) gets nothing, not even an answer
         request, _ = recv_frame(conn, within=REQUEST_S)
     except (OSError, ProtocolError):
         return 2

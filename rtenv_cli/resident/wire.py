@@ -4,6 +4,7 @@ standard streams passed as descriptors (SCM_RIGHTS), and the peer's uid (SO_PEER
 from __future__ import annotations
 
 import marshal
+import os
 import socket
 import struct
 import time
@@ -21,13 +22,35 @@ class ProtocolError(Exception):
     """The other end sent something that is not a frame of this protocol."""
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of the AF_UNIX socket SOCK (SO_PEERCRED)."""
+class ForeignPeer(ConnectionRefusedError):
+    """The other end of the socket runs as another user: nothing goes to it or comes from it."""
+
+
+def own_peer(sock: socket.socket) -> None:
+    """Check that the process at the other end of the AF_UNIX socket SOCK runs as this user
+    (SO_PEERCRED, from the kernel), or raise ForeignPeer. Both ends check, before any frame:
+    a request carries the caller's environment (its tokens)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return int(_UCRED.unpack(raw)[1])
+    uid = int(_UCRED.unpack(raw)[1])
+    if uid != os.geteuid():
+        raise ForeignPeer(f"the socket's other end runs as uid {uid}")
 
 
-# Frames are marshal's, read only from a peer whose uid is this process's own (peer_uid is
+def connect_own(path: str, timeout: float) -> socket.socket:
+    """A connection to the socket PATH (in TIMEOUT s) whose other end runs as this user: an
+    OSError otherwise, ForeignPeer for another user's listener."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+        own_peer(sock)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+# Frames are marshal's, read only from a peer whose uid is this process's own (own_peer is
 # checked first): such a peer can already do all this user can, and marshal costs no import
 # (json's would cost re's, some 7 ms of every `rtenv` process).
 def send_frame(sock: socket.socket, value: dict[str, Any], fds: list[int] | None = None) -> None:
