@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rtenv_cli.resident import LOCK_NAME, bindable_socket, fingerprint
+from rtenv_cli.resident.client import FORWARDED
 from rtenv_cli.resident.wire import ProtocolError, own_peer, recv_frame, send_frame
 
 # What a push imports, done once in the server: these packages whole, the modules of LAZY
@@ -331,7 +332,7 @@ def _signals(conn: socket.socket, finished: threading.Event) -> None:
                 os.kill(os.getpid(), signal.SIGHUP)
             return
         signum = frame.get("signal")
-        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        if signum in FORWARDED:  # what a caller forwards, nothing else
             os.kill(os.getpid(), signum)
 
 
