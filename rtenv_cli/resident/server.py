@@ -44,13 +44,13 @@ WARM = (
 LAZY = ("yaml", "h2.connection", "requests", "platformdirs", "tomllib", "zipfile", "tempfile",
         "sqlite3")
 MAX_CHILDREN = 16  # commands running at once; one more is refused and runs in its caller
-REQUEST_S = 5.0  # a caller has this long to send its request once connected
+REQUEST_S = 5.0  # a caller has this long to send its request, and then its go-ahead
 STREAMS = (0, 1, 2)  # stdin, stdout, stderr: passed by the caller, in this order
 
 
 def warm() -> None:
     """Import the resident commands' code (and what it imports lazily), and build each one's
-    click command once (a child builds it again in some ms, from warm classes)."""
+    click command (commands.build keeps it: every child runs that one)."""
     import pkgutil
 
     from rtenv_cli.cli.commands import build
